@@ -1,0 +1,67 @@
+"""Explanation: the report of a compiled callable, with the fields of DESIGN.md section 4."""
+
+import json
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    reason_id: str
+    reason: str
+    hint: str
+    filename: str
+    lineno: int
+    function: str
+
+    def __str__(self):
+        where = f"{self.filename}:{self.lineno} in {self.function}" if self.filename else ""
+        return f"[{self.reason_id}] {self.reason}" + (f"\n    at {where}" if where else "") + \
+            (f"\n    hint: {self.hint}" if self.hint else "")
+
+
+class Explanation:
+    def __init__(self, report_json):
+        self._json = report_json
+        self.report = json.loads(report_json)
+        r = self.report
+        self.name = r["name"]
+        self.graph_count = r["graph_count"]
+        self.breaks = [GraphBreak(**b) for b in r["breaks"]]
+        self.break_count = len(self.breaks)
+        self.cache_entries = len(r["cache_entries"])
+        self.cache_hits = r["cache_hits"]
+        self.cache_misses = r["cache_misses"]
+        self.recompile_reasons = list(r["recompile_reasons"])
+        self.guards = [g for e in r["cache_entries"] for g in e["guards"]]
+        self.notes = list(r["notes"])
+        self.graphs = r["graphs"]
+        self.op_count = sum(g["op_count"] for g in self.graphs)
+
+    def to_json(self):
+        return self._json
+
+    def replay_code(self):
+        """The replay plan of each graph, as readable Python."""
+        return [g["replay_python"] for g in self.graphs]
+
+    def __str__(self):
+        lines = [f"magpy explanation of {self.name}",
+                 f"  graphs: {self.graph_count}   breaks: {self.break_count}   "
+                 f"ops: {self.op_count}",
+                 f"  cache: {self.cache_entries} entries, {self.cache_hits} hits, "
+                 f"{self.cache_misses} misses"]
+        for b in self.breaks:
+            lines.append("  break " + str(b).replace("\n", "\n  "))
+        for why in self.recompile_reasons:
+            lines.append(f"  recompiled because {why}")
+        for n in self.notes:
+            lines.append(f"  note: {n}")
+        if self.guards:
+            lines.append("  guards:")
+            lines.extend("    " + g for g in self.guards)
+        for code in self.replay_code():
+            lines.append("  replay plan:")
+            lines.extend("    " + l for l in code.rstrip().splitlines())
+        return "\n".join(lines)
+
+    __repr__ = __str__

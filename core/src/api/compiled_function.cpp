@@ -1,0 +1,180 @@
+#include "api/compiled_function.h"
+
+#include "capture/break_reasons.h"
+#include "hook/frame_hook.h"
+#include "python/torch_api.h"
+
+#include <structmember.h>
+
+namespace magpy {
+
+namespace {
+
+struct CompiledFunctionObject {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    CompiledState* state;
+    PyObject* weakreflist;
+};
+
+PyObject* cf_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    auto* cf = reinterpret_cast<CompiledFunctionObject*>(self);
+    return call_with_hook(*cf->state, args, nargsf, kwnames);
+}
+
+void cf_dealloc(PyObject* self) {
+    auto* cf = reinterpret_cast<CompiledFunctionObject*>(self);
+    PyObject_GC_UnTrack(self);
+    if (cf->weakreflist) PyObject_ClearWeakRefs(self);
+    delete cf->state;
+    cf->state = nullptr;
+    Py_TYPE(self)->tp_free(self);
+}
+
+int cf_traverse(PyObject* self, visitproc visit, void* arg) {
+    auto* cf = reinterpret_cast<CompiledFunctionObject*>(self);
+    if (cf->state) {
+        Py_VISIT(cf->state->target.get());
+    }
+    return 0;
+}
+
+PyObject* cf_repr(PyObject* self) {
+    auto* cf = reinterpret_cast<CompiledFunctionObject*>(self);
+    return PyUnicode_FromFormat("<magpy.CompiledFunction %s backend=%s>",
+                                cf->state->name.c_str(), cf->state->options.backend.c_str());
+}
+
+// Attribute access falls through to the wrapped callable (so cf.__name__, cf.weight work).
+PyObject* cf_getattro(PyObject* self, PyObject* name) {
+    PyObject* r = PyObject_GenericGetAttr(self, name);
+    if (r || !PyErr_ExceptionMatches(PyExc_AttributeError)) return r;
+    PyErr_Clear();
+    auto* cf = reinterpret_cast<CompiledFunctionObject*>(self);
+    return PyObject_GetAttr(cf->state->target.get(), name);
+}
+
+PyObject* cf_get_orig(PyObject* self, void*) {
+    auto* cf = reinterpret_cast<CompiledFunctionObject*>(self);
+    return Py_NewRef(cf->state->target.get());
+}
+
+PyGetSetDef cf_getset[] = {
+    {"_orig", cf_get_orig, nullptr, "the compiled function or module, as the user gave it",
+     nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyMemberDef cf_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(CompiledFunctionObject, vectorcall), READONLY,
+     nullptr},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(CompiledFunctionObject, weakreflist), READONLY,
+     nullptr},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyType_Slot cf_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(cf_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(cf_traverse)},
+    {Py_tp_repr, reinterpret_cast<void*>(cf_repr)},
+    {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+    {Py_tp_getattro, reinterpret_cast<void*>(cf_getattro)},
+    {Py_tp_members, cf_members},
+    {Py_tp_getset, cf_getset},
+    {Py_tp_doc, const_cast<char*>("A function or module compiled by magpy.compile().")},
+    {0, nullptr}};
+
+PyType_Spec cf_spec = {"magpy.CompiledFunction", sizeof(CompiledFunctionObject), 0,
+                       Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+                       cf_slots};
+
+PyTypeObject* g_type = nullptr;
+
+std::string qualname_of(PyObject* o) {
+    PyObject* q = PyObject_GetAttrString(o, "__qualname__");
+    if (!q) {
+        PyErr_Clear();
+        q = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__qualname__");
+    }
+    if (!q) {
+        PyErr_Clear();
+        return py::type_name(o);
+    }
+    std::string s = py::str_of(q);
+    Py_DECREF(q);
+    return s;
+}
+
+}  // namespace
+
+PyTypeObject* compiled_function_type() {
+    if (!g_type) g_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&cf_spec));
+    return g_type;
+}
+
+CompiledState* compiled_state(PyObject* obj) {
+    if (!g_type || !PyObject_TypeCheck(obj, g_type)) return nullptr;
+    return reinterpret_cast<CompiledFunctionObject*>(obj)->state;
+}
+
+PyObject* make_compiled_function(PyObject* target, const CompileOptions& options) {
+    if (!init_torch_api()) return nullptr;
+    if (!PyCallable_Check(target)) {
+        PyErr_Format(PyExc_TypeError,
+                     "magpy.compile() expects a function or an nn.Module, but got %R (%s), "
+                     "which is not callable",
+                     target, Py_TYPE(target)->tp_name);
+        return nullptr;
+    }
+    const Backend* backend = find_backend(options.backend);
+    if (!backend) {
+        std::string names;
+        for (const std::string& n : backend_names()) names += (names.empty() ? "" : ", ") + n;
+        PyErr_Format(PyExc_ValueError, "magpy.compile(): unknown backend '%s'; available: %s",
+                     options.backend.c_str(), names.c_str());
+        return nullptr;
+    }
+    if (CompiledState* inner = compiled_state(target)) target = inner->target.get();
+    PyTypeObject* type = compiled_function_type();
+    if (!type) return nullptr;
+    auto* cf = PyObject_GC_New(CompiledFunctionObject, type);
+    if (!cf) return nullptr;
+    cf->vectorcall = cf_vectorcall;
+    cf->weakreflist = nullptr;
+    cf->state = new CompiledState();
+    CompiledState& st = *cf->state;
+    st.target = py::Ref::borrow(target);
+    st.options = options;
+    st.backend = backend;
+    st.name = qualname_of(target);
+
+    // Which frame to capture: the function itself, a bound method's function (self fixed), or
+    // a module's forward (self is the module; Module.__call__ runs hooks around it).
+    PyObject* func = nullptr;
+    if (PyFunction_Check(target)) {
+        func = target;
+    } else if (PyMethod_Check(target)) {
+        func = PyMethod_GET_FUNCTION(target);
+        st.expect_self = PyMethod_GET_SELF(target);
+    } else if (PyObject_TypeCheck(target, torch_api().module_type)) {
+        PyObject* fwd = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(target)),
+                                               "forward");
+        if (!fwd) PyErr_Clear();
+        if (fwd && PyFunction_Check(fwd)) func = fwd;  // the type keeps it alive
+        Py_XDECREF(fwd);
+        st.expect_self = target;
+    }
+    if (func && PyFunction_Check(func) &&
+        py::code_is_plain_function(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(func)))) {
+        st.code = py::Ref::borrow(PyFunction_GET_CODE(func));
+    } else {
+        BreakInfo b;
+        b.reason_id = breaks::kNoPythonCode;
+        b.reason = "`" + st.name + "` has no Python code to capture (" + py::type_name(target) +
+                   "); it runs eagerly";
+        b.hint = "compile a Python function or an nn.Module";
+        st.add_break(b);
+    }
+    PyObject_GC_Track(reinterpret_cast<PyObject*>(cf));
+    return reinterpret_cast<PyObject*>(cf);
+}
+
+}  // namespace magpy

@@ -1,0 +1,46 @@
+// What magpy.compile() returns, as C++ state: the target, options and what happened so far.
+#pragma once
+
+#include "backends/backend.h"
+#include "capture/capture.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace magpy {
+
+struct CompileOptions {
+    std::string backend = "eager";
+    bool fullgraph = false;
+    int dynamic = -1;  // -1 None (automatic), 0 False, 1 True
+    size_t cache_limit = 8;
+};
+
+struct CallStats {
+    uint64_t calls = 0;
+    uint64_t hits = 0;
+    uint64_t misses = 0;
+    uint64_t captures = 0;
+    uint64_t eager_calls = 0;  // ran without capture (break entries, cache limit)
+    int64_t capture_ns = 0;
+    int64_t compile_ns = 0;
+    std::vector<BreakInfo> breaks;  // unique by id and location
+    std::vector<std::string> recompile_reasons;
+    std::vector<std::string> notes;  // warnings: engine errors, cache limit, backend fallbacks
+};
+
+struct CompiledState {
+    py::Ref target;  // the user's function or module (called as given)
+    py::Ref code;    // the code object whose frames are captured (null: nothing to capture)
+    PyObject* expect_self = nullptr;  // module or bound-method self (owned by target)
+    std::string name;
+    CompileOptions options;
+    const Backend* backend = nullptr;
+    CallStats stats;
+
+    void add_break(const BreakInfo& b);
+    void add_note(const std::string& note);
+};
+
+}  // namespace magpy

@@ -1,0 +1,45 @@
+// Backends turn a captured plan's operator graph into something that runs. Public non-virtual
+// methods do the bookkeeping and call the private *_impl methods (the xinterpreter shape).
+#pragma once
+
+#include "replay/plan.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace magpy {
+
+class CompiledGraph {
+public:
+    virtual ~CompiledGraph() = default;
+    // New reference, or NULL with a Python error. PRECONDITION: GIL held.
+    PyObject* run(PyObject* const* inputs) const { return run_impl(inputs); }
+
+private:
+    virtual PyObject* run_impl(PyObject* const* inputs) const = 0;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    const std::string& name() const { return m_name; }
+    // Never returns null: a backend that cannot compile a plan returns the eager graph and
+    // says why in `note` (shown by explain()).
+    std::unique_ptr<CompiledGraph> compile(std::shared_ptr<const Plan> plan, std::string& note) const;
+
+protected:
+    explicit Backend(std::string name) : m_name(std::move(name)) {}
+
+private:
+    virtual std::unique_ptr<CompiledGraph> compile_impl(std::shared_ptr<const Plan> plan,
+                                                        std::string& note) const = 0;
+    std::string m_name;
+};
+
+// nullptr for an unknown name.
+const Backend* find_backend(const std::string& name);
+std::vector<std::string> backend_names();
+std::unique_ptr<CompiledGraph> compile_eager(std::shared_ptr<const Plan> plan);
+
+}  // namespace magpy

@@ -1,0 +1,53 @@
+// The _magpy extension module: the only file that uses pybind11. Nothing here is on the
+// per-call path; CompiledFunction calls go straight to the C type in api/.
+#include <pybind11/pybind11.h>
+
+#include "api/compiled_function.h"
+#include "cache/code_cache.h"
+#include "python/torch_api.h"
+#include "report/report.h"
+
+namespace py11 = pybind11;
+
+PYBIND11_MODULE(_magpy, m) {
+    m.doc() = "magpy engine core (C++). Use the `magpy` package, not this module.";
+
+    if (!magpy::init_torch_api()) throw py11::error_already_set();
+    PyTypeObject* cf_type = magpy::compiled_function_type();
+    if (!cf_type) throw py11::error_already_set();
+    m.add_object("CompiledFunction", py11::handle(reinterpret_cast<PyObject*>(cf_type)));
+
+    static py11::exception<std::runtime_error> graph_break(m, "GraphBreakError",
+                                                           PyExc_RuntimeError);
+    magpy::set_graph_break_error(graph_break.ptr());
+
+    m.def(
+        "compile",
+        [](py11::object target, std::string backend, bool fullgraph, py11::object dynamic,
+           size_t cache_limit) {
+            magpy::CompileOptions o;
+            o.backend = std::move(backend);
+            o.fullgraph = fullgraph;
+            o.dynamic = dynamic.is_none() ? -1 : (dynamic.cast<bool>() ? 1 : 0);
+            if (cache_limit == 0)
+                throw py11::value_error("magpy.compile(): cache_limit must be at least 1");
+            o.cache_limit = cache_limit;
+            PyObject* cf = magpy::make_compiled_function(target.ptr(), o);
+            if (!cf) throw py11::error_already_set();
+            return py11::reinterpret_steal<py11::object>(cf);
+        },
+        py11::arg("target"), py11::arg("backend") = "eager", py11::arg("fullgraph") = false,
+        py11::arg("dynamic") = py11::none(), py11::arg("cache_limit") = 8);
+
+    m.def("report_json", [](py11::object cf) {
+        magpy::CompiledState* st = magpy::compiled_state(cf.ptr());
+        if (!st)
+            throw py11::type_error("magpy.explain() expects the result of magpy.compile(), got " +
+                                   std::string(Py_TYPE(cf.ptr())->tp_name));
+        return magpy::make_report(*st).dump();
+    });
+
+    m.def("reset", [] { magpy::clear_all_caches(); });
+    m.def("backends", [] { return magpy::backend_names(); });
+    m.attr("REPORT_SCHEMA_VERSION") = magpy::kReportSchemaVersion;
+}

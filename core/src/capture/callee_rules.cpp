@@ -1,0 +1,173 @@
+#include "capture/callee_rules.h"
+
+#include "python/py_ref.h"
+#include "guards/guard_tree.h"
+#include "python/torch_api.h"
+
+#include <cstring>
+#include <unordered_set>
+
+namespace magpy {
+
+namespace {
+
+std::string module_of(PyObject* o) {
+    PyObject* m = PyObject_GetAttrString(o, "__module__");
+    if (!m) {
+        PyErr_Clear();
+        return {};
+    }
+    std::string s = PyUnicode_Check(m) ? py::str_of(m) : "";
+    Py_DECREF(m);
+    return s;
+}
+
+bool starts_with(const std::string& s, const char* prefix) {
+    return s.rfind(prefix, 0) == 0;
+}
+
+bool is_torch_module_name(const std::string& m) { return m == "torch" || starts_with(m, "torch."); }
+
+const std::unordered_set<std::string> kPureBuiltins = {
+    "abs", "min", "max", "round", "divmod", "pow", "ord", "chr", "repr", "hash", "callable",
+    "sum", "any", "all", "sorted", "format", "ascii", "bin", "hex", "oct"};
+
+}  // namespace
+
+bool is_metadata_query(const std::string& n) {
+    static const std::unordered_set<std::string> kMeta = {
+        "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous",
+        "is_floating_point", "is_complex", "element_size", "get_device", "is_signed",
+        "storage_offset", "type", "__len__", "is_tensor", "is_grad_enabled",
+        "get_default_dtype", "is_inference", "is_leaf", "has_names"};
+    return kMeta.count(n) != 0;
+}
+
+bool reads_strides(const std::string& n) {
+    return n == "stride" || n == "is_contiguous" || n == "storage_offset";
+}
+
+bool has_data_dependent_shape(const std::string& n) {
+    static const std::unordered_set<std::string> kDyn = {
+        "nonzero", "unique", "unique_consecutive", "masked_select", "argwhere",
+        "repeat_interleave", "bincount", "nonzero_static"};
+    return kDyn.count(n) != 0;
+}
+
+bool is_metadata_attribute(const char* n) {
+    static const std::unordered_set<std::string> kAttrs = {
+        "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_sparse",
+        "is_quantized", "layout", "is_leaf", "is_meta", "is_mkldnn", "is_complex"};
+    return kAttrs.count(n) != 0;
+}
+
+bool is_op_attribute(const char* n) {
+    static const std::unordered_set<std::string> kOps = {"T", "mT", "H", "mH", "real", "imag",
+                                                         "data"};
+    return kOps.count(n) != 0;
+}
+
+CalleeInfo classify_callee(PyObject* f) {
+    CalleeInfo info;
+    const TorchApi& api = torch_api();
+    if (PyFunction_Check(f)) {
+        auto* fn = reinterpret_cast<PyFunctionObject*>(f);
+        info.name = py::str_of(fn->func_qualname);
+        std::string m = fn->func_module && PyUnicode_Check(fn->func_module)
+                            ? py::str_of(fn->func_module)
+                            : "";
+        info.code = reinterpret_cast<PyCodeObject*>(fn->func_code);
+        if (starts_with(m, "torch.nn.modules")) {
+            info.kind = CallKind::InlineFunction;  // e.g. super().forward(x)
+        } else if (is_torch_module_name(m)) {
+            info.kind = CallKind::TorchOp;  // F.relu, torch.functional.*, Tensor python methods
+            info.name = m == "torch.nn.functional" ? "F." + info.name : m + "." + info.name;
+        } else if (!py::code_is_plain_function(info.code)) {
+            info.kind = CallKind::Unsupported;
+            info.name += " (a generator or coroutine)";
+        } else {
+            info.kind = CallKind::InlineFunction;
+        }
+        return info;
+    }
+    if (PyCFunction_Check(f)) {
+        auto* cf = reinterpret_cast<PyCFunctionObject*>(f);
+        info.name = cf->m_ml->ml_name;
+        PyObject* self = cf->m_self;
+        if (self && is_tensor(self)) {
+            info.kind = CallKind::TorchOp;  // a bound tensor method
+            return info;
+        }
+        std::string m = cf->m_module && PyUnicode_Check(cf->m_module) ? py::str_of(cf->m_module)
+                        : self && PyModule_Check(self) ? PyModule_GetName(self)
+                                                       : "";
+        if (PyErr_Occurred()) PyErr_Clear();
+        if (m.empty() && self && PyType_Check(self))
+            m = module_of(self);  // torch._C._VariableFunctions methods
+        if (is_torch_module_name(m)) {
+            info.kind = CallKind::TorchOp;
+            return info;
+        }
+        if (m == "builtins") {
+            const std::string& n = info.name;
+            if (n == "len") info.kind = CallKind::Len;
+            else if (n == "isinstance" || n == "issubclass") info.kind = CallKind::IsInstance;
+            else if (n == "print" || n == "input" || n == "open" || n == "breakpoint")
+                info.kind = CallKind::IO;
+            else if (kPureBuiltins.count(n)) info.kind = CallKind::PureBuiltin;
+            return info;
+        }
+        if (m == "math" || m == "operator") info.kind = CallKind::PureBuiltin;
+        return info;
+    }
+    if (Py_TYPE(f) == &PyMethodDescr_Type) {
+        PyTypeObject* owner = PyDescr_TYPE(f);
+        info.name = std::string(owner->tp_name) + "." + py::str_of(PyDescr_NAME(f));
+        if (reinterpret_cast<PyObject*>(owner) == api.tensor_base_type.get() ||
+            PyType_IsSubtype(owner, api.tensor_type)) {
+            info.kind = CallKind::TorchOp;
+            info.name = py::str_of(PyDescr_NAME(f));
+        } else if (owner == &PyList_Type) {
+            info.kind = CallKind::ListMethod;
+            info.name = py::str_of(PyDescr_NAME(f));
+        } else if (owner == &PyUnicode_Type) {
+            info.kind = CallKind::PureBuiltin;
+        }
+        return info;
+    }
+    if (PyType_Check(f)) {
+        auto* t = reinterpret_cast<PyTypeObject*>(f);
+        info.name = t->tp_name;
+        if (t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type || t == &PyUnicode_Type ||
+            t == &PyTuple_Type || t == &PyList_Type || t == &PyRange_Type ||
+            t == &PySlice_Type || t == api.size_type || t == api.device_type)
+            info.kind = CallKind::TypeCtor;
+        return info;
+    }
+    if (PyObject_TypeCheck(f, api.module_type)) {
+        PyTypeObject* t = Py_TYPE(f);
+        info.name = t->tp_name;
+        std::string m = module_of(reinterpret_cast<PyObject*>(t));
+        bool container = t == api.sequential_type || t == api.module_list_type ||
+                         t == api.module_dict_type;
+        if (starts_with(m, "torch.nn") && !container) {
+            info.kind = CallKind::LeafModule;
+            return info;
+        }
+        PyObject* fwd = PyObject_GetAttrString(reinterpret_cast<PyObject*>(t), "forward");
+        if (!fwd) {
+            PyErr_Clear();
+            return info;
+        }
+        if (PyFunction_Check(fwd)) {
+            info.kind = CallKind::InlineModule;
+            info.code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fwd));
+        }
+        Py_DECREF(fwd);  // the type keeps the function (and its code) alive
+        return info;
+    }
+    info.name = py::type_name(f) + " object";
+    return info;
+}
+
+}  // namespace magpy

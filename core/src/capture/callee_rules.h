@@ -1,0 +1,43 @@
+// How the monitor treats a called object: record it as an op, trace into it, fold it into a
+// constant, or stop (a callee with no rule is never guessed at). One table for every callee.
+#pragma once
+
+#include "python/compat.h"
+
+#include <string>
+
+namespace magpy {
+
+enum class CallKind : uint8_t {
+    TorchOp,         // torch function or Tensor method: recorded in the operator graph
+    LeafModule,      // built-in torch.nn module: recorded as one op
+    InlineFunction,  // user Python function: traced into
+    InlineModule,    // user nn.Module (or Sequential): its forward is traced into
+    PureBuiltin,     // builtins/math on constants: folded to a constant
+    Len,
+    IsInstance,
+    ListMethod,      // list.append & co
+    TypeCtor,        // int(), float(), tuple(), list(), range(), slice() ...
+    IO,              // print, input, open
+    Unsupported,
+};
+
+struct CalleeInfo {
+    CallKind kind = CallKind::Unsupported;
+    std::string name;                 // for messages and the plan
+    PyCodeObject* code = nullptr;     // Inline*: the code expected to run (borrowed)
+};
+
+// PRECONDITION: GIL held. `callable` borrowed.
+CalleeInfo classify_callee(PyObject* callable);
+
+// Tensor methods and torch functions that answer from metadata only (shape, dtype...).
+bool is_metadata_query(const std::string& name);
+bool reads_strides(const std::string& name);
+// Ops whose output shape depends on tensor data.
+bool has_data_dependent_shape(const std::string& name);
+// Tensor attributes that are metadata (x.shape) and those that are ops (x.T).
+bool is_metadata_attribute(const char* name);
+bool is_op_attribute(const char* name);
+
+}  // namespace magpy

@@ -1,0 +1,375 @@
+// [SECTION] values  [SECTION] guards by type  [SECTION] plan  [SECTION] breaks  [SECTION] finish
+#include "capture/capture.h"
+
+#include "capture/break_reasons.h"
+#include "python/compat.h"
+#include "python/torch_api.h"
+
+namespace magpy {
+
+Capture::Capture(PyObject* entry_function)
+    : m_entry_function(entry_function), m_guards(std::make_unique<GuardTree>()),
+      m_plan(std::make_shared<Plan>()) {
+    m_values.emplace_back();  // value 0: NULL
+    Check grad;
+    grad.kind = CheckKind::GradMode;
+    PyObject* on = PyObject_CallNoArgs(torch_api().is_grad_enabled.get());
+    grad.flag = on == Py_True;
+    if (!on) PyErr_Clear();
+    Py_XDECREF(on);
+    m_guards->add_root_check(std::move(grad));
+}
+
+Capture::~Capture() = default;
+
+// [SECTION] values -----------------------------------------------------------------------------
+
+int Capture::new_value(ValueKind kind, PyObject* real, std::string label) {
+    Value val;
+    val.kind = kind;
+    val.real = py::Ref::borrow(real);
+    val.label = std::move(label);
+    val.tensor = real && is_tensor(real);
+    m_values.push_back(std::move(val));
+    return static_cast<int>(m_values.size() - 1);
+}
+
+int Capture::const_value(PyObject* real, std::string label) {
+    return new_value(ValueKind::Const, real, label.empty() ? py::repr_string(real) : label);
+}
+
+static bool is_constant_like(PyObject* o, int depth = 0) {
+    if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || PyBool_Check(o) ||
+        PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyComplex_CheckExact(o) ||
+        PyUnicode_CheckExact(o) || PyBytes_CheckExact(o))
+        return true;
+    const TorchApi& api = torch_api();
+    PyTypeObject* t = Py_TYPE(o);
+    if (t == api.dtype_type || t == api.device_type) return true;
+    if ((PyTuple_CheckExact(o) || t == api.size_type) && depth < 4) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+            if (!is_constant_like(PyTuple_GET_ITEM(o, i), depth + 1)) return false;
+        return true;
+    }
+    if (PySlice_Check(o)) {
+        auto* s = reinterpret_cast<PySliceObject*>(o);
+        return is_constant_like(s->start, depth + 1) && is_constant_like(s->stop, depth + 1) &&
+               is_constant_like(s->step, depth + 1);
+    }
+    return false;
+}
+
+static bool is_identity_object(PyObject* o) {
+    if (PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) || PyModule_Check(o) ||
+        PyCode_Check(o) || Py_TYPE(o) == &PyMethodDescr_Type ||
+        Py_TYPE(o) == &PyWrapperDescr_Type || Py_TYPE(o) == &PyClassMethodDescr_Type)
+        return true;
+    const TorchApi& api = torch_api();
+    return PyObject_TypeCheck(o, api.module_type);
+}
+
+void Capture::add_type_guards(int id, PyObject* real) {
+    Value& val = v(id);
+    int node = val.node;
+    if (val.tensor) {
+        Check t;
+        t.kind = CheckKind::TypeIs;
+        t.expected = py::WeakOrStrong::make(reinterpret_cast<PyObject*>(Py_TYPE(real)));
+        m_guards->add_check(node, std::move(t));
+        Check m;
+        m.kind = CheckKind::TensorMatch;
+        tensor_meta_of(real, m.tensor, false);
+        m_guards->add_check(node, std::move(m));
+        return;
+    }
+    if (is_constant_like(real)) {
+        val.kind = ValueKind::Const;
+        Check c;
+        c.kind = CheckKind::Equals;
+        c.value = py::Ref::borrow(real);
+        m_guards->add_check(node, std::move(c));
+        return;
+    }
+    Check c;
+    if (is_identity_object(real)) {
+        val.identity = true;
+        c.kind = CheckKind::IdIs;
+        c.expected = py::WeakOrStrong::make(real);
+    } else {
+        c.kind = CheckKind::TypeIs;
+        c.expected = py::WeakOrStrong::make(reinterpret_cast<PyObject*>(Py_TYPE(real)));
+    }
+    m_guards->add_check(node, std::move(c));
+}
+
+int Capture::input_root(AccessKind kind, int index, PyObject* key, const std::string& source,
+                        PyObject* real) {
+    int node = m_guards->add_accessor(kind, -1, index, key, source);
+    auto it = m_node_values.find(node);
+    if (it != m_node_values.end()) return it->second;
+    int id = new_value(ValueKind::Input, real, source);
+    v(id).node = node;
+    add_type_guards(id, real);
+    m_node_values[node] = id;
+    return id;
+}
+
+int Capture::constant_root(PyObject* obj, const std::string& source) {
+    int node = m_guards->add_accessor(AccessKind::Constant, -1, 0, obj, source);
+    auto it = m_node_values.find(node);
+    if (it != m_node_values.end()) return it->second;
+    int id = new_value(ValueKind::Input, obj, source);
+    v(id).node = node;
+    m_node_values[node] = id;
+    return id;
+}
+
+int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
+                         const std::string& suffix, PyObject* real) {
+    Value& p = v(parent);
+    if (p.node < 0) {
+        internal_error("path step from a value with no access path");
+        return -1;
+    }
+    if (p.mutated) {
+        fail(breaks::kMutatedThenRead,
+             "`" + p.label + "` is read after this function changed it",
+             "read it before changing it, or keep the value in a local variable");
+        return -1;
+    }
+    std::string source = p.label + suffix;
+    int node = m_guards->add_accessor(kind, p.node, index, key, source);
+    auto it = m_node_values.find(node);
+    if (it != m_node_values.end()) return it->second;
+    int id = new_value(ValueKind::Input, real, source);
+    v(id).node = node;
+    add_type_guards(id, real);
+    m_node_values[node] = id;
+    return id;
+}
+
+int Capture::fresh(ValueKind kind, std::vector<int> items, PyObject* real) {
+    // A tuple made only of constants is itself a constant.
+    if (kind == ValueKind::FreshTuple) {
+        bool all_const = true;
+        for (int i : items) all_const = all_const && v(i).kind == ValueKind::Const;
+        if (all_const && real) return const_value(real);
+    }
+    int id = new_value(kind, real, kind == ValueKind::FreshList    ? "[...]"
+                                   : kind == ValueKind::FreshTuple ? "(...)"
+                                                                   : "{...}");
+    v(id).items = std::move(items);
+    return id;
+}
+
+// [SECTION] guards by type ---------------------------------------------------------------------
+
+void Capture::guard_len(int id, Py_ssize_t n) {
+    Value& val = v(id);
+    if (val.node < 0) return;
+    Check c;
+    c.kind = CheckKind::LenEq;
+    c.length = n;
+    m_guards->add_check(val.node, std::move(c));
+}
+
+void Capture::guard_strides(int id) {
+    Value& val = v(id);
+    if (val.node < 0 || !val.tensor) return;
+    Check m;
+    m.kind = CheckKind::TensorMatch;
+    tensor_meta_of(val.real.get(), m.tensor, true);
+    m_guards->add_check(val.node, std::move(m));
+}
+
+void Capture::guard_equals(int id) {
+    Value& val = v(id);
+    if (val.node < 0) return;
+    Check c;
+    c.kind = CheckKind::Equals;
+    c.value = val.real;
+    m_guards->add_check(val.node, std::move(c));
+}
+
+// [SECTION] plan -------------------------------------------------------------------------------
+
+int Capture::record(Step step, PyObject* real_result, const std::string& label, bool graph_op) {
+    step.out = m_plan->add_slot();
+    step.graph_op = graph_op;
+    step.line = m_line;
+    int id = new_value(ValueKind::OpResult, real_result, label);
+    v(id).slot = step.out;
+    m_graph_ops += graph_op ? 1 : 0;
+    m_plan->add_step(std::move(step));
+    return id;
+}
+
+void Capture::record_effect(Step step, std::vector<int> values) {
+    step.line = m_line;
+    m_effects.push_back(Effect{std::move(step), std::move(values)});
+}
+
+bool Capture::build_arg(int id, Arg& out, bool final, int depth) {
+    Value& val = v(id);
+    switch (val.kind) {
+    case ValueKind::Input:
+        out = Arg::input(val.node);
+        return true;
+    case ValueKind::Const:
+        out = Arg::value(val.real.get());
+        return true;
+    case ValueKind::OpResult:
+        out = Arg::slot(val.slot);
+        return true;
+    case ValueKind::FreshList:
+    case ValueKind::FreshTuple:
+    case ValueKind::FreshDict: {
+        if (final) {
+            auto it = m_final_builds.find(id);
+            if (it != m_final_builds.end()) {
+                out = Arg::slot(it->second);
+                return true;
+            }
+        }
+        if (depth > 32) {
+            fail(breaks::kEscapingObject, "a container that contains itself is returned or stored",
+                 "return a copy without the cycle");
+            return false;
+        }
+        Step s;
+        s.kind = val.kind == ValueKind::FreshList    ? StepKind::BuildList
+                 : val.kind == ValueKind::FreshTuple ? StepKind::BuildTuple
+                                                     : StepKind::BuildDict;
+        std::vector<int> items = val.items;  // copy: build_arg may grow m_values
+        for (int item : items) {
+            Arg a;
+            if (!build_arg(item, a, final, depth + 1)) return false;
+            s.args.push_back(std::move(a));
+        }
+        s.out = m_plan->add_slot();
+        s.line = m_line;
+        out = Arg::slot(s.out);
+        if (final) m_final_builds[id] = s.out;
+        m_plan->add_step(std::move(s));
+        return true;
+    }
+    default:
+        fail(breaks::kEscapingObject,
+             "`" + val.label + "` (" + py::type_name(val.real.get()) +
+                 ") is used in a way the replay cannot rebuild",
+             "keep iterators, closure cells and inner functions inside the function");
+        return false;
+    }
+}
+
+bool Capture::arg_of(int id, Arg& out) { return build_arg(id, out, false, 0); }
+bool Capture::final_arg_of(int id, Arg& out) { return build_arg(id, out, true, 0); }
+
+// [SECTION] breaks -----------------------------------------------------------------------------
+
+void Capture::fail(const char* reason_id, std::string reason, std::string hint) {
+    if (m_failed) return;
+    m_failed = true;
+    BreakInfo b;
+    b.reason_id = reason_id;
+    b.reason = std::move(reason);
+    b.hint = std::move(hint);
+    if (m_code) {
+        b.filename = py::str_of(m_code->co_filename);
+        b.function = py::str_of(m_code->co_qualname);
+    }
+    b.lineno = m_line;
+    m_breaks.push_back(std::move(b));
+}
+
+void Capture::internal_error(std::string what) {
+    if (m_failed) return;
+    m_internal = true;
+    fail(breaks::kInternal, "magpy could not follow this code (" + what + "); it ran eagerly",
+         "please report this with the code of the function");
+}
+
+std::string format_break(const BreakInfo& b) {
+    std::string s = "[" + b.reason_id + "] " + b.reason;
+    if (!b.filename.empty())
+        s += "\n  at " + b.filename + ":" + std::to_string(b.lineno) + " in " + b.function;
+    if (!b.hint.empty()) s += "\n  hint: " + b.hint;
+    return s;
+}
+
+std::string Capture::break_message() const {
+    return m_breaks.empty() ? "graph break" : format_break(m_breaks.front());
+}
+
+static PyObject* g_graph_break_error = nullptr;
+PyObject* graph_break_error() { return g_graph_break_error ? g_graph_break_error : PyExc_RuntimeError; }
+void set_graph_break_error(PyObject* type) {
+    Py_XINCREF(type);
+    Py_XSETREF(g_graph_break_error, type);
+}
+
+// [SECTION] finish -----------------------------------------------------------------------------
+
+void Capture::describe_graph(CaptureResult& r) {
+    static const char* kKinds[] = {"null",        "input",      "const",    "op",      "list",
+                                   "tuple",       "dict",       "iterator", "cell"};
+    for (size_t i = 1; i < m_values.size(); ++i) {
+        const Value& val = m_values[i];
+        std::string kind = kKinds[static_cast<int>(val.kind)];
+        r.refgraph_nodes.push_back(std::to_string(i) + "\t" + kind + "\t" +
+                                   (val.kind == ValueKind::Input ? "external" : "internal") +
+                                   "\t" + val.label);
+        for (int item : val.items)
+            r.refgraph_edges.push_back(std::to_string(i) + "\t" + std::to_string(item) +
+                                       "\titem");
+        if (val.node >= 0) {
+            const Accessor& a = m_guards->node(val.node);
+            if (a.parent >= 0)
+                for (size_t j = 1; j < m_values.size(); ++j)
+                    if (m_values[j].node == a.parent) {
+                        r.refgraph_edges.push_back(std::to_string(j) + "\t" + std::to_string(i) +
+                                                   "\t" + a.source.substr(m_values[j].label.size()));
+                        break;
+                    }
+        }
+    }
+}
+
+CaptureResult Capture::finish(int return_value) {
+    CaptureResult r;
+    r.instructions = instructions;
+    for (Effect& e : m_effects) {
+        if (m_failed) break;
+        for (int value : e.values) {
+            Arg a;
+            if (!final_arg_of(value, a)) break;
+            e.step.args.push_back(std::move(a));
+        }
+        m_plan->add_step(std::move(e.step));
+    }
+    Arg result;
+    if (!m_failed && final_arg_of(return_value, result)) m_plan->set_result(std::move(result));
+    if (m_failed) return finish_failed();
+    std::vector<std::string> names;
+    for (const Accessor& a : m_guards->nodes()) names.push_back(a.source);
+    m_plan->set_input_names(std::move(names));
+    r.ok = true;
+    r.ops = m_graph_ops;
+    describe_graph(r);
+    r.guards = std::move(m_guards);
+    r.plan = std::move(m_plan);
+    return r;
+}
+
+CaptureResult Capture::finish_failed() {
+    CaptureResult r;
+    r.instructions = instructions;
+    r.ok = false;
+    r.internal_error = m_internal;
+    r.breaks = m_breaks;
+    describe_graph(r);
+    r.guards = std::move(m_guards);
+    return r;
+}
+
+}  // namespace magpy

@@ -1,0 +1,169 @@
+// A capture: one real run of a frame (and the user code it calls) under the execution-state
+// monitor. It keeps a value for every object the program touches, labelled with where it came
+// from (the RefGraph: access path for external values, recorded op for computed ones, contents
+// for containers made during the run), and from them builds the guard tree and the replay plan.
+// See core/capture/NOTES.md.
+#pragma once
+
+#include "guards/guard_tree.h"
+#include "replay/plan.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace magpy {
+
+struct BreakInfo {
+    std::string reason_id;  // stable id from core/capture/break_reasons.h
+    std::string reason;     // in the user's terms
+    std::string hint;       // what to change
+    std::string filename;
+    int lineno = 0;
+    std::string function;
+    std::string source_line;
+};
+
+enum class ValueKind : uint8_t {
+    Null,        // the NULL 3.11 pushes before some callables
+    Input,       // external: existed before the call, reached by an access path (guard node)
+    Const,       // determined by the guards: literals, value-guarded scalars, folded results
+    OpResult,    // computed by a recorded step at replay (plan slot)
+    FreshList,   // containers created during the call; rebuilt from their items at replay
+    FreshTuple,
+    FreshDict,
+    Iterator,
+    Cell,        // a closure cell object (LOAD_CLOSURE)
+};
+
+enum class IterKind : uint8_t { ConstSeq, FreshSeq, InputSeq, ModuleSeq, OpSeq };
+
+struct Value {
+    ValueKind kind = ValueKind::Null;
+    py::Ref real;     // the object during capture
+    int node = -1;    // guard node (Input, and value-guarded Const)
+    int slot = -1;    // OpResult
+    std::vector<int> items;  // Fresh*: items (dict: key, value, key, value ...)
+    IterKind iter_kind = IterKind::ConstSeq;
+    int iter_source = -1;
+    int iter_pos = 0;
+    bool tensor = false;
+    bool identity = false;  // identity-guarded (modules, functions, classes)
+    bool dyn_shape = false; // tensor whose shape depends on data (nonzero, masks)
+    bool mutated = false;   // an Input the capture changed (reads after that are unsupported)
+    std::string label;      // how the user would name it
+};
+
+struct CaptureResult {
+    bool ok = false;        // a plan was built
+    bool internal_error = false;
+    std::unique_ptr<GuardTree> guards;
+    std::shared_ptr<Plan> plan;
+    std::vector<BreakInfo> breaks;
+    std::vector<std::string> refgraph_nodes;  // "id kind label" lines for the report
+    std::vector<std::string> refgraph_edges;
+    size_t ops = 0;
+    size_t instructions = 0;
+};
+
+class Monitor;
+
+// magpy.GraphBreakError (set by the Python module at import). Borrowed.
+PyObject* graph_break_error();
+void set_graph_break_error(PyObject* type);
+std::string format_break(const BreakInfo& b);
+
+// PRECONDITION for every method: GIL held, called from the trace callback of this thread.
+class Capture {
+public:
+    explicit Capture(PyObject* entry_function /*borrowed*/);
+    ~Capture();
+
+    // --- values -------------------------------------------------------------------------
+    Value& v(int id) { return m_values[static_cast<size_t>(id)]; }
+    int null_value() const { return 0; }
+    int value_count() const { return static_cast<int>(m_values.size()); }
+    int new_value(ValueKind kind, PyObject* real, std::string label);
+    int const_value(PyObject* real, std::string label = {});
+    // External values: a root access, or a step from an Input value. Guards by type.
+    int input_root(AccessKind kind, int index, PyObject* key, const std::string& source,
+                   PyObject* real);
+    int input_child(int parent_value, AccessKind kind, int index, PyObject* key,
+                    const std::string& suffix, PyObject* real);
+    int constant_root(PyObject* obj, const std::string& source);  // held, not guarded by path
+    int fresh(ValueKind kind, std::vector<int> items, PyObject* real);
+
+    // --- guards -------------------------------------------------------------------------
+    void guard_len(int value, Py_ssize_t n);
+    void guard_equals(int value);
+    void guard_strides(int value);
+    GuardTree& guards() { return *m_guards; }
+
+    // --- plan ---------------------------------------------------------------------------
+    // Records a computation run at replay; returns the value of its result.
+    int record(Step step, PyObject* real_result, const std::string& label, bool graph_op);
+    // Records a write visible to the caller (attribute, item, global, container mutation),
+    // replayed after the computation, in program order. `values` become the step's arguments,
+    // resolved at the end so that containers made during the call carry their final contents.
+    void record_effect(Step step, std::vector<int> values);
+    // The plan argument that reproduces a value at this point of the program.
+    bool arg_of(int value, Arg& out);
+    bool final_arg_of(int value, Arg& out);  // fresh containers with their final contents
+
+    // --- breaks -------------------------------------------------------------------------
+    void fail(const char* reason_id, std::string reason, std::string hint);
+    void internal_error(std::string what);
+    bool failed() const { return m_failed; }
+    std::string break_message() const;  // the first break, formatted for an exception
+
+    void set_location(PyCodeObject* code, int line) {
+        m_code = code;
+        m_line = line;
+    }
+    int line() const { return m_line; }
+
+    // Attribute writes made by the capture, read back by later loads: (object value, name).
+    std::map<std::pair<int, std::string>, int>& overlay() { return m_overlay; }
+    // Global writes by name (entry frame's globals only).
+    std::map<std::string, int>& global_overlay() { return m_global_overlay; }
+    // Closure cells the capture knows: cell object -> value of its contents (-1 empty).
+    std::unordered_map<PyObject*, int>& cells() { return m_cells; }
+    std::unordered_map<PyObject*, int>& external_cells() { return m_external_cells; }
+
+    PyObject* entry_function() const { return m_entry_function; }
+    size_t instructions = 0;
+
+    CaptureResult finish(int return_value);
+    CaptureResult finish_failed();
+
+private:
+    void add_type_guards(int value, PyObject* real);
+    bool build_arg(int value, Arg& out, bool final, int depth);
+    void describe_graph(CaptureResult& r);
+
+    PyObject* m_entry_function;  // borrowed: alive for the whole call
+    std::vector<Value> m_values;
+    std::unique_ptr<GuardTree> m_guards;
+    std::shared_ptr<Plan> m_plan;
+    struct Effect {
+        Step step;
+        std::vector<int> values;
+    };
+    std::vector<Effect> m_effects;
+    std::map<int, int> m_final_builds;
+    std::map<std::pair<int, std::string>, int> m_overlay;
+    std::map<std::string, int> m_global_overlay;
+    std::unordered_map<PyObject*, int> m_cells;
+    std::unordered_map<PyObject*, int> m_external_cells;  // cell -> Input value of the cell's contents
+    std::unordered_map<int, int> m_node_values;  // guard node -> value (one value per path)
+    std::vector<BreakInfo> m_breaks;
+    bool m_failed = false;
+    bool m_internal = false;
+    PyCodeObject* m_code = nullptr;
+    int m_line = 0;
+    size_t m_graph_ops = 0;
+};
+
+}  // namespace magpy

@@ -1,0 +1,1488 @@
+// [SECTION] tracing  [SECTION] frames  [SECTION] dispatch  [SECTION] completion
+// [SECTION] calls  [SECTION] annotation rules
+#include "capture/monitor.h"
+
+#include "capture/break_reasons.h"
+#include "python/torch_api.h"
+
+namespace magpy {
+
+namespace {
+thread_local Monitor* t_monitor = nullptr;
+
+std::string str(PyObject* o) { return py::str_of(o); }
+}  // namespace
+
+Monitor::Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph)
+    : m_cap(capture), m_root_code(root_code), m_fullgraph(fullgraph) {}
+
+// [SECTION] tracing ----------------------------------------------------------------------------
+
+void Monitor::install() {
+    t_monitor = this;
+    PyEval_SetTrace(&Monitor::trace, nullptr);
+}
+
+void Monitor::uninstall() {
+    PyEval_SetTrace(nullptr, nullptr);
+    t_monitor = nullptr;
+}
+
+// Never fails: returning -1 would make CPython drop the tracer and raise into user code.
+int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
+    Monitor* m = t_monitor;
+    if (!m) return 0;
+    PyObject *et, *ev, *etb;
+    PyErr_Fetch(&et, &ev, &etb);  // the trace function must not disturb a pending exception
+    switch (what) {
+    case PyTrace_CALL: m->on_call(frame); break;
+    case PyTrace_RETURN: m->on_return(frame, arg); break;
+    case PyTrace_OPCODE:
+        if (!m->m_stopped) m->on_opcode(frame);
+        break;
+    case PyTrace_EXCEPTION:
+        if (!m->m_stopped && !m->m_frames.empty() && m->m_frames.back().frame_obj == frame) {
+            m->m_cap.fail(breaks::kException,
+                          "an exception was raised inside the captured code",
+                          "code that raises (or catches) exceptions runs eagerly");
+            m->stop_tracing();
+        }
+        break;
+    default: break;
+    }
+    if (PyErr_Occurred()) PyErr_Clear();  // an engine-side error must not leak into the program
+    if (m->m_fullgraph && m->m_cap.failed() && !m->m_raised && what != PyTrace_RETURN) {
+        // fullgraph=True: stop the program at the break, before it runs further.
+        m->m_raised = true;
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(etb);
+        PyErr_SetString(graph_break_error(), m->m_cap.break_message().c_str());
+        return -1;
+    }
+    PyErr_Restore(et, ev, etb);
+    return 0;
+}
+
+void Monitor::stop_tracing() {
+    m_stopped = true;
+    for (ShadowFrame& f : m_frames)
+        if (f.frame_obj) py::frame_set_trace_opcodes(f.frame_obj, false);
+}
+
+// [SECTION] frames -----------------------------------------------------------------------------
+
+void Monitor::on_call(PyFrameObject* fo) {
+    py::frame_set_trace_opcodes(fo, false);
+    if (m_stopped) {
+        m_untraced.push_back(fo);
+        return;
+    }
+    py::IFrame* f = py::frame_of(fo);
+    PyCodeObject* co = py::frame_code(f);
+    if (m_frames.empty()) {
+        if (co != m_root_code) {
+            m_untraced.push_back(fo);
+            return;
+        }
+        ShadowFrame sf;
+        sf.frame = f;
+        sf.frame_obj = fo;
+        sf.code = co;
+        sf.is_root = true;
+        m_frames.push_back(std::move(sf));
+        bind_root(m_frames.back());
+        py::frame_set_trace_opcodes(fo, !m_stopped);
+        return;
+    }
+    ShadowFrame& top = m_frames.back();
+    Pending& p = top.pending;
+    bool inline_call = p.opcode == CALL || p.opcode == CALL_FUNCTION_EX;
+    bool expected = inline_call && !p.inline_bound && p.callee.code == co &&
+                    (p.callee.kind == CallKind::InlineFunction ||
+                     (p.callee.kind == CallKind::InlineModule &&
+                      py::frame_local(f, 0) == p.expect_self));
+    if (!expected) {
+        // Runs untraced: inside a recorded op, a known callee, or Module.__call__ on the way
+        // to the forward we expect.
+        m_untraced.push_back(fo);
+        return;
+    }
+    p.inline_bound = true;
+    int func_value = p.callee.kind == CallKind::InlineFunction ? p.callee_value : -1;
+    ShadowFrame sf;
+    sf.frame = f;
+    sf.frame_obj = fo;
+    sf.code = co;
+    m_frames.push_back(std::move(sf));
+    // `p` may dangle after push_back; re-fetch the caller.
+    Pending& call = m_frames[m_frames.size() - 2].pending;
+    if (!bind_callee(m_frames.back(), call, func_value)) {
+        stop_tracing();
+        return;
+    }
+    py::frame_set_trace_opcodes(fo, true);
+}
+
+void Monitor::on_return(PyFrameObject* fo, PyObject* value) {
+    if (!m_untraced.empty() && m_untraced.back() == fo) {
+        m_untraced.pop_back();
+        return;
+    }
+    if (m_frames.empty() || m_frames.back().frame_obj != fo) return;
+    ShadowFrame done = std::move(m_frames.back());
+    m_frames.pop_back();
+    if (done.is_root) {
+        m_root_returned = value != nullptr;
+        m_return_value = done.return_value;
+        return;
+    }
+    if (m_stopped || m_frames.empty()) return;
+    if (!value) {
+        m_cap.fail(breaks::kException, "an exception was raised inside the captured code",
+                   "code that raises (or catches) exceptions runs eagerly");
+        stop_tracing();
+        return;
+    }
+    m_frames.back().pending.inline_result = done.return_value;
+}
+
+static std::string local_name(PyCodeObject* co, int i) {
+    return str(py::code_localsplus_name(co, i));
+}
+
+void Monitor::bind_root(ShadowFrame& f) {
+    PyCodeObject* co = f.code;
+    int n = py::code_nlocalsplus(co);
+    f.locals.assign(static_cast<size_t>(n), -1);
+    int nargs = co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
+                ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+    int first_free = n - co->co_nfreevars;
+    for (int i = 0; i < n; ++i) {
+        PyObject* real = py::frame_local(f.frame, i);
+        unsigned char kind = py::code_local_kind(co, i);
+        if (i < nargs) {
+            PyObject* val = (kind & py::kLocalKindCell) ? PyCell_GET(real) : real;
+            int id = m_cap.input_root(AccessKind::FrameLocal, i, nullptr,
+                                      "L['" + local_name(co, i) + "']", val);
+            if (kind & py::kLocalKindCell) m_cap.cells()[real] = id;
+            else f.locals[static_cast<size_t>(i)] = id;
+        } else if (kind & py::kLocalKindFree) {
+            PyObject* cell = real;
+            int k = i - first_free;
+            m_cap.external_cells()[cell] = -(k + 2);  // resolved lazily by load_deref
+        } else if (kind & py::kLocalKindCell) {
+            if (real) m_cap.cells()[real] = -1;
+        }
+    }
+}
+
+bool Monitor::bind_callee(ShadowFrame& f, Pending& call, int func_value) {
+    PyCodeObject* co = f.code;
+    int n = py::code_nlocalsplus(co);
+    f.locals.assign(static_cast<size_t>(n), -1);
+    f.func_value = func_value;
+    std::vector<int> pos = call.in;  // callable excluded; for InlineModule self first
+    size_t nkw = call.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(call.kwnames)) : 0;
+    std::vector<int> kwvals(pos.end() - static_cast<long>(nkw), pos.end());
+    pos.resize(pos.size() - nkw);
+    int argc = co->co_argcount, kwonly = co->co_kwonlyargcount;
+    bool has_varargs = co->co_flags & CO_VARARGS, has_varkw = co->co_flags & CO_VARKEYWORDS;
+    std::vector<int> bound(static_cast<size_t>(argc + kwonly), -1);
+    std::vector<int> extra_pos;
+    for (size_t i = 0; i < pos.size(); ++i) {
+        if (static_cast<int>(i) < argc) bound[i] = pos[i];
+        else extra_pos.push_back(pos[i]);
+    }
+    std::vector<int> extra_kw;  // key, value pairs
+    for (size_t k = 0; k < nkw; ++k) {
+        PyObject* name = PyTuple_GET_ITEM(call.kwnames, static_cast<Py_ssize_t>(k));
+        int idx = -1;
+        for (int i = 0; i < argc + kwonly; ++i) {
+            int eq = PyObject_RichCompareBool(py::code_localsplus_name(co, i), name, Py_EQ);
+            if (eq == 1) {
+                idx = i;
+                break;
+            }
+        }
+        if (idx >= 0) bound[static_cast<size_t>(idx)] = kwvals[k];
+        else {
+            extra_kw.push_back(m_cap.const_value(name));
+            extra_kw.push_back(kwvals[k]);
+        }
+    }
+    // Defaults come from the function object: guarded through its access path.
+    PyObject* func = py::frame_function(f.frame);
+    PyObject* defaults = PyFunction_GET_DEFAULTS(func);
+    PyObject* kwdefaults = PyFunction_GET_KW_DEFAULTS(func);
+    for (int i = 0; i < argc + kwonly; ++i) {
+        if (bound[static_cast<size_t>(i)] >= 0) continue;
+        PyObject* real = py::frame_local(f.frame, i);
+        if (py::code_local_kind(co, i) & py::kLocalKindCell) real = PyCell_GET(real);
+        if (!real) return m_cap.internal_error("unbound argument"), false;
+        if (i < argc && defaults) {
+            int ndef = static_cast<int>(PyTuple_GET_SIZE(defaults));
+            int d = i - (argc - ndef);
+            if (func_value >= 0 && m_cap.v(func_value).node >= 0)
+                bound[static_cast<size_t>(i)] = m_cap.input_child(
+                    func_value, AccessKind::FuncDefault, d, nullptr,
+                    ".__defaults__[" + std::to_string(d) + "]", real);
+            else
+                bound[static_cast<size_t>(i)] = m_cap.const_value(real);  // Module.forward: class
+        } else if (kwdefaults) {
+            (void)kwdefaults;
+            bound[static_cast<size_t>(i)] = m_cap.const_value(real);
+        }
+        if (bound[static_cast<size_t>(i)] < 0) return false;
+        if (m_cap.v(bound[static_cast<size_t>(i)]).kind != ValueKind::Const &&
+            m_cap.v(bound[static_cast<size_t>(i)]).kind != ValueKind::Input)
+            return false;
+    }
+    auto set_local = [&](int i, int id) {
+        PyObject* real = py::frame_local(f.frame, i);
+        if (py::code_local_kind(co, i) & py::kLocalKindCell) {
+            m_cap.cells()[real] = id;
+            real = PyCell_GET(real);
+        } else {
+            f.locals[static_cast<size_t>(i)] = id;
+        }
+        Value& val = m_cap.v(id);
+        if (!val.real) val.real = py::Ref::borrow(real);
+        else if (val.real.get() != real && val.kind != ValueKind::Const)
+            m_cap.internal_error("argument binding does not match the frame");
+    };
+    for (int i = 0; i < argc + kwonly; ++i) set_local(i, bound[static_cast<size_t>(i)]);
+    int slot = argc + kwonly;
+    if (has_varargs) {
+        PyObject* real = py::frame_local(f.frame, slot);
+        if (py::code_local_kind(co, slot) & py::kLocalKindCell) real = PyCell_GET(real);
+        set_local(slot, m_cap.fresh(ValueKind::FreshTuple, extra_pos, real));
+        ++slot;
+    } else if (!extra_pos.empty()) {
+        return m_cap.internal_error("too many positional arguments"), false;
+    }
+    if (has_varkw) {
+        PyObject* real = py::frame_local(f.frame, slot);
+        if (py::code_local_kind(co, slot) & py::kLocalKindCell) real = PyCell_GET(real);
+        set_local(slot, m_cap.fresh(ValueKind::FreshDict, extra_kw, real));
+    } else if (!extra_kw.empty()) {
+        return m_cap.internal_error("unexpected keyword argument"), false;
+    }
+    for (int i = 0; i < py::code_nlocalsplus(co); ++i) {
+        unsigned char kind = py::code_local_kind(co, i);
+        PyObject* real = py::frame_local(f.frame, i);
+        if (i >= argc + kwonly + has_varargs + has_varkw && (kind & py::kLocalKindCell) && real &&
+            !m_cap.cells().count(real))
+            m_cap.cells()[real] = -1;
+    }
+    return !m_cap.failed();
+}
+
+// [SECTION] dispatch ---------------------------------------------------------------------------
+
+int Monitor::pop(ShadowFrame& f) {
+    if (f.stack.empty()) {
+        m_cap.internal_error("shadow stack underflow");
+        return 0;
+    }
+    int v = f.stack.back();
+    f.stack.pop_back();
+    return v;
+}
+
+void Monitor::on_opcode(PyFrameObject* fo) {
+    if (m_frames.empty() || m_frames.back().frame_obj != fo) return;
+    ShadowFrame& f = m_frames.back();
+    if (f.pending.opcode >= 0) complete(f);
+    if (m_cap.failed()) return stop_tracing();
+    int depth = py::frame_stack_depth(f.frame);
+    if (depth != static_cast<int>(f.stack.size())) {
+        m_cap.internal_error("shadow stack out of sync (" + std::to_string(f.stack.size()) +
+                             " vs " + std::to_string(depth) + ")");
+        return stop_tracing();
+    }
+    py::Instruction ins = py::frame_current_instruction(f.frame);
+    m_cap.set_location(f.code, py::code_line_of(f.code, ins.offset));
+    m_cap.instructions++;
+    dispatch(f, ins);
+    if (m_cap.failed()) stop_tracing();
+}
+
+static const char* opname(int op);
+
+void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
+    int depth = static_cast<int>(f.stack.size());
+    Pending p;
+    p.opcode = ins.opcode;
+    p.oparg = ins.oparg;
+    auto take = [&](int n) {
+        p.in.assign(f.stack.end() - n, f.stack.end());
+        f.stack.resize(f.stack.size() - static_cast<size_t>(n));
+    };
+    auto defer = [&](int n_in, int n_out) {
+        take(n_in);
+        p.depth_after = depth - n_in + n_out;
+        f.pending = std::move(p);
+    };
+    switch (ins.opcode) {
+    case NOP: case RESUME: case JUMP_FORWARD: case JUMP_BACKWARD:
+    case JUMP_BACKWARD_NO_INTERRUPT: case CACHE:
+        return;
+    case KW_NAMES:
+        f.kwnames = py::code_const(f.code, ins.oparg);
+        return;
+    case POP_TOP: pop(f); return;
+    case PUSH_NULL: push(f, m_cap.null_value()); return;
+    case COPY: push(f, f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)]); return;
+    case SWAP:
+        std::swap(f.stack.back(), f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)]);
+        return;
+    case LOAD_CONST: push(f, m_cap.const_value(py::code_const(f.code, ins.oparg))); return;
+    case LOAD_FAST: {
+        int id = f.locals[static_cast<size_t>(ins.oparg)];
+        if (id < 0) return m_cap.internal_error("read of a local with no value");
+        push(f, id);
+        return;
+    }
+    case STORE_FAST: f.locals[static_cast<size_t>(ins.oparg)] = pop(f); return;
+    case DELETE_FAST: f.locals[static_cast<size_t>(ins.oparg)] = -1; return;
+    case LOAD_GLOBAL: {
+        PyObject* name = py::code_name(f.code, ins.oparg >> 1);
+        if (ins.oparg & 1) push(f, m_cap.null_value());
+        int id = load_global(f, name);
+        if (id >= 0) push(f, id);
+        return;
+    }
+    case STORE_GLOBAL: {
+        PyObject* name = py::code_name(f.code, ins.oparg);
+        int val = pop(f);
+        if (py::frame_globals(f.frame) != py::frame_globals(m_frames.front().frame))
+            return m_cap.fail(breaks::kUnsupportedOpcode,
+                              "a global of another module is assigned", "return the value instead");
+        Step s;
+        s.kind = StepKind::SetItem;
+        int globals = m_cap.input_root(AccessKind::GlobalsDict, 0, nullptr, "G",
+                                       py::frame_globals(f.frame));
+        m_cap.record_effect(std::move(s), {globals, m_cap.const_value(name), val});
+        m_cap.global_overlay()[str(name)] = val;
+        return;
+    }
+    case LOAD_DEREF: {
+        int id = load_deref(f, ins.oparg);
+        if (id >= 0) push(f, id);
+        return;
+    }
+    case STORE_DEREF: {
+        PyObject* cell = py::frame_local(f.frame, ins.oparg);
+        if (!m_cap.cells().count(cell))
+            return m_cap.fail(breaks::kUnsupportedOpcode,
+                              "a `nonlocal` variable of an enclosing function is assigned",
+                              "return the new value instead of assigning it");
+        m_cap.cells()[cell] = pop(f);
+        return;
+    }
+    case LOAD_CLOSURE:
+        push(f, m_cap.new_value(ValueKind::Cell, py::frame_local(f.frame, ins.oparg), "cell"));
+        return;
+    case RETURN_VALUE:
+        f.return_value = pop(f);
+        return;
+    case POP_JUMP_FORWARD_IF_TRUE: case POP_JUMP_FORWARD_IF_FALSE:
+    case POP_JUMP_BACKWARD_IF_TRUE: case POP_JUMP_BACKWARD_IF_FALSE:
+        truthiness_known(pop(f));
+        return;
+    case POP_JUMP_FORWARD_IF_NONE: case POP_JUMP_FORWARD_IF_NOT_NONE:
+    case POP_JUMP_BACKWARD_IF_NONE: case POP_JUMP_BACKWARD_IF_NOT_NONE: {
+        int v = pop(f);
+        if (m_cap.v(v).kind == ValueKind::OpResult && !m_cap.v(v).tensor)
+            m_cap.fail(breaks::kTensorToPython, "a branch tests an op result against None",
+                       "test the inputs instead");
+        return;
+    }
+    case JUMP_IF_TRUE_OR_POP: case JUMP_IF_FALSE_OR_POP:
+        if (!truthiness_known(f.stack.back())) return;
+        p.depth_after = depth;  // or depth - 1: decided at completion
+        f.pending = std::move(p);
+        return;
+    case STORE_ATTR: {
+        PyObject* name = py::code_name(f.code, ins.oparg);
+        int obj = pop(f), val = pop(f);
+        Value& o = m_cap.v(obj);
+        if (o.kind != ValueKind::Input || o.tensor)
+            return m_cap.fail(breaks::kUnsupportedAttribute,
+                              "attribute `" + str(name) + "` is set on " + o.label,
+                              "set attributes only on objects passed in (modules, self)");
+        Step s;
+        s.kind = StepKind::SetAttr;
+        s.name = py::Ref::borrow(name);
+        m_cap.record_effect(std::move(s), {obj, val});
+        m_cap.overlay()[{obj, str(name)}] = val;
+        return;
+    }
+    case STORE_SUBSCR: {
+        int key = pop(f), cont = pop(f), val = pop(f);
+        Value& c = m_cap.v(cont);
+        if (c.tensor) {
+            Step s;
+            s.kind = StepKind::SetItem;
+            Arg a, b, d;
+            if (!m_cap.arg_of(cont, a) || !m_cap.arg_of(key, b) || !m_cap.arg_of(val, d)) return;
+            s.args = {a, b, d};
+            m_cap.record(std::move(s), Py_None, "setitem", true);
+            return;
+        }
+        if ((c.kind == ValueKind::FreshList || c.kind == ValueKind::FreshDict) &&
+            m_cap.v(key).kind == ValueKind::Const) {
+            PyObject* k = m_cap.v(key).real.get();
+            if (c.kind == ValueKind::FreshList && PyLong_Check(k)) {
+                Py_ssize_t i = PyLong_AsSsize_t(k), n = static_cast<Py_ssize_t>(c.items.size());
+                if (i < 0) i += n;
+                if (i >= 0 && i < n) c.items[static_cast<size_t>(i)] = val;
+                return;
+            }
+            if (c.kind == ValueKind::FreshDict) {
+                for (size_t j = 0; j + 1 < c.items.size(); j += 2)
+                    if (PyObject_RichCompareBool(m_cap.v(c.items[j]).real.get(), k, Py_EQ) == 1) {
+                        c.items[j + 1] = val;
+                        return;
+                    }
+                c.items.push_back(key);
+                c.items.push_back(val);
+                return;
+            }
+        }
+        if (c.kind == ValueKind::Input && (PyList_Check(c.real.get()) || PyDict_Check(c.real.get()))) {
+            Step s;
+            s.kind = StepKind::SetItem;
+            m_cap.record_effect(std::move(s), {cont, key, val});
+            c.mutated = true;
+            return;
+        }
+        return m_cap.fail(breaks::kUnsupportedOpcode, "item assignment on " + c.label,
+                          "assign items of tensors, lists or dicts");
+    }
+    case LIST_APPEND: {
+        int val = pop(f);
+        Value& l = m_cap.v(f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)]);
+        if (l.kind != ValueKind::FreshList) return m_cap.internal_error("LIST_APPEND target");
+        l.items.push_back(val);
+        return;
+    }
+    case MAP_ADD: {
+        int val = pop(f), key = pop(f);
+        Value& d = m_cap.v(f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)]);
+        if (d.kind != ValueKind::FreshDict || m_cap.v(key).kind != ValueKind::Const)
+            return m_cap.fail(breaks::kUnsupportedOpcode, "a dict comprehension with computed keys",
+                              "use constant keys");
+        d.items.push_back(key);
+        d.items.push_back(val);
+        return;
+    }
+    case LIST_EXTEND: {
+        int src = pop(f);
+        Value& l = m_cap.v(f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)]);
+        Value& s = m_cap.v(src);
+        if (l.kind != ValueKind::FreshList) return m_cap.internal_error("LIST_EXTEND target");
+        if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
+            std::vector<int> items = s.items;
+            l.items.insert(l.items.end(), items.begin(), items.end());
+            return;
+        }
+        if (s.kind == ValueKind::Const && PyTuple_Check(s.real.get())) {
+            PyObject* t = s.real.get();
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); ++i)
+                m_cap.v(f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)])
+                    .items.push_back(m_cap.const_value(PyTuple_GET_ITEM(t, i)));
+            return;
+        }
+        return m_cap.fail(breaks::kUnsupportedOpcode, "a list is extended from " + s.label,
+                          "build the list from a list or tuple");
+    }
+    case PRECALL: {
+        int n = ins.oparg;
+        int below = f.stack[f.stack.size() - static_cast<size_t>(n) - 2];
+        PyObject* callable = real_stack(f, n);
+        if (below == m_cap.null_value() && PyMethod_Check(callable)) {
+            // CPython replaces [NULL, bound method] with [function, self].
+            int m = f.stack[f.stack.size() - static_cast<size_t>(n) - 1];
+            if (m_cap.v(m).kind != ValueKind::Input)
+                return m_cap.fail(breaks::kUnsupportedCallee, "a bound method object is called",
+                                  "call the method directly on its object");
+            int fn = m_cap.input_child(m, AccessKind::Attr, 0, PyUnicode_InternFromString("__func__"),
+                                       ".__func__", PyMethod_GET_FUNCTION(callable));
+            int self = m_cap.input_child(m, AccessKind::Attr, 0,
+                                         PyUnicode_InternFromString("__self__"), ".__self__",
+                                         PyMethod_GET_SELF(callable));
+            if (fn < 0 || self < 0) return;
+            f.stack[f.stack.size() - static_cast<size_t>(n) - 2] = fn;
+            f.stack[f.stack.size() - static_cast<size_t>(n) - 1] = self;
+        }
+        return;
+    }
+    case CALL: {
+        int n = ins.oparg;
+        PyObject* kwnames = f.kwnames;
+        f.kwnames = nullptr;
+        int a = f.stack[f.stack.size() - static_cast<size_t>(n) - 2];
+        std::vector<int> args(f.stack.end() - n, f.stack.end());
+        int callable;
+        if (a == m_cap.null_value()) {
+            callable = f.stack[f.stack.size() - static_cast<size_t>(n) - 1];
+        } else {
+            callable = a;
+            args.insert(args.begin(), f.stack[f.stack.size() - static_cast<size_t>(n) - 1]);
+        }
+        take(n + 2);
+        p.depth_after = depth - n - 1;
+        f.pending = std::move(p);
+        dispatch_call(f, callable, std::move(args), kwnames);
+        return;
+    }
+    case CALL_FUNCTION_EX: {
+        bool has_kw = ins.oparg & 1;
+        int kw = has_kw ? pop(f) : -1;
+        int star = pop(f);
+        int callable = pop(f);
+        int null = pop(f);
+        (void)null;
+        p.depth_after = depth - (has_kw ? 4 : 3) + 1;
+        f.pending = std::move(p);
+        std::vector<int> args;
+        Value& s = m_cap.v(star);
+        if (s.kind == ValueKind::FreshTuple || s.kind == ValueKind::FreshList) {
+            args = s.items;
+        } else if (s.kind == ValueKind::Const && PyTuple_Check(s.real.get())) {
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(s.real.get()); ++i)
+                args.push_back(m_cap.const_value(PyTuple_GET_ITEM(s.real.get(), i)));
+        } else if (s.kind == ValueKind::Input && PyTuple_Check(s.real.get())) {
+            Py_ssize_t len = PyTuple_GET_SIZE(s.real.get());
+            m_cap.guard_len(star, len);
+            for (Py_ssize_t i = 0; i < len; ++i) {
+                int it = item_of(star, i, PyTuple_GET_ITEM(s.real.get(), i));
+                if (it < 0) return;
+                args.push_back(it);
+            }
+        } else {
+            return m_cap.fail(breaks::kUnsupportedCallee, "a call unpacks *" + s.label,
+                              "pass the arguments explicitly");
+        }
+        PyObject* kwnames = nullptr;
+        py::Ref names;
+        if (kw >= 0) {
+            Value& k = m_cap.v(kw);
+            std::vector<int> pairs;
+            if (k.kind == ValueKind::FreshDict) {
+                pairs = k.items;
+            } else if (k.kind == ValueKind::Input && PyDict_Check(k.real.get())) {
+                PyObject* d = k.real.get();
+                m_cap.guard_len(kw, PyDict_GET_SIZE(d));
+                Py_ssize_t pos = 0;
+                PyObject *key, *val;
+                while (PyDict_Next(d, &pos, &key, &val)) {
+                    int kv = m_cap.input_child(kw, AccessKind::DictItem, 0, key,
+                                               "[" + py::repr_string(key) + "]", val);
+                    if (kv < 0) return;
+                    pairs.push_back(m_cap.const_value(key));
+                    pairs.push_back(kv);
+                }
+            } else {
+                return m_cap.fail(breaks::kUnsupportedCallee, "a call unpacks **" + k.label,
+                                  "pass the keyword arguments explicitly");
+            }
+            names = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(pairs.size() / 2)));
+            for (size_t j = 0; j + 1 < pairs.size(); j += 2) {
+                PyObject* key = m_cap.v(pairs[j]).real.get();
+                PyTuple_SET_ITEM(names.get(), static_cast<Py_ssize_t>(j / 2), Py_NewRef(key));
+                args.push_back(pairs[j + 1]);
+            }
+            if (!pairs.empty()) kwnames = names.get();
+        }
+        // Keep the kwnames tuple alive as a constant of the capture.
+        if (kwnames) m_cap.const_value(kwnames);
+        dispatch_call(f, callable, std::move(args), kwnames);
+        return;
+    }
+    case LOAD_ATTR: defer(1, 1); return;
+    case LOAD_METHOD: defer(1, 2); return;
+    case BINARY_OP: case COMPARE_OP: case BINARY_SUBSCR: case IS_OP: case CONTAINS_OP:
+        defer(2, 1);
+        return;
+    case UNARY_NEGATIVE: case UNARY_POSITIVE: case UNARY_INVERT: case UNARY_NOT: case GET_ITER:
+        defer(1, 1);
+        return;
+    case BUILD_TUPLE: case BUILD_LIST: defer(ins.oparg, 1); return;
+    case BUILD_MAP: defer(2 * ins.oparg, 1); return;
+    case BUILD_CONST_KEY_MAP: defer(ins.oparg + 1, 1); return;
+    case BUILD_SLICE: defer(ins.oparg, 1); return;
+    case LIST_TO_TUPLE: defer(1, 1); return;
+    case BUILD_STRING: defer(ins.oparg, 1); return;
+    case FORMAT_VALUE: defer((ins.oparg & 0x04) ? 2 : 1, 1); return;
+    case UNPACK_SEQUENCE: defer(1, ins.oparg); return;
+    case FOR_ITER:
+        p.depth_after = depth;  // depth + 1 (item) or depth - 1 (exhausted)
+        f.pending = std::move(p);
+        return;
+    default:
+        return m_cap.fail(breaks::kUnsupportedOpcode,
+                          std::string("the bytecode instruction ") + opname(ins.opcode) +
+                              " is not supported yet",
+                          "this construct runs eagerly; see the list of supported Python");
+    }
+}
+
+// [SECTION] completion -------------------------------------------------------------------------
+
+void Monitor::complete(ShadowFrame& f) {
+    Pending p = std::move(f.pending);
+    f.pending = Pending();
+    int depth = py::frame_stack_depth(f.frame);
+    PyObject* tos = depth > 0 ? real_stack(f, 0) : nullptr;
+    auto out = [&](int id) {
+        if (id >= 0) push(f, id);
+    };
+    switch (p.opcode) {
+    case JUMP_IF_TRUE_OR_POP: case JUMP_IF_FALSE_OR_POP:
+        if (depth == p.depth_after - 1) pop(f);
+        return;
+    case FOR_ITER: {
+        int it = f.stack.back();
+        Value& iter = m_cap.v(it);
+        if (depth == p.depth_after - 1) {  // exhausted
+            pop(f);
+            Value& src = m_cap.v(iter.iter_source);
+            if (iter.iter_kind == IterKind::InputSeq) m_cap.guard_len(iter.iter_source, iter.iter_pos);
+            if (iter.iter_kind == IterKind::ModuleSeq) m_cap.guard_len(iter.iter_source, iter.iter_pos);
+            (void)src;
+            return;
+        }
+        int pos = iter.iter_pos++;
+        int src = iter.iter_source;
+        int item = -1;
+        switch (iter.iter_kind) {
+        case IterKind::ConstSeq: item = m_cap.const_value(tos); break;
+        case IterKind::FreshSeq:
+            item = pos < static_cast<int>(m_cap.v(it).items.size())
+                       ? m_cap.v(it).items[static_cast<size_t>(pos)]
+                       : -1;
+            if (item < 0) m_cap.internal_error("iteration past a fresh container");
+            break;
+        case IterKind::InputSeq:
+        case IterKind::ModuleSeq:
+            item = m_cap.input_child(src, iter.iter_kind == IterKind::InputSeq
+                                              ? AccessKind::Item
+                                              : AccessKind::DictValueAt,
+                                     pos, nullptr, "[" + std::to_string(pos) + "]", tos);
+            break;
+        case IterKind::OpSeq: item = item_of(src, pos, tos); break;
+        }
+        out(item);
+        return;
+    }
+    case LOAD_ATTR:
+        out(load_attr(p.in[0], py::code_name(f.code, p.oparg), tos));
+        return;
+    case LOAD_METHOD: {
+        PyObject* meth = real_stack(f, 1);
+        PyObject* name = py::code_name(f.code, p.oparg);
+        if (!meth) {
+            push(f, m_cap.null_value());
+            out(load_attr(p.in[0], name, tos));
+            return;
+        }
+        Value& o = m_cap.v(p.in[0]);
+        if (o.kind == ValueKind::Input && !o.identity && !o.tensor && !PyFunction_Check(meth) &&
+            Py_TYPE(meth) != &PyMethodDescr_Type)
+            return m_cap.fail(breaks::kUnsupportedAttribute,
+                              "method `" + str(name) + "` of " + o.label + " is not a plain method",
+                              "call a plain method");
+        push(f, m_cap.const_value(meth, callable_name(meth)));
+        push(f, p.in[0]);
+        return;
+    }
+    case BINARY_OP:
+        out(binary(p.oparg, p.in[0], p.in[1], tos));
+        return;
+    case COMPARE_OP: {
+        Value &a = m_cap.v(p.in[0]), &b = m_cap.v(p.in[1]);
+        if (a.tensor || b.tensor) {
+            Step s;
+            s.kind = StepKind::Compare;
+            s.op = p.oparg;
+            Arg x, y;
+            if (!m_cap.arg_of(p.in[0], x) || !m_cap.arg_of(p.in[1], y)) return;
+            s.args = {x, y};
+            int r = m_cap.record(std::move(s), tos, "compare", true);
+            m_cap.v(r).dyn_shape = a.dyn_shape || b.dyn_shape;
+            out(r);
+            return;
+        }
+        if (!require_const(p.in, "a comparison")) return;
+        out(m_cap.const_value(tos));
+        return;
+    }
+    case IS_OP: {
+        Value &a = m_cap.v(p.in[0]), &b = m_cap.v(p.in[1]);
+        bool known = (a.kind == ValueKind::Const || a.identity) &&
+                     (b.kind == ValueKind::Const || b.identity);
+        bool vs_none = (a.kind == ValueKind::Const && a.real.get() == Py_None) ||
+                       (b.kind == ValueKind::Const && b.real.get() == Py_None);
+        if (!known && !vs_none)
+            return m_cap.fail(breaks::kUnsupportedOpcode, "an `is` test between two objects",
+                              "compare values instead of identities");
+        out(m_cap.const_value(tos));
+        return;
+    }
+    case CONTAINS_OP: {
+        Value& c = m_cap.v(p.in[1]);
+        if (m_cap.v(p.in[0]).kind == ValueKind::Const && c.kind == ValueKind::Const) {
+            out(m_cap.const_value(tos));
+            return;
+        }
+        if (m_cap.v(p.in[0]).kind == ValueKind::Const && c.kind == ValueKind::Input &&
+            PyDict_Check(c.real.get())) {
+            // `key in d`: guard the presence through a read of the key (or its absence).
+            PyObject* key = m_cap.v(p.in[0]).real.get();
+            PyObject* val = PyDict_GetItemWithError(c.real.get(), key);
+            if (val) {
+                if (m_cap.input_child(p.in[1], AccessKind::DictItem, 0, key,
+                                      "[" + py::repr_string(key) + "]", val) < 0)
+                    return;
+                out(m_cap.const_value(tos));
+                return;
+            }
+            PyErr_Clear();
+        }
+        return m_cap.fail(breaks::kUnsupportedOpcode, "an `in` test on " + c.label,
+                          "test membership in constants");
+    }
+    case BINARY_SUBSCR:
+        out(subscript(p.in[0], p.in[1], tos));
+        return;
+    case UNARY_NEGATIVE: case UNARY_POSITIVE: case UNARY_INVERT: case UNARY_NOT: {
+        Value& a = m_cap.v(p.in[0]);
+        if (a.tensor && p.opcode != UNARY_NOT) {
+            Step s;
+            s.kind = StepKind::Unary;
+            s.op = p.opcode == UNARY_NEGATIVE ? 0 : p.opcode == UNARY_POSITIVE ? 1 : 2;
+            Arg x;
+            if (!m_cap.arg_of(p.in[0], x)) return;
+            s.args = {x};
+            out(m_cap.record(std::move(s), tos, "unary", true));
+            return;
+        }
+        if (p.opcode == UNARY_NOT ? !truthiness_known(p.in[0]) : !require_const(p.in, "an operator"))
+            return;
+        out(m_cap.const_value(tos));
+        return;
+    }
+    case GET_ITER: {
+        Value& s = m_cap.v(p.in[0]);
+        const TorchApi& api = torch_api();
+        IterKind kind;
+        if (s.kind == ValueKind::Const) kind = IterKind::ConstSeq;
+        else if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple)
+            kind = IterKind::FreshSeq;
+        else if (s.kind == ValueKind::Input && !s.tensor &&
+                 (PyList_CheckExact(s.real.get()) || PyTuple_CheckExact(s.real.get())))
+            kind = IterKind::InputSeq;
+        else if (s.kind == ValueKind::Input && s.identity &&
+                 (Py_TYPE(s.real.get()) == api.sequential_type ||
+                  Py_TYPE(s.real.get()) == api.module_list_type))
+            kind = IterKind::ModuleSeq;
+        else if (s.tensor || s.kind == ValueKind::OpResult) {
+            if (s.dyn_shape)
+                return m_cap.fail(breaks::kDynamicShape,
+                                  "iteration over a tensor whose length depends on data",
+                                  "iterate over a fixed-size tensor");
+            kind = IterKind::OpSeq;
+        } else {
+            return m_cap.fail(breaks::kUnsupportedOpcode, "iteration over " + s.label + " (" +
+                                                              py::type_name(s.real.get()) + ")",
+                              "iterate over lists, tuples, ranges, tensors or module lists");
+        }
+        int it = m_cap.new_value(ValueKind::Iterator, tos, "iter(" + s.label + ")");
+        Value& iv = m_cap.v(it);
+        iv.iter_kind = kind;
+        iv.iter_source = p.in[0];
+        if (kind == IterKind::FreshSeq) iv.items = m_cap.v(p.in[0]).items;
+        if (kind == IterKind::ModuleSeq) {
+            PyObject* mods = PyObject_GetAttrString(m_cap.v(p.in[0]).real.get(), "_modules");
+            if (!mods) return m_cap.internal_error("module container without _modules");
+            int mv = m_cap.input_child(p.in[0], AccessKind::ModuleAttr, 0,
+                                       PyUnicode_InternFromString("_modules"), "._modules", mods);
+            Py_DECREF(mods);
+            if (mv < 0) return;
+            m_cap.v(it).iter_source = mv;
+        }
+        out(it);
+        return;
+    }
+    case BUILD_TUPLE: case BUILD_LIST:
+        out(m_cap.fresh(p.opcode == BUILD_TUPLE ? ValueKind::FreshTuple : ValueKind::FreshList,
+                        p.in, tos));
+        return;
+    case LIST_TO_TUPLE:
+        out(m_cap.fresh(ValueKind::FreshTuple, m_cap.v(p.in[0]).items, tos));
+        return;
+    case BUILD_MAP:
+        for (size_t i = 0; i < p.in.size(); i += 2)
+            if (m_cap.v(p.in[i]).kind != ValueKind::Const)
+                return m_cap.fail(breaks::kUnsupportedOpcode, "a dict with computed keys",
+                                  "use constant keys");
+        out(m_cap.fresh(ValueKind::FreshDict, p.in, tos));
+        return;
+    case BUILD_CONST_KEY_MAP: {
+        PyObject* keys = m_cap.v(p.in.back()).real.get();
+        std::vector<int> items;
+        for (size_t i = 0; i + 1 < p.in.size(); ++i) {
+            items.push_back(m_cap.const_value(PyTuple_GET_ITEM(keys, static_cast<Py_ssize_t>(i))));
+            items.push_back(p.in[i]);
+        }
+        out(m_cap.fresh(ValueKind::FreshDict, items, tos));
+        return;
+    }
+    case BUILD_SLICE:
+        if (!require_const(p.in, "a slice")) return;
+        out(m_cap.const_value(tos));
+        return;
+    case BUILD_STRING: case FORMAT_VALUE:
+        for (int v : p.in)
+            if (m_cap.v(v).tensor)
+                return m_cap.fail(breaks::kTensorToPython, "a tensor is formatted as text",
+                                  "format tensors outside the compiled function");
+        if (!require_const(p.in, "string formatting")) return;
+        out(m_cap.const_value(tos));
+        return;
+    case UNPACK_SEQUENCE: {
+        int seq = p.in[0];
+        Value& s = m_cap.v(seq);
+        int n = p.oparg;
+        std::vector<int> items;
+        if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
+            items = s.items;
+        } else {
+            if (s.kind == ValueKind::Input && !s.tensor) m_cap.guard_len(seq, n);
+            for (int i = 0; i < n; ++i) {
+                int it = s.kind == ValueKind::Const ? m_cap.const_value(real_stack(f, i))
+                                                    : item_of(seq, i, real_stack(f, i));
+                if (it < 0) return;
+                items.push_back(it);
+            }
+        }
+        if (static_cast<int>(items.size()) != n) return m_cap.internal_error("unpack size");
+        for (int i = n - 1; i >= 0; --i) push(f, items[static_cast<size_t>(i)]);
+        return;
+    }
+    case CALL: case CALL_FUNCTION_EX:
+        complete_call(f, p, tos);
+        return;
+    default:
+        return m_cap.internal_error(std::string("no completion for ") + opname(p.opcode));
+    }
+}
+
+// [SECTION] calls ------------------------------------------------------------------------------
+
+void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
+                            PyObject* kwnames) {
+    Pending& p = f.pending;
+    Value& c = m_cap.v(callable);
+    PyObject* fn = c.real.get();
+    if (!fn) return m_cap.internal_error("call of an unknown object");
+    p.callee = classify_callee(fn);
+    p.callee_value = callable;
+    p.kwnames = kwnames;
+    p.in = std::move(args);
+    if (p.callee.kind == CallKind::InlineModule) {
+        p.expect_self = fn;
+        // Hooks would run code we do not see: guard that there are none.
+        static const char* kHooks[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks"};
+        if (c.kind == ValueKind::Input) {
+            for (const char* h : kHooks) {
+                PyObject* d = PyObject_GetAttrString(fn, h);
+                if (!d) {
+                    PyErr_Clear();
+                    continue;
+                }
+                int hv = m_cap.input_child(callable, AccessKind::ModuleAttr, 0,
+                                           PyUnicode_InternFromString(h), std::string(".") + h, d);
+                Py_ssize_t n = PyObject_Length(d);
+                Py_DECREF(d);
+                if (hv < 0) return;
+                if (n != 0)
+                    return m_cap.fail(breaks::kUnsupportedCallee,
+                                      c.label + " has hooks registered",
+                                      "remove the hooks or compile the module without them");
+                m_cap.guard_len(hv, 0);
+            }
+        }
+        p.in.insert(p.in.begin(), callable);  // self is the forward's first argument
+    }
+    switch (p.callee.kind) {
+    case CallKind::IO:
+        return m_cap.fail(breaks::kIO, "`" + p.callee.name + "()` does input or output",
+                          "move printing and I/O outside the compiled function (graph breaks "
+                          "that resume come in a later version)");
+    case CallKind::Unsupported:
+        return m_cap.fail(breaks::kUnsupportedCallee,
+                          "`" + p.callee.name + "` has no capture rule",
+                          "call torch functions, tensor methods, nn modules or your own Python "
+                          "functions here");
+    default:
+        return;
+    }
+}
+
+void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
+    const std::string& name = p.callee.name;
+    auto push_out = [&](int id) {
+        if (id >= 0) push(f, id);
+    };
+    bool any_tensor = false, all_const = true, dyn = false;
+    for (int a : p.in) {
+        Value& v = m_cap.v(a);
+        any_tensor = any_tensor || v.tensor;
+        all_const = all_const && v.kind == ValueKind::Const;
+        dyn = dyn || v.dyn_shape;
+    }
+    switch (p.callee.kind) {
+    case CallKind::InlineFunction:
+    case CallKind::InlineModule: {
+        if (!p.inline_bound || p.inline_result < 0)
+            return m_cap.internal_error("an inlined call returned without being traced");
+        if (m_cap.v(p.inline_result).real.get() != result &&
+            m_cap.v(p.inline_result).kind != ValueKind::Const)
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "the result of `" + name + "` was changed on its way back (hooks?)",
+                              "remove forward hooks");
+        push_out(p.inline_result);
+        return;
+    }
+    case CallKind::TorchOp:
+    case CallKind::LeafModule: {
+        bool is_meta = p.callee.kind == CallKind::TorchOp && is_metadata_query(name);
+        if (is_meta) {
+            if (dyn)
+                return m_cap.fail(breaks::kDynamicShape,
+                                  "`" + name + "` reads the shape of a tensor whose shape "
+                                  "depends on data",
+                                  "avoid reading sizes of nonzero()/unique()/mask results");
+            if (reads_strides(name)) guard_all_strides();
+            push_out(m_cap.const_value(result));
+            return;
+        }
+        if (result && !is_tensor(result) &&
+            (PyBool_Check(result) || PyLong_Check(result) || PyFloat_Check(result) ||
+             PyUnicode_Check(result) || PyComplex_Check(result))) {
+            return m_cap.fail(breaks::kTensorToPython,
+                              "`" + name + "` turns tensor data into a Python value",
+                              "keep the value as a tensor (e.g. use torch.where instead of an "
+                              "if), or move this outside the compiled function");
+        }
+        Step s;
+        s.kind = StepKind::Call;
+        Arg callee;
+        if (!m_cap.arg_of(p.callee_value, callee)) return;
+        s.args.push_back(callee);
+        for (int a : p.in) {
+            Arg x;
+            if (!m_cap.arg_of(a, x)) return;
+            s.args.push_back(std::move(x));
+        }
+        s.kwnames = py::Ref::borrow(p.kwnames);
+        if (p.callee.kind == CallKind::LeafModule && m_cap.v(p.callee_value).kind == ValueKind::Input) {
+            PyObject* tr = PyObject_GetAttrString(m_cap.v(p.callee_value).real.get(), "training");
+            if (tr) {
+                m_cap.input_child(p.callee_value, AccessKind::ModuleAttr, 0,
+                                  PyUnicode_InternFromString("training"), ".training", tr);
+                Py_DECREF(tr);
+            } else {
+                PyErr_Clear();
+            }
+        }
+        std::string label = p.callee.kind == CallKind::LeafModule
+                                ? m_cap.v(p.callee_value).label + "(...)"
+                                : name + "(...)";
+        int r = m_cap.record(std::move(s), result, label, true);
+        m_cap.v(r).dyn_shape = dyn || has_data_dependent_shape(name);
+        push_out(r);
+        return;
+    }
+    case CallKind::Len: {
+        if (p.in.size() != 1) return m_cap.internal_error("len arity");
+        int a = p.in[0];
+        Value& v = m_cap.v(a);
+        if (v.tensor && v.dyn_shape)
+            return m_cap.fail(breaks::kDynamicShape, "len() of a tensor whose size depends on data",
+                              "avoid len() of nonzero()/mask results");
+        if (v.kind == ValueKind::Input && !v.tensor) {
+            PyObject* o = v.real.get();
+            const TorchApi& api = torch_api();
+            if (v.identity && (Py_TYPE(o) == api.sequential_type ||
+                               Py_TYPE(o) == api.module_list_type ||
+                               Py_TYPE(o) == api.module_dict_type)) {
+                PyObject* mods = PyObject_GetAttrString(o, "_modules");
+                if (!mods) return m_cap.internal_error("module container without _modules");
+                int mv = m_cap.input_child(a, AccessKind::ModuleAttr, 0,
+                                           PyUnicode_InternFromString("_modules"), "._modules",
+                                           mods);
+                Py_DECREF(mods);
+                if (mv < 0) return;
+                m_cap.guard_len(mv, PyLong_AsSsize_t(result));
+            } else if (PyList_Check(o) || PyTuple_Check(o) || PyDict_Check(o)) {
+                if (v.mutated)
+                    return m_cap.fail(breaks::kMutatedThenRead,
+                                      "len(" + v.label + ") after this function changed it",
+                                      "take the length before changing the container");
+                m_cap.guard_len(a, PyLong_AsSsize_t(result));
+            } else {
+                return m_cap.fail(breaks::kUnsupportedCallee, "len() of " + v.label,
+                                  "take len() of lists, tuples, dicts or tensors");
+            }
+        } else if (!(v.tensor || v.kind == ValueKind::Const || v.kind == ValueKind::FreshList ||
+                     v.kind == ValueKind::FreshTuple || v.kind == ValueKind::FreshDict)) {
+            return m_cap.fail(breaks::kUnsupportedCallee, "len() of " + v.label,
+                              "take len() of lists, tuples, dicts or tensors");
+        }
+        push_out(m_cap.const_value(result));
+        return;
+    }
+    case CallKind::IsInstance: {
+        // The type of every value is known: guarded for inputs, fixed for everything else.
+        for (int a : p.in)
+            if (m_cap.v(a).kind == ValueKind::OpResult && !m_cap.v(a).tensor)
+                return m_cap.fail(breaks::kUnsupportedCallee, "isinstance() of an op result",
+                                  "test the inputs instead");
+        push_out(m_cap.const_value(result));
+        return;
+    }
+    case CallKind::PureBuiltin:
+    case CallKind::TypeCtor: {
+        if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 &&
+            (name == "list" || name == "tuple")) {
+            Value& s = m_cap.v(p.in[0]);
+            if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
+                push_out(m_cap.fresh(name == "list" ? ValueKind::FreshList : ValueKind::FreshTuple,
+                                     s.items, result));
+                return;
+            }
+        }
+        if (any_tensor)
+            return m_cap.fail(breaks::kTensorToPython,
+                              "`" + name + "()` is applied to a tensor",
+                              "use the torch equivalent (torch.abs, torch.max, x.float())");
+        if (!require_const(p.in, "`" + name + "()`")) return;
+        if (p.callee.kind == CallKind::TypeCtor && name == "list")
+            return m_cap.fail(breaks::kUnsupportedCallee, "list() of a constant",
+                              "build the list with [...]");
+        push_out(m_cap.const_value(result));
+        return;
+    }
+    case CallKind::ListMethod: {
+        if (p.in.empty()) return m_cap.internal_error("list method without self");
+        Value& l = m_cap.v(p.in[0]);
+        if (l.kind == ValueKind::FreshList) {
+            if (name == "append" && p.in.size() == 2) {
+                l.items.push_back(p.in[1]);
+                push_out(m_cap.const_value(Py_None));
+                return;
+            }
+            if (name == "extend" && p.in.size() == 2) {
+                Value& s = m_cap.v(p.in[1]);
+                if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
+                    std::vector<int> items = s.items;
+                    m_cap.v(p.in[0]).items.insert(m_cap.v(p.in[0]).items.end(), items.begin(),
+                                                  items.end());
+                    push_out(m_cap.const_value(Py_None));
+                    return;
+                }
+            }
+            if (name == "pop" && p.in.size() == 1 && !l.items.empty()) {
+                int last = l.items.back();
+                l.items.pop_back();
+                push_out(last);
+                return;
+            }
+            if (name == "insert" && p.in.size() == 3 && m_cap.v(p.in[1]).kind == ValueKind::Const) {
+                Py_ssize_t i = PyLong_AsSsize_t(m_cap.v(p.in[1]).real.get());
+                Py_ssize_t n = static_cast<Py_ssize_t>(l.items.size());
+                if (i < 0) i = std::max<Py_ssize_t>(0, i + n);
+                i = std::min(i, n);
+                l.items.insert(l.items.begin() + i, p.in[2]);
+                push_out(m_cap.const_value(Py_None));
+                return;
+            }
+        } else if (l.kind == ValueKind::Input && PyList_CheckExact(l.real.get()) &&
+                   (name == "append" || name == "extend" || name == "insert" || name == "clear")) {
+            Step s;
+            s.kind = StepKind::Call;
+            std::vector<int> values = {p.callee_value};
+            values.insert(values.end(), p.in.begin(), p.in.end());
+            m_cap.record_effect(std::move(s), values);
+            l.mutated = true;
+            push_out(m_cap.const_value(Py_None));
+            return;
+        }
+        return m_cap.fail(breaks::kUnsupportedCallee, "list." + name + "() on " + l.label,
+                          "use append/extend/insert/pop on lists made in the function");
+    }
+    default:
+        return m_cap.internal_error("call completion for " + name);
+    }
+}
+
+// [SECTION] annotation rules -------------------------------------------------------------------
+
+int Monitor::load_global(ShadowFrame& f, PyObject* name) {
+    bool root_globals = py::frame_globals(f.frame) == py::frame_globals(m_frames.front().frame);
+    if (root_globals) {
+        auto it = m_cap.global_overlay().find(str(name));
+        if (it != m_cap.global_overlay().end()) return it->second;
+    }
+    PyObject* real = PyDict_GetItemWithError(py::frame_globals(f.frame), name);
+    if (real) {
+        if (root_globals)
+            return m_cap.input_root(AccessKind::Global, 0, name, "G['" + str(name) + "']", real);
+        if (f.func_value >= 0 && m_cap.v(f.func_value).node >= 0)
+            return m_cap.input_child(f.func_value, AccessKind::FuncGlobal, 0, name,
+                                     ".__globals__['" + str(name) + "']", real);
+        m_cap.fail(breaks::kUnsupportedOpcode,
+                   "global `" + str(name) + "` of another module is read from a method",
+                   "pass it as an argument");
+        return -1;
+    }
+    PyErr_Clear();
+    real = PyDict_GetItemWithError(py::frame_builtins(f.frame), name);
+    if (!real) {
+        PyErr_Clear();
+        m_cap.fail(breaks::kException, "name `" + str(name) + "` is not defined",
+                   "define it before calling");
+        return -1;
+    }
+    return m_cap.input_root(AccessKind::Builtin, 0, name, "__builtins__['" + str(name) + "']",
+                            real);
+}
+
+int Monitor::load_deref(ShadowFrame& f, int index) {
+    PyObject* cell = py::frame_local(f.frame, index);
+    auto it = m_cap.cells().find(cell);
+    if (it != m_cap.cells().end()) {
+        if (it->second < 0) {
+            m_cap.internal_error("read of an empty closure cell");
+            return -1;
+        }
+        return it->second;
+    }
+    PyObject* real = PyCell_GET(cell);
+    if (!real) {
+        m_cap.fail(breaks::kException, "a free variable is read before assignment", "");
+        return -1;
+    }
+    std::string name = local_name(f.code, index);
+    int first_free = py::code_nlocalsplus(f.code) - f.code->co_nfreevars;
+    int k = index - first_free;
+    if (f.is_root)
+        return m_cap.input_root(AccessKind::ClosureCell, k, nullptr,
+                                "closure['" + name + "']", real);
+    if (f.func_value >= 0 && m_cap.v(f.func_value).node >= 0)
+        return m_cap.input_child(f.func_value, AccessKind::FuncClosure, k, nullptr,
+                                 ".__closure__['" + name + "']", real);
+    m_cap.fail(breaks::kUnsupportedOpcode, "closure variable `" + name + "` of a method is read",
+               "pass it as an argument");
+    return -1;
+}
+
+int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
+    std::string n = str(name);
+    auto it = m_cap.overlay().find({obj, n});
+    if (it != m_cap.overlay().end()) return it->second;
+    Value& o = m_cap.v(obj);
+    const char* cname = PyUnicode_AsUTF8(name);
+    if (o.tensor) {
+        if (is_metadata_attribute(cname)) {
+            if (o.dyn_shape && n == "shape") {
+                m_cap.fail(breaks::kDynamicShape,
+                           "the shape of a tensor whose shape depends on data is read",
+                           "avoid reading sizes of nonzero()/unique()/mask results");
+                return -1;
+            }
+            return m_cap.const_value(real);
+        }
+        if (is_op_attribute(cname)) {
+            Step s;
+            s.kind = StepKind::GetAttr;
+            s.name = py::Ref::borrow(name);
+            Arg a;
+            if (!m_cap.arg_of(obj, a)) return -1;
+            s.args = {a};
+            int r = m_cap.record(std::move(s), real, o.label + "." + n, true);
+            m_cap.v(r).dyn_shape = m_cap.v(obj).dyn_shape;
+            return r;
+        }
+        m_cap.fail(breaks::kUnsupportedAttribute, "tensor attribute `" + n + "` is read",
+                   "read shape, dtype, device or call tensor methods");
+        return -1;
+    }
+    if (o.kind == ValueKind::Const) return m_cap.const_value(real);
+    if (o.kind == ValueKind::OpResult) {
+        Step s;
+        s.kind = StepKind::GetAttr;
+        s.name = py::Ref::borrow(name);
+        Arg a;
+        if (!m_cap.arg_of(obj, a)) return -1;
+        s.args = {a};
+        return m_cap.record(std::move(s), real, o.label + "." + n, true);
+    }
+    if (o.kind != ValueKind::Input) {
+        m_cap.fail(breaks::kUnsupportedAttribute, "attribute `" + n + "` of " + o.label,
+                   "read attributes of objects passed in");
+        return -1;
+    }
+    PyObject* target = o.real.get();
+    PyTypeObject* type = Py_TYPE(target);
+    bool is_module = PyObject_TypeCheck(target, torch_api().module_type);
+    PyObject* descr = PyType_Check(target) ? nullptr : _PyType_Lookup(type, name);
+    if (descr && Py_TYPE(descr)->tp_descr_set && Py_TYPE(descr) != &PyMemberDescr_Type &&
+        Py_TYPE(descr) != &PyGetSetDescr_Type) {
+        m_cap.fail(breaks::kUnsupportedAttribute,
+                   "`" + o.label + "." + n + "` is a property (its getter runs Python code)",
+                   "read the underlying attribute, or make it a plain attribute");
+        return -1;
+    }
+    if (!is_module && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+        type->tp_getattro != PyObject_GenericGetAttr) {
+        m_cap.fail(breaks::kUnsupportedAttribute,
+                   "`" + o.label + "` has a custom __getattr__/__getattribute__",
+                   "use plain attributes");
+        return -1;
+    }
+    return m_cap.input_child(obj, is_module ? AccessKind::ModuleAttr : AccessKind::Attr, 0, name,
+                             "." + n, real);
+}
+
+int Monitor::item_of(int seq, Py_ssize_t i, PyObject* real) {
+    Value& s = m_cap.v(seq);
+    if (s.kind == ValueKind::Input && !s.tensor)
+        return m_cap.input_child(seq, AccessKind::Item, static_cast<int>(i), nullptr,
+                                 "[" + std::to_string(i) + "]", real);
+    if (s.kind == ValueKind::OpResult || s.tensor) {
+        Step st;
+        st.kind = StepKind::GetItem;
+        Arg a;
+        if (!m_cap.arg_of(seq, a)) return -1;
+        py::Ref idx = py::Ref::steal(PyLong_FromSsize_t(i));
+        st.args = {a, Arg::value(idx.get())};
+        int r = m_cap.record(std::move(st), real, s.label + "[" + std::to_string(i) + "]", true);
+        m_cap.v(r).dyn_shape = m_cap.v(seq).dyn_shape;
+        return r;
+    }
+    m_cap.fail(breaks::kUnsupportedOpcode, "items of " + s.label + " are read",
+               "unpack lists, tuples or tensors");
+    return -1;
+}
+
+int Monitor::subscript(int cont, int key, PyObject* real) {
+    Value& c = m_cap.v(cont);
+    Value& k = m_cap.v(key);
+    if (c.tensor || (c.kind == ValueKind::OpResult && !c.tensor)) {
+        if (!k.tensor && k.kind != ValueKind::Const) {
+            m_cap.fail(breaks::kUnsupportedOpcode, "a tensor is indexed with " + k.label,
+                       "index with constants, slices or tensors");
+            return -1;
+        }
+        Step s;
+        s.kind = StepKind::GetItem;
+        Arg a, b;
+        if (!m_cap.arg_of(cont, a) || !m_cap.arg_of(key, b)) return -1;
+        s.args = {a, b};
+        int r = m_cap.record(std::move(s), real, c.label + "[...]", true);
+        bool mask = false;
+        if (k.tensor) {
+            PyObject* dt = PyObject_GetAttrString(k.real.get(), "dtype");
+            std::string d = dt ? str(dt) : "";
+            Py_XDECREF(dt);
+            if (!dt) PyErr_Clear();
+            mask = d == "torch.bool" || d == "torch.uint8";
+        }
+        m_cap.v(r).dyn_shape = m_cap.v(cont).dyn_shape || m_cap.v(key).dyn_shape || mask;
+        return r;
+    }
+    if (k.kind != ValueKind::Const) {
+        m_cap.fail(breaks::kUnsupportedOpcode, c.label + " is indexed with a computed key",
+                   "index containers with constants");
+        return -1;
+    }
+    PyObject* kr = k.real.get();
+    if (c.kind == ValueKind::Const) return m_cap.const_value(real);
+    if (c.kind == ValueKind::FreshList || c.kind == ValueKind::FreshTuple) {
+        Py_ssize_t n = static_cast<Py_ssize_t>(c.items.size());
+        if (PyLong_Check(kr)) {
+            Py_ssize_t i = PyLong_AsSsize_t(kr);
+            if (i < 0) i += n;
+            if (i >= 0 && i < n) return c.items[static_cast<size_t>(i)];
+        } else if (PySlice_Check(kr)) {
+            Py_ssize_t start, stop, step;
+            if (PySlice_Unpack(kr, &start, &stop, &step) == 0) {
+                Py_ssize_t len = PySlice_AdjustIndices(n, &start, &stop, step);
+                std::vector<int> items;
+                for (Py_ssize_t j = 0; j < len; ++j)
+                    items.push_back(c.items[static_cast<size_t>(start + j * step)]);
+                return m_cap.fresh(c.kind, items, real);
+            }
+            PyErr_Clear();
+        }
+    }
+    if (c.kind == ValueKind::FreshDict) {
+        for (size_t j = 0; j + 1 < c.items.size(); j += 2)
+            if (PyObject_RichCompareBool(m_cap.v(c.items[j]).real.get(), kr, Py_EQ) == 1)
+                return c.items[j + 1];
+    }
+    if (c.kind == ValueKind::Input) {
+        PyObject* o = c.real.get();
+        const TorchApi& api = torch_api();
+        if ((PyList_CheckExact(o) || PyTuple_CheckExact(o)) && PyLong_Check(kr)) {
+            Py_ssize_t i = PyLong_AsSsize_t(kr);
+            if (i < 0) {
+                Py_ssize_t n = PyObject_Length(o);
+                m_cap.guard_len(cont, n);
+                i += n;
+            }
+            return item_of(cont, i, real);
+        }
+        if (PyDict_Check(o))
+            return m_cap.input_child(cont, AccessKind::DictItem, 0, kr,
+                                     "[" + py::repr_string(kr) + "]", real);
+        if (c.identity && PyLong_Check(kr) &&
+            (Py_TYPE(o) == api.sequential_type || Py_TYPE(o) == api.module_list_type)) {
+            PyObject* mods = PyObject_GetAttrString(o, "_modules");
+            if (!mods) {
+                m_cap.internal_error("module container without _modules");
+                return -1;
+            }
+            int mv = m_cap.input_child(cont, AccessKind::ModuleAttr, 0,
+                                       PyUnicode_InternFromString("_modules"), "._modules", mods);
+            Py_ssize_t n = PyDict_Size(mods);
+            Py_DECREF(mods);
+            if (mv < 0) return -1;
+            Py_ssize_t i = PyLong_AsSsize_t(kr);
+            if (i < 0) {
+                m_cap.guard_len(mv, n);
+                i += n;
+            }
+            return m_cap.input_child(mv, AccessKind::DictValueAt, static_cast<int>(i), nullptr,
+                                     "[" + std::to_string(i) + "]", real);
+        }
+    }
+    m_cap.fail(breaks::kUnsupportedOpcode, "indexing " + c.label + " (" +
+                                               py::type_name(c.real.get()) + ")",
+               "index tensors, lists, tuples, dicts or module lists");
+    return -1;
+}
+
+int Monitor::binary(int op, int a, int b, PyObject* real) {
+    Value &x = m_cap.v(a), &y = m_cap.v(b);
+    if (x.tensor || y.tensor) {
+        Step s;
+        s.kind = StepKind::Binary;
+        s.op = op;
+        Arg p, q;
+        if (!m_cap.arg_of(a, p) || !m_cap.arg_of(b, q)) return -1;
+        s.args = {p, q};
+        int r = m_cap.record(std::move(s), real, "binop", true);
+        m_cap.v(r).dyn_shape = m_cap.v(a).dyn_shape || m_cap.v(b).dyn_shape;
+        return r;
+    }
+    if (x.kind == ValueKind::Const && y.kind == ValueKind::Const) return m_cap.const_value(real);
+    bool seq = (x.kind == ValueKind::FreshList || x.kind == ValueKind::FreshTuple);
+    if (seq && (op == NB_ADD || op == NB_INPLACE_ADD) && y.kind == x.kind) {
+        std::vector<int> items = x.items;
+        items.insert(items.end(), y.items.begin(), y.items.end());
+        if (op == NB_INPLACE_ADD && x.kind == ValueKind::FreshList) {
+            x.items = items;
+            return a;
+        }
+        return m_cap.fresh(x.kind, items, real);
+    }
+    m_cap.fail(breaks::kUnsupportedOpcode,
+               "an operator is applied to " + x.label + " and " + y.label,
+               "apply operators to tensors or constants");
+    return -1;
+}
+
+bool Monitor::require_const(const std::vector<int>& values, const std::string& what) {
+    for (int id : values) {
+        Value& v = m_cap.v(id);
+        if (v.kind != ValueKind::Const && !v.identity) {
+            m_cap.fail(v.tensor ? breaks::kTensorToPython : breaks::kUnsupportedOpcode,
+                       what + " uses " + v.label + ", which is not a constant",
+                       v.tensor ? "keep tensor values in tensors" : "use constants here");
+            return false;
+        }
+    }
+    return true;
+}
+
+bool Monitor::truthiness_known(int id) {
+    Value& v = m_cap.v(id);
+    if (v.tensor) {
+        m_cap.fail(breaks::kDataDependentBranch,
+                   "a branch depends on the values inside tensor " + v.label,
+                   "use torch.where / masking instead of `if`, or move the decision outside the "
+                   "compiled function");
+        return false;
+    }
+    switch (v.kind) {
+    case ValueKind::Const:
+    case ValueKind::FreshList:
+    case ValueKind::FreshTuple:
+    case ValueKind::FreshDict:
+        return true;
+    case ValueKind::Input: {
+        PyObject* o = v.real.get();
+        if (PyList_Check(o) || PyTuple_Check(o) || PyDict_Check(o)) {
+            m_cap.guard_len(id, PyObject_Length(o));
+            return true;
+        }
+        PyTypeObject* t = Py_TYPE(o);
+        bool custom = (t->tp_as_number && t->tp_as_number->nb_bool) ||
+                      (t->tp_as_mapping && t->tp_as_mapping->mp_length) ||
+                      (t->tp_as_sequence && t->tp_as_sequence->sq_length);
+        if (!custom) return true;
+        break;
+    }
+    default:
+        break;
+    }
+    m_cap.fail(breaks::kUnsupportedOpcode, "the truth value of " + v.label + " is tested",
+               "test a constant, a flag or `is None`");
+    return false;
+}
+
+// Strides of a computed tensor follow from the strides of the inputs: guard them all.
+void Monitor::guard_all_strides() {
+    for (int id = 1; id < m_cap.value_count(); ++id)
+        if (m_cap.v(id).kind == ValueKind::Input && m_cap.v(id).tensor) m_cap.guard_strides(id);
+}
+
+static const char* opname(int op) {
+    static const char* names[256] = {};
+    static bool init = false;
+    if (!init) {
+        init = true;
+#define MAGPY_OPNAME(x) names[x] = #x;
+        MAGPY_OPNAME(RAISE_VARARGS) MAGPY_OPNAME(RERAISE) MAGPY_OPNAME(PUSH_EXC_INFO)
+        MAGPY_OPNAME(POP_EXCEPT) MAGPY_OPNAME(CHECK_EXC_MATCH) MAGPY_OPNAME(BEFORE_WITH)
+        MAGPY_OPNAME(MAKE_FUNCTION) MAGPY_OPNAME(IMPORT_NAME) MAGPY_OPNAME(IMPORT_FROM)
+        MAGPY_OPNAME(YIELD_VALUE) MAGPY_OPNAME(DELETE_ATTR) MAGPY_OPNAME(DELETE_SUBSCR)
+        MAGPY_OPNAME(BUILD_SET) MAGPY_OPNAME(SET_ADD) MAGPY_OPNAME(DICT_UPDATE)
+        MAGPY_OPNAME(DICT_MERGE) MAGPY_OPNAME(UNPACK_EX) MAGPY_OPNAME(LOAD_ASSERTION_ERROR)
+        MAGPY_OPNAME(LOAD_CLASSDEREF) MAGPY_OPNAME(LOAD_NAME) MAGPY_OPNAME(STORE_NAME)
+        MAGPY_OPNAME(GET_LEN) MAGPY_OPNAME(MATCH_CLASS) MAGPY_OPNAME(WITH_EXCEPT_START)
+        MAGPY_OPNAME(LOAD_BUILD_CLASS) MAGPY_OPNAME(DELETE_GLOBAL) MAGPY_OPNAME(SETUP_ANNOTATIONS)
+#undef MAGPY_OPNAME
+    }
+    const char* n = op >= 0 && op < 256 ? names[op] : nullptr;
+    return n ? n : "(opcode)";
+}
+
+}  // namespace magpy

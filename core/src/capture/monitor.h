@@ -1,0 +1,90 @@
+// The execution-state monitor: a C trace function (no Python callback per instruction) that
+// sees every instruction of the captured frame and of the user code it calls, reads the real
+// values on the value stack, and keeps a shadow stack of value ids beside it.
+// See core/capture/NOTES.md.
+#pragma once
+
+#include "capture/callee_rules.h"
+#include "capture/capture.h"
+
+#include <vector>
+
+namespace magpy {
+
+class Monitor {
+public:
+    Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph);
+    // Installs the trace function on this thread, for the duration of one frame evaluation.
+    // PRECONDITION: GIL held, no other tracer installed (checked by the caller).
+    void install();
+    void uninstall();
+
+    bool root_returned() const { return m_root_returned; }
+    int return_value() const { return m_return_value; }
+
+private:
+    struct Pending {
+        int opcode = -1;
+        int oparg = 0;
+        int depth_after = 0;      // expected real stack depth at the next event
+        std::vector<int> in;      // input values, popped at dispatch
+        CalleeInfo callee;        // CALL
+        int callee_value = -1;
+        PyObject* kwnames = nullptr;
+        int inline_result = -1;   // set by the callee's return event
+        bool inline_bound = false;
+        PyObject* expect_self = nullptr;  // InlineModule: borrowed
+    };
+    struct ShadowFrame {
+        py::IFrame* frame = nullptr;
+        PyFrameObject* frame_obj = nullptr;
+        PyCodeObject* code = nullptr;
+        std::vector<int> locals;
+        std::vector<int> stack;
+        Pending pending;
+        PyObject* kwnames = nullptr;  // from KW_NAMES, for the next CALL
+        int func_value = -1;          // the function object's value (callees)
+        bool is_root = false;
+        int return_value = -1;
+    };
+
+    static int trace(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg);
+    void on_call(PyFrameObject* frame);
+    void on_return(PyFrameObject* frame, PyObject* value);
+    void on_opcode(PyFrameObject* frame);
+    void stop_tracing();
+
+    void bind_root(ShadowFrame& f);
+    bool bind_callee(ShadowFrame& f, Pending& call, int func_value);
+    void complete(ShadowFrame& f);
+    void dispatch(ShadowFrame& f, const py::Instruction& ins);
+    void dispatch_call(ShadowFrame& f, int callable, std::vector<int> args, PyObject* kwnames);
+    void complete_call(ShadowFrame& f, Pending& p, PyObject* result);
+
+    // Annotation helpers: each returns a value id, or -1 after calling m_cap.fail().
+    int load_global(ShadowFrame& f, PyObject* name);
+    int load_deref(ShadowFrame& f, int index);
+    int load_attr(int obj, PyObject* name, PyObject* real);
+    int subscript(int container, int key, PyObject* real);
+    int binary(int op, int a, int b, PyObject* real);
+    int item_of(int seq, Py_ssize_t i, PyObject* real);
+    bool truthiness_known(int value);
+    bool require_const(const std::vector<int>& values, const std::string& what);
+    void guard_all_strides();
+
+    PyObject* real_stack(ShadowFrame& f, int i) { return py::frame_stack_peek(f.frame, i); }
+    void push(ShadowFrame& f, int v) { f.stack.push_back(v); }
+    int pop(ShadowFrame& f);
+
+    Capture& m_cap;
+    PyCodeObject* m_root_code;
+    std::vector<ShadowFrame> m_frames;
+    std::vector<PyFrameObject*> m_untraced;
+    bool m_stopped = false;
+    bool m_fullgraph = false;
+    bool m_raised = false;
+    bool m_root_returned = false;
+    int m_return_value = -1;
+};
+
+}  // namespace magpy

@@ -1,0 +1,434 @@
+// [SECTION] building  [SECTION] fetching  [SECTION] checks  [SECTION] describing
+#include "guards/guard_tree.h"
+
+#include "python/torch_api.h"
+
+#include <cstring>
+
+namespace magpy {
+
+// [SECTION] building ---------------------------------------------------------------------------
+
+int GuardTree::add_accessor(AccessKind kind, int parent, int index, PyObject* key,
+                            std::string source) {
+    for (size_t i = 0; i < m_nodes.size(); ++i) {
+        const Accessor& a = m_nodes[i];
+        if (a.kind != kind || a.parent != parent || a.index != index) continue;
+        if ((a.key.get() == nullptr) != (key == nullptr)) continue;
+        if (key) {
+            int eq = PyObject_RichCompareBool(a.key.get(), key, Py_EQ);
+            if (eq < 0) PyErr_Clear();
+            if (eq != 1 || Py_TYPE(a.key.get()) != Py_TYPE(key)) continue;
+        }
+        return static_cast<int>(i);
+    }
+    Accessor a;
+    a.kind = kind;
+    a.parent = parent;
+    a.index = index;
+    a.key = py::Ref::borrow(key);
+    a.source = std::move(source);
+    m_nodes.push_back(std::move(a));
+    return static_cast<int>(m_nodes.size() - 1);
+}
+
+void GuardTree::add_check(int node, Check check) {
+    auto& checks = m_nodes[static_cast<size_t>(node)].checks;
+    for (const Check& c : checks)
+        if (c.kind == check.kind) {
+            if (c.kind != CheckKind::TensorMatch || !check.tensor.strides.empty() ==
+                                                        !c.tensor.strides.empty())
+                return;  // one check of a kind per node; strides upgrade below
+        }
+    if (check.kind == CheckKind::TensorMatch) {
+        for (Check& c : checks)
+            if (c.kind == CheckKind::TensorMatch) {
+                c = std::move(check);
+                return;
+            }
+    }
+    checks.push_back(std::move(check));
+}
+
+void GuardTree::add_root_check(Check check) {
+    for (const Check& c : m_root_checks)
+        if (c.kind == check.kind) return;
+    m_root_checks.push_back(std::move(check));
+}
+
+size_t GuardTree::check_count() const {
+    size_t n = m_root_checks.size();
+    for (const Accessor& a : m_nodes) n += a.checks.size();
+    return n;
+}
+
+// [SECTION] fetching ---------------------------------------------------------------------------
+
+static PyObject* new_ref_or_null(PyObject* o) {
+    Py_XINCREF(o);
+    return o;
+}
+
+// nn.Module attributes live in __dict__ or in the _parameters/_buffers/_modules dicts that
+// Module.__getattr__ searches; reading them directly skips a Python call per access.
+static PyObject* module_attr(PyObject* obj, PyObject* name) {
+    PyObject** dictptr = _PyObject_GetDictPtr(obj);
+    if (dictptr && *dictptr) {
+        PyObject* d = *dictptr;
+        PyObject* v = PyDict_GetItemWithError(d, name);
+        if (v) return new_ref_or_null(v);
+        if (PyErr_Occurred()) return nullptr;
+        static const char* kStores[] = {"_parameters", "_buffers", "_modules"};
+        for (const char* store : kStores) {
+            PyObject* sd = PyDict_GetItemString(d, store);
+            if (sd && PyDict_Check(sd)) {
+                v = PyDict_GetItemWithError(sd, name);
+                if (v) return new_ref_or_null(v);
+                if (PyErr_Occurred()) return nullptr;
+            }
+        }
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* parent) const {
+    switch (a.kind) {
+    case AccessKind::FrameLocal:
+        return new_ref_or_null(py::frame_local(frame, a.index));
+    case AccessKind::Global:
+        return new_ref_or_null(PyDict_GetItemWithError(py::frame_globals(frame), a.key.get()));
+    case AccessKind::Builtin: {
+        PyObject* b = py::frame_builtins(frame);
+        return new_ref_or_null(PyDict_Check(b) ? PyDict_GetItemWithError(b, a.key.get())
+                                               : nullptr);
+    }
+    case AccessKind::GlobalsDict:
+        return new_ref_or_null(py::frame_globals(frame));
+    case AccessKind::Constant:
+        return new_ref_or_null(a.key.get());
+    case AccessKind::ClosureCell: {
+        PyObject* closure = PyFunction_GET_CLOSURE(py::frame_function(frame));
+        if (!closure || a.index >= PyTuple_GET_SIZE(closure)) return nullptr;
+        return new_ref_or_null(PyCell_GET(PyTuple_GET_ITEM(closure, a.index)));
+    }
+    default:
+        break;
+    }
+    if (!parent) return nullptr;
+    switch (a.kind) {
+    case AccessKind::Attr:
+        return PyObject_GetAttr(parent, a.key.get());
+    case AccessKind::ModuleAttr:
+        return module_attr(parent, a.key.get());
+    case AccessKind::Item:
+        if (PyList_CheckExact(parent))
+            return a.index < PyList_GET_SIZE(parent)
+                       ? new_ref_or_null(PyList_GET_ITEM(parent, a.index))
+                       : nullptr;
+        if (PyTuple_Check(parent))
+            return a.index < PyTuple_GET_SIZE(parent)
+                       ? new_ref_or_null(PyTuple_GET_ITEM(parent, a.index))
+                       : nullptr;
+        return PySequence_GetItem(parent, a.index);
+    case AccessKind::DictItem:
+        if (PyDict_Check(parent)) return new_ref_or_null(PyDict_GetItemWithError(parent, a.key.get()));
+        return PyObject_GetItem(parent, a.key.get());
+    case AccessKind::FuncGlobal:
+        if (!PyFunction_Check(parent)) return nullptr;
+        return new_ref_or_null(PyDict_GetItemWithError(PyFunction_GET_GLOBALS(parent), a.key.get()));
+    case AccessKind::FuncClosure: {
+        if (!PyFunction_Check(parent)) return nullptr;
+        PyObject* closure = PyFunction_GET_CLOSURE(parent);
+        if (!closure || a.index >= PyTuple_GET_SIZE(closure)) return nullptr;
+        return new_ref_or_null(PyCell_GET(PyTuple_GET_ITEM(closure, a.index)));
+    }
+    case AccessKind::FuncDefault: {
+        if (!PyFunction_Check(parent)) return nullptr;
+        PyObject* d = PyFunction_GET_DEFAULTS(parent);
+        if (!d || a.index >= PyTuple_GET_SIZE(d)) return nullptr;
+        return new_ref_or_null(PyTuple_GET_ITEM(d, a.index));
+    }
+    case AccessKind::DictValueAt: {
+        if (!PyDict_Check(parent)) return nullptr;
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(parent, &pos, &k, &v))
+            if (i++ == a.index) return new_ref_or_null(v);
+        return nullptr;
+    }
+    default:
+        return nullptr;
+    }
+}
+
+// [SECTION] checks -----------------------------------------------------------------------------
+
+bool is_tensor(PyObject* o) {
+    const TorchApi& api = torch_api();
+    return api.tensor_type && PyObject_TypeCheck(o, api.tensor_type);
+}
+
+static bool read_int_tuple(PyObject* t, std::vector<int64_t>& out) {
+    if (!t || !PyTuple_Check(t)) return false;
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    out.resize(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        out[static_cast<size_t>(i)] = PyLong_AsLongLong(PyTuple_GET_ITEM(t, i));
+    }
+    return !PyErr_Occurred();
+}
+
+bool tensor_meta_of(PyObject* t, TensorMeta& m, bool with_strides) {
+    if (!is_tensor(t)) return false;
+    m.dtype = py::Ref::steal(PyObject_GetAttrString(t, "dtype"));
+    m.device = py::Ref::steal(PyObject_GetAttrString(t, "device"));
+    py::Ref shape = py::Ref::steal(PyObject_GetAttrString(t, "shape"));
+    py::Ref rg = py::Ref::steal(PyObject_GetAttrString(t, "requires_grad"));
+    if (!m.dtype || !m.device || !shape || !rg || !read_int_tuple(shape.get(), m.sizes)) {
+        PyErr_Clear();
+        return false;
+    }
+    m.requires_grad = rg.get() == Py_True;
+    if (with_strides) {
+        py::Ref st = py::Ref::steal(PyObject_CallMethod(t, "stride", nullptr));
+        if (!st || !read_int_tuple(st.get(), m.strides)) {
+            PyErr_Clear();
+            return false;
+        }
+    }
+    return true;
+}
+
+static std::string ints_str(const std::vector<int64_t>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+}
+
+static bool same_float_bits(PyObject* a, PyObject* b) {
+    double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+    return std::memcmp(&x, &y, sizeof x) == 0;
+}
+
+static bool equals_value(PyObject* expected, PyObject* v) {
+    if (expected == v) return true;
+    if (Py_TYPE(expected) != Py_TYPE(v)) return false;
+    if (PyFloat_CheckExact(v)) return same_float_bits(expected, v);
+    if (PyTuple_CheckExact(v)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(v);
+        if (n != PyTuple_GET_SIZE(expected)) return false;
+        for (Py_ssize_t i = 0; i < n; ++i)
+            if (!equals_value(PyTuple_GET_ITEM(expected, i), PyTuple_GET_ITEM(v, i))) return false;
+        return true;
+    }
+    int eq = PyObject_RichCompareBool(expected, v, Py_EQ);
+    if (eq < 0) {
+        PyErr_Clear();
+        return false;
+    }
+    return eq == 1;
+}
+
+static bool tensor_matches(const TensorMeta& want, PyObject* v, std::string* why,
+                           const std::string& src) {
+    TensorMeta got;
+    if (!tensor_meta_of(v, got, !want.strides.empty())) {
+        if (why) *why = "`" + src + "`: expected a tensor, got " + py::type_name(v);
+        return false;
+    }
+    if (got.dtype.get() != want.dtype.get()) {
+        if (why)
+            *why = "tensor `" + src + "` dtype: expected " + py::str_of(want.dtype.get()) +
+                   ", got " + py::str_of(got.dtype.get());
+        return false;
+    }
+    if (!equals_value(want.device.get(), got.device.get())) {
+        if (why)
+            *why = "tensor `" + src + "` device: expected " + py::str_of(want.device.get()) +
+                   ", got " + py::str_of(got.device.get());
+        return false;
+    }
+    if (got.sizes.size() != want.sizes.size()) {
+        if (why)
+            *why = "tensor `" + src + "` rank: expected " + std::to_string(want.sizes.size()) +
+                   ", got " + std::to_string(got.sizes.size());
+        return false;
+    }
+    for (size_t d = 0; d < got.sizes.size(); ++d)
+        if (got.sizes[d] != want.sizes[d]) {
+            if (why)
+                *why = "tensor `" + src + "` dim " + std::to_string(d) + ": expected " +
+                       std::to_string(want.sizes[d]) + ", got " + std::to_string(got.sizes[d]);
+            return false;
+        }
+    if (got.requires_grad != want.requires_grad) {
+        if (why)
+            *why = "tensor `" + src + "` requires_grad: expected " +
+                   (want.requires_grad ? "True" : "False") + ", got " +
+                   (got.requires_grad ? "True" : "False");
+        return false;
+    }
+    if (!want.strides.empty() && got.strides != want.strides) {
+        if (why)
+            *why = "tensor `" + src + "` strides: expected " + ints_str(want.strides) + ", got " +
+                   ints_str(got.strides);
+        return false;
+    }
+    return true;
+}
+
+static bool grad_mode_enabled() {
+    PyObject* r = PyObject_CallNoArgs(torch_api().is_grad_enabled.get());
+    bool on = r == Py_True;
+    Py_XDECREF(r);
+    if (!r) PyErr_Clear();
+    return on;
+}
+
+bool GuardTree::run_checks(const Accessor* a, PyObject* v, std::string* why) const {
+    const std::vector<Check>& checks = a ? a->checks : m_root_checks;
+    static const std::string kNone;
+    const std::string& src = a ? a->source : kNone;
+    for (const Check& c : checks) {
+        bool ok = true;
+        switch (c.kind) {
+        case CheckKind::TypeIs: {
+            PyObject* t = c.expected.get();
+            ok = t && reinterpret_cast<PyObject*>(Py_TYPE(v)) == t;
+            if (!ok && why)
+                *why = "`" + src + "`: expected type " +
+                       (t ? reinterpret_cast<PyTypeObject*>(t)->tp_name : "<deleted class>") +
+                       ", got " + py::type_name(v);
+            break;
+        }
+        case CheckKind::IdIs: {
+            PyObject* o = c.expected.get();
+            ok = o == v;
+            if (!ok && why)
+                *why = "`" + src + "`: expected the same object as before (" +
+                       (o ? py::repr_string(o) : std::string("<deleted>")) + "), got " +
+                       py::repr_string(v);
+            break;
+        }
+        case CheckKind::Equals:
+            ok = equals_value(c.value.get(), v);
+            if (!ok && why)
+                *why = "`" + src + "`: expected " + py::repr_string(c.value.get()) + ", got " +
+                       py::repr_string(v);
+            break;
+        case CheckKind::LenEq: {
+            Py_ssize_t n = PyList_CheckExact(v)    ? PyList_GET_SIZE(v)
+                           : PyTuple_CheckExact(v) ? PyTuple_GET_SIZE(v)
+                           : PyDict_CheckExact(v)  ? PyDict_GET_SIZE(v)
+                                                   : PyObject_Length(v);
+            if (n < 0) PyErr_Clear();
+            ok = n == c.length;
+            if (!ok && why)
+                *why = "len(" + src + "): expected " + std::to_string(c.length) + ", got " +
+                       std::to_string(n);
+            break;
+        }
+        case CheckKind::TensorMatch:
+            ok = tensor_matches(c.tensor, v, why, src);
+            break;
+        case CheckKind::GradMode: {
+            bool on = grad_mode_enabled();
+            ok = on == c.flag;
+            if (!ok && why)
+                *why = std::string("grad mode: expected torch.is_grad_enabled() == ") +
+                       (c.flag ? "True" : "False");
+            break;
+        }
+        }
+        if (!ok) {
+            const_cast<Check&>(c).failures++;
+            return false;
+        }
+    }
+    return true;
+}
+
+bool GuardTree::check(py::IFrame* frame, std::vector<PyObject*>& values) const {
+    values.assign(m_nodes.size(), nullptr);
+    if (!run_checks(nullptr, nullptr, nullptr)) return false;
+    for (size_t i = 0; i < m_nodes.size(); ++i) {
+        const Accessor& a = m_nodes[i];
+        PyObject* parent = a.parent >= 0 ? values[static_cast<size_t>(a.parent)] : nullptr;
+        PyObject* v = fetch(a, frame, parent);
+        if (!v) {
+            if (PyErr_Occurred()) PyErr_Clear();
+            return false;
+        }
+        values[i] = v;
+        if (!run_checks(&a, v, nullptr)) return false;
+    }
+    return true;
+}
+
+std::string GuardTree::check_verbose(py::IFrame* frame) const {
+    std::string why;
+    if (!run_checks(nullptr, nullptr, &why)) return why;
+    std::vector<PyObject*> values(m_nodes.size(), nullptr);
+    for (size_t i = 0; i < m_nodes.size() && why.empty(); ++i) {
+        const Accessor& a = m_nodes[i];
+        PyObject* parent = a.parent >= 0 ? values[static_cast<size_t>(a.parent)] : nullptr;
+        PyObject* v = fetch(a, frame, parent);
+        if (!v) {
+            std::string err = PyErr_Occurred() ? py::fetch_error_string() : "";
+            why = "`" + a.source + "` could not be read" + (err.empty() ? "" : " (" + err + ")");
+            break;
+        }
+        values[i] = v;
+        run_checks(&a, v, &why);
+    }
+    release_values(values);
+    return why;
+}
+
+void GuardTree::release_values(std::vector<PyObject*>& values) {
+    for (PyObject*& v : values) {
+        Py_XDECREF(v);
+        v = nullptr;
+    }
+}
+
+// [SECTION] describing -------------------------------------------------------------------------
+
+std::string describe_check(const Check& c, const std::string& src) {
+    switch (c.kind) {
+    case CheckKind::TypeIs: {
+        PyObject* t = c.expected.get();
+        return "type(" + src + ") is " +
+               (t ? reinterpret_cast<PyTypeObject*>(t)->tp_name : "<deleted class>");
+    }
+    case CheckKind::IdIs: {
+        PyObject* o = c.expected.get();
+        return src + " is " + (o ? py::repr_string(o) : std::string("<deleted>"));
+    }
+    case CheckKind::Equals:
+        return src + " == " + py::repr_string(c.value.get());
+    case CheckKind::LenEq:
+        return "len(" + src + ") == " + std::to_string(c.length);
+    case CheckKind::TensorMatch: {
+        std::string s = "check_tensor(" + src + ", dtype=" + py::str_of(c.tensor.dtype.get()) +
+                        ", device=" + py::str_of(c.tensor.device.get()) +
+                        ", size=" + ints_str(c.tensor.sizes) +
+                        ", requires_grad=" + (c.tensor.requires_grad ? "True" : "False");
+        if (!c.tensor.strides.empty()) s += ", stride=" + ints_str(c.tensor.strides);
+        return s + ")";
+    }
+    case CheckKind::GradMode:
+        return std::string("torch.is_grad_enabled() == ") + (c.flag ? "True" : "False");
+    }
+    return "?";
+}
+
+std::vector<std::string> GuardTree::describe() const {
+    std::vector<std::string> out;
+    for (const Check& c : m_root_checks) out.push_back(describe_check(c, ""));
+    for (const Accessor& a : m_nodes)
+        for (const Check& c : a.checks) out.push_back(describe_check(c, a.source));
+    return out;
+}
+
+}  // namespace magpy

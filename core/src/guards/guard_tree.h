@@ -1,0 +1,100 @@
+// The guard tree: accessors (how to reach a value from the frame) owning leaf checks (what must
+// hold of it). Checked in C with raw C API calls on every call of a compiled function; the values
+// the accessors fetch are kept for the replay plan, so inputs are fetched once per call.
+// See core/guards/NOTES.md.
+#pragma once
+
+#include "python/compat.h"
+#include "python/py_ref.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace magpy {
+
+enum class AccessKind : uint8_t {
+    // roots
+    FrameLocal,   // argument slot `index` of the entry frame
+    Global,       // key `key` in the entry frame's globals
+    Builtin,      // key `key` in the entry frame's builtins
+    ClosureCell,  // contents of cell `index` of the entry function's closure
+    GlobalsDict,  // the entry frame's globals dict itself (target of global writes)
+    Constant,     // a long-lived object held by the tree (torch's global hook dicts)
+    // steps from the parent's value
+    Attr,          // getattr(parent, key)
+    ModuleAttr,    // nn.Module attribute: __dict__, then _parameters/_buffers/_modules
+    Item,          // parent[index] for a list or tuple (type guarded)
+    DictItem,      // parent[key] for a dict (type guarded)
+    FuncGlobal,    // parent.__globals__[key] (parent is a function)
+    FuncClosure,   // parent.__closure__[index].cell_contents
+    FuncDefault,   // parent.__defaults__[index]
+    DictValueAt,   // list(parent.values())[index] (nn.Module._modules in order)
+};
+
+enum class CheckKind : uint8_t { TypeIs, IdIs, Equals, LenEq, TensorMatch, GradMode };
+
+struct TensorMeta {
+    py::Ref dtype;   // torch.dtype (a singleton)
+    py::Ref device;  // torch.device
+    std::vector<int64_t> sizes;
+    std::vector<int64_t> strides;  // empty unless strides were read
+    bool requires_grad = false;
+};
+
+struct Check {
+    CheckKind kind;
+    py::WeakOrStrong expected;  // TypeIs: the type; IdIs: the object
+    py::Ref value;              // Equals
+    Py_ssize_t length = 0;      // LenEq
+    bool flag = false;          // GradMode
+    TensorMeta tensor;          // TensorMatch
+    uint32_t failures = 0;
+};
+
+struct Accessor {
+    AccessKind kind;
+    int parent = -1;  // -1 for roots
+    int index = 0;
+    py::Ref key;         // name (str) or dict key
+    std::string source;  // Python spelling, e.g. L['self'].linear.weight
+    std::vector<Check> checks;
+};
+
+class GuardTree {
+public:
+    // Returns the node index; reuses an equal node if one exists.
+    int add_accessor(AccessKind kind, int parent, int index, PyObject* key /*borrowed*/,
+                     std::string source);
+    void add_check(int node, Check check);
+    void add_root_check(Check check);  // checks on no value (grad mode)
+
+    const std::vector<Accessor>& nodes() const { return m_nodes; }
+    const Accessor& node(int i) const { return m_nodes[static_cast<size_t>(i)]; }
+    size_t size() const { return m_nodes.size(); }
+    size_t check_count() const;
+
+    // Fast path. Fills `values` (one new reference per node, or NULL) that the caller must
+    // release with release_values(). Returns false at the first failing check.
+    // PRECONDITION: GIL held; `frame` is the entry frame before it runs.
+    bool check(py::IFrame* frame, std::vector<PyObject*>& values) const;
+    // Explains the first failure in the user's terms ("tensor L['x'] size: expected [3], got
+    // [4]"); empty when every check passes.
+    std::string check_verbose(py::IFrame* frame) const;
+    static void release_values(std::vector<PyObject*>& values);
+
+    // One line per check, as Python-like text (for explain() and the report).
+    std::vector<std::string> describe() const;
+
+private:
+    PyObject* fetch(const Accessor& a, py::IFrame* frame, PyObject* parent) const;  // new ref
+    bool run_checks(const Accessor* a, PyObject* v, std::string* why) const;
+    std::vector<Accessor> m_nodes;
+    std::vector<Check> m_root_checks;
+};
+
+std::string describe_check(const Check& c, const std::string& source);
+bool tensor_meta_of(PyObject* t, TensorMeta& out, bool with_strides);  // false: not a tensor
+bool is_tensor(PyObject* o);
+
+}  // namespace magpy

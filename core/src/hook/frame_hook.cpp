@@ -1,0 +1,179 @@
+// [SECTION] arming  [SECTION] entry frame: hit, capture or eager
+#include "hook/frame_hook.h"
+
+#include "cache/code_cache.h"
+#include "capture/break_reasons.h"
+#include "capture/monitor.h"
+#include "python/compat.h"
+
+#include <chrono>
+
+namespace magpy {
+
+namespace {
+
+struct ActiveCall {
+    CompiledState* st;
+    PyCodeObject* code;
+    PyObject* self;
+    bool entered;
+    ActiveCall* prev;
+};
+
+thread_local ActiveCall* t_active = nullptr;
+int g_hook_users = 0;  // guarded by the GIL
+py::EvalFrameFn g_prev_eval = nullptr;
+
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame);
+
+PyObject* magpy_eval_frame(PyThreadState* ts, py::IFrame* frame, int throwflag) {
+    ActiveCall* a = t_active;
+    if (a && !a->entered && !throwflag && py::frame_code(frame) == a->code &&
+        (!a->self || py::frame_local(frame, 0) == a->self)) {
+        a->entered = true;
+        return handle_entry(*a->st, ts, frame);
+    }
+    return g_prev_eval(ts, frame, throwflag);
+}
+
+// [SECTION] entry frame ------------------------------------------------------------------------
+
+PyObject* run_eagerly(CompiledState& st, PyThreadState* ts, py::IFrame* frame) {
+    st.stats.eager_calls++;
+    return g_prev_eval(ts, frame, 0);
+}
+
+PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFrame* frame) {
+    st.stats.captures++;
+    int64_t t0 = now_ns();
+    Capture cap(py::frame_function(frame));
+    Monitor mon(cap, py::frame_code(frame), st.options.fullgraph);
+    mon.install();
+    PyObject* result = g_prev_eval(ts, frame, 0);
+    mon.uninstall();
+    int64_t t1 = now_ns();
+    st.stats.capture_ns += t1 - t0;
+
+    CaptureResult r = mon.root_returned() && !cap.failed() ? cap.finish(mon.return_value())
+                                                            : cap.finish_failed();
+    for (const BreakInfo& b : r.breaks) st.add_break(b);
+    if (r.internal_error && !r.breaks.empty())
+        st.add_note("engine error, the call ran eagerly: " + r.breaks.front().reason);
+    if (!result) return nullptr;  // the user's exception (or GraphBreakError): nothing cached
+    if (!mon.root_returned()) return result;
+
+    CacheEntry e;
+    e.id = next_entry_id();
+    e.guards = std::move(r.guards);
+    e.breaks = r.breaks;
+    e.refgraph_nodes = std::move(r.refgraph_nodes);
+    e.refgraph_edges = std::move(r.refgraph_edges);
+    e.capture_ns = t1 - t0;
+    e.instructions = r.instructions;
+    if (r.ok) {
+        e.plan = r.plan;
+        int64_t c0 = now_ns();
+        e.graph = st.backend->compile(r.plan, e.backend_note);
+        e.compile_ns = now_ns() - c0;
+        st.stats.compile_ns += e.compile_ns;
+        e.backend = st.backend->name();
+        if (!e.backend_note.empty()) st.add_note(e.backend_note);
+    }
+    cc.entries.push_front(std::move(e));
+    return result;
+}
+
+PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) {
+    PyCodeObject* code = py::frame_code(frame);
+    CodeCache* cc = code_cache(code, true);
+    if (!cc) return run_eagerly(st, ts, frame);
+    std::vector<PyObject*> values;
+    for (auto it = cc->entries.begin(); it != cc->entries.end(); ++it) {
+        bool ok = it->guards->check(frame, values);
+        if (!ok) {
+            GuardTree::release_values(values);
+            continue;
+        }
+        st.stats.hits++;
+        it->hits++;
+        if (it != cc->entries.begin()) cc->entries.splice(cc->entries.begin(), cc->entries, it);
+        CacheEntry& e = cc->entries.front();
+        PyObject* result;
+        if (e.graph) {
+            result = e.graph->run(values.data());
+        } else {
+            result = run_eagerly(st, ts, frame);
+        }
+        GuardTree::release_values(values);
+        return result;
+    }
+    st.stats.misses++;
+    if (!cc->entries.empty()) {
+        std::string why = cc->entries.front().guards->check_verbose(frame);
+        if (PyErr_Occurred()) PyErr_Clear();
+        st.stats.recompile_reasons.push_back(why.empty() ? "guard failed" : why);
+    }
+    if (cc->entries.size() >= st.options.cache_limit) {
+        BreakInfo b;
+        b.reason_id = breaks::kCacheLimit;
+        b.reason = "`" + st.name + "` was recompiled " + std::to_string(cc->entries.size()) +
+                   " times (cache limit " + std::to_string(st.options.cache_limit) +
+                   "); further new inputs run eagerly";
+        b.hint = "see recompile_reasons: mark changing sizes dynamic or keep Python values fixed";
+        st.add_break(b);
+        return run_eagerly(st, ts, frame);
+    }
+    if (py::thread_has_tracer(ts)) {
+        BreakInfo b;
+        b.reason_id = breaks::kTracerActive;
+        b.reason = "another tracer (a debugger or coverage tool) is active, so magpy did not "
+                   "capture";
+        b.hint = "run without the debugger to capture";
+        st.add_break(b);
+        return run_eagerly(st, ts, frame);
+    }
+    return capture(st, *cc, ts, frame);
+}
+
+}  // namespace
+
+// [SECTION] arming -----------------------------------------------------------------------------
+
+PyObject* call_with_hook(CompiledState& st, PyObject* const* args, size_t nargsf,
+                         PyObject* kwnames) {
+    st.stats.calls++;
+    if (!st.code) return PyObject_Vectorcall(st.target.get(), args, nargsf, kwnames);
+    ActiveCall a{&st, reinterpret_cast<PyCodeObject*>(st.code.get()), st.expect_self, false,
+                 t_active};
+    t_active = &a;
+    if (g_hook_users++ == 0) {
+        g_prev_eval = py::get_eval_frame();
+        py::set_eval_frame(magpy_eval_frame);
+    }
+    PyObject* r = PyObject_Vectorcall(st.target.get(), args, nargsf, kwnames);
+    if (--g_hook_users == 0) py::set_eval_frame(g_prev_eval);
+    t_active = a.prev;
+    return r;
+}
+
+void CompiledState::add_break(const BreakInfo& b) {
+    for (const BreakInfo& o : stats.breaks)
+        if (o.reason_id == b.reason_id && o.lineno == b.lineno && o.filename == b.filename &&
+            o.reason == b.reason)
+            return;
+    stats.breaks.push_back(b);
+}
+
+void CompiledState::add_note(const std::string& note) {
+    for (const std::string& n : stats.notes)
+        if (n == note) return;
+    stats.notes.push_back(note);
+}
+
+}  // namespace magpy

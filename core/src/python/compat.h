@@ -1,0 +1,116 @@
+// The one place that knows CPython's private layouts: frames, the eval-frame hook, tracing and
+// bytecode decoding. Everything else in core/ goes through these accessors, so the next Python
+// version is a change to this file (and compat_opcode.c) only.
+#pragma once
+
+#include <Python.h>
+#include <frameobject.h>
+#include <opcode.h>
+
+#define MAGPY_IS_PYTHON_311 (PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000)
+
+#if PY_VERSION_HEX >= 0x030C0000
+#error "magpy: check the frame layout, the eval-frame hook (frames are cleared by the evaluator in 3.12) and sys.monitoring before building for Python 3.12"
+#elif PY_VERSION_HEX < 0x030B0000
+#error "magpy needs CPython 3.11"
+#endif
+
+#define Py_BUILD_CORE 1
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+
+extern "C" {
+// Copies of CPython's _PyOpcode_Deopt / _PyOpcode_Caches tables (not exported by libpython);
+// defined in compat_opcode.c, which can include the C99 header that C++ cannot.
+extern const unsigned char* const magpy_opcode_deopt;
+extern const unsigned char* const magpy_opcode_caches;
+}
+
+namespace magpy::py {
+
+using IFrame = _PyInterpreterFrame;
+using EvalFrameFn = _PyFrameEvalFunction;
+
+// Local kinds (CPython's CO_FAST_* flags, private in pycore_code.h).
+constexpr unsigned char kLocalKindArg = 0x20;
+constexpr unsigned char kLocalKindCell = 0x40;
+constexpr unsigned char kLocalKindFree = 0x80;
+
+// All accessors take borrowed pointers and return borrowed references.
+inline PyCodeObject* frame_code(IFrame* f) { return f->f_code; }
+inline PyObject* frame_function(IFrame* f) { return reinterpret_cast<PyObject*>(f->f_func); }
+inline PyObject* frame_globals(IFrame* f) { return f->f_globals; }
+inline PyObject* frame_builtins(IFrame* f) { return f->f_builtins; }
+inline PyObject* frame_local(IFrame* f, int i) { return f->localsplus[i]; }
+inline int code_nlocalsplus(PyCodeObject* co) { return co->co_nlocalsplus; }
+inline PyObject* code_localsplus_name(PyCodeObject* co, int i) {
+    return PyTuple_GET_ITEM(co->co_localsplusnames, i);
+}
+inline unsigned char code_local_kind(PyCodeObject* co, int i) {
+    return static_cast<unsigned char>(PyBytes_AS_STRING(co->co_localspluskinds)[i]);
+}
+inline PyObject* code_const(PyCodeObject* co, int i) { return PyTuple_GET_ITEM(co->co_consts, i); }
+inline PyObject* code_name(PyCodeObject* co, int i) { return PyTuple_GET_ITEM(co->co_names, i); }
+
+// PRECONDITION: called from a trace callback, where CPython has saved the stack pointer.
+inline int frame_stack_depth(IFrame* f) { return f->stacktop - f->f_code->co_nlocalsplus; }
+// i = 0 is the top of the stack. May be NULL (3.11 pushes NULL before some callables).
+inline PyObject* frame_stack_peek(IFrame* f, int i) { return f->localsplus[f->stacktop - 1 - i]; }
+
+inline IFrame* frame_of(PyFrameObject* fo) { return fo->f_frame; }
+inline void frame_set_trace_opcodes(PyFrameObject* fo, bool on) {
+    fo->f_trace_opcodes = on ? 1 : 0;
+    fo->f_trace_lines = 0;
+}
+
+// Generators, coroutines and async generators are never captured (their frames outlive calls).
+inline bool code_is_plain_function(PyCodeObject* co) {
+    return (co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR |
+                            CO_ITERABLE_COROUTINE)) == 0;
+}
+
+struct Instruction {
+    int offset = 0;  // in code units, of the instruction itself (after any EXTENDED_ARG)
+    int opcode = 0;  // de-specialised opcode
+    int oparg = 0;   // with EXTENDED_ARG prefixes applied
+};
+
+// The instruction about to run in a frame seen by an opcode trace event. In 3.11 the instruction
+// after an EXTENDED_ARG runs without its own event, so the prefix is decoded here.
+inline Instruction frame_current_instruction(IFrame* f) {
+    const _Py_CODEUNIT* first = _PyCode_CODE(f->f_code);
+    const _Py_CODEUNIT* p = f->prev_instr;
+    Instruction ins;
+    int oparg = 0;
+    int op = magpy_opcode_deopt[_Py_OPCODE(*p)];
+    while (op == EXTENDED_ARG) {
+        oparg = (oparg | _Py_OPARG(*p)) << 8;
+        ++p;
+        op = magpy_opcode_deopt[_Py_OPCODE(*p)];
+    }
+    ins.opcode = op;
+    ins.oparg = oparg | _Py_OPARG(*p);
+    ins.offset = static_cast<int>(p - first);
+    return ins;
+}
+
+inline int code_line_of(PyCodeObject* co, int offset_units) {
+    return PyCode_Addr2Line(co, offset_units * static_cast<int>(sizeof(_Py_CODEUNIT)));
+}
+
+inline EvalFrameFn get_eval_frame() {
+    return _PyInterpreterState_GetEvalFrameFunc(PyInterpreterState_Get());
+}
+inline void set_eval_frame(EvalFrameFn fn) {
+    _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(), fn);
+}
+// In 3.11 the caller of the eval function clears and pops the frame, so a hook that answers a
+// call without evaluating the frame just returns the result. (3.12 differs: see the #error.)
+inline PyObject* eval_frame_default(PyThreadState* ts, IFrame* f, int throwflag) {
+    return _PyEval_EvalFrameDefault(ts, f, throwflag);
+}
+
+// True when some tracer (a debugger, coverage) is already installed on this thread.
+inline bool thread_has_tracer(PyThreadState* ts) { return ts->c_tracefunc != nullptr; }
+
+}  // namespace magpy::py

@@ -1,0 +1,52 @@
+#include "python/torch_api.h"
+
+namespace magpy {
+
+// Never destroyed: it holds Python references, which must not be released after the
+// interpreter has finalised (static destructors run after Py_Finalize).
+static TorchApi& g_api = *new TorchApi();
+
+static PyTypeObject* get_type(PyObject* mod, const char* name) {
+    PyObject* t = PyObject_GetAttrString(mod, name);  // new ref, kept for the process lifetime
+    if (t && !PyType_Check(t)) {
+        Py_DECREF(t);
+        PyErr_Format(PyExc_TypeError, "magpy: torch attribute %s is not a type", name);
+        return nullptr;
+    }
+    return reinterpret_cast<PyTypeObject*>(t);
+}
+
+bool init_torch_api() {
+    if (g_api.tensor_type) return true;
+    py::Ref torch = py::Ref::steal(PyImport_ImportModule("torch"));
+    if (!torch) return false;
+    py::Ref nn = py::Ref::steal(PyImport_ImportModule("torch.nn"));
+    if (!nn) return false;
+    TorchApi api;
+    api.tensor_type = get_type(torch.get(), "Tensor");
+    api.size_type = get_type(torch.get(), "Size");
+    api.dtype_type = get_type(torch.get(), "dtype");
+    api.device_type = get_type(torch.get(), "device");
+    api.parameter_type = get_type(nn.get(), "Parameter");
+    api.module_type = get_type(nn.get(), "Module");
+    api.sequential_type = get_type(nn.get(), "Sequential");
+    api.module_list_type = get_type(nn.get(), "ModuleList");
+    api.module_dict_type = get_type(nn.get(), "ModuleDict");
+    if (!api.tensor_type || !api.size_type || !api.dtype_type || !api.device_type ||
+        !api.parameter_type || !api.module_type || !api.sequential_type ||
+        !api.module_list_type || !api.module_dict_type)
+        return false;
+    api.is_grad_enabled = py::Ref::steal(PyObject_GetAttrString(torch.get(), "is_grad_enabled"));
+    api.module_call = py::Ref::steal(
+        PyObject_GetAttrString(reinterpret_cast<PyObject*>(api.module_type), "__call__"));
+    py::Ref c = py::Ref::steal(PyObject_GetAttrString(torch.get(), "_C"));
+    if (c) api.tensor_base_type = py::Ref::steal(PyObject_GetAttrString(c.get(), "_TensorBase"));
+    if (!api.is_grad_enabled || !api.module_call || !api.tensor_base_type) return false;
+    api.torch_module = torch;
+    g_api = std::move(api);
+    return true;
+}
+
+const TorchApi& torch_api() { return g_api; }
+
+}  // namespace magpy

@@ -1,0 +1,284 @@
+// [SECTION] running  [SECTION] rendering
+#include "replay/plan.h"
+
+#include "python/compat.h"
+
+namespace magpy {
+
+size_t Plan::graph_op_count() const {
+    size_t n = 0;
+    for (const Step& s : m_steps) n += s.graph_op ? 1 : 0;
+    return n;
+}
+
+// [SECTION] running ----------------------------------------------------------------------------
+
+namespace {
+
+using BinaryFn = PyObject* (*)(PyObject*, PyObject*);
+
+BinaryFn binary_fn(int op) {
+    switch (op) {
+    case NB_ADD: return PyNumber_Add;
+    case NB_AND: return PyNumber_And;
+    case NB_FLOOR_DIVIDE: return PyNumber_FloorDivide;
+    case NB_LSHIFT: return PyNumber_Lshift;
+    case NB_MATRIX_MULTIPLY: return PyNumber_MatrixMultiply;
+    case NB_MULTIPLY: return PyNumber_Multiply;
+    case NB_REMAINDER: return PyNumber_Remainder;
+    case NB_OR: return PyNumber_Or;
+    case NB_RSHIFT: return PyNumber_Rshift;
+    case NB_SUBTRACT: return PyNumber_Subtract;
+    case NB_TRUE_DIVIDE: return PyNumber_TrueDivide;
+    case NB_XOR: return PyNumber_Xor;
+    case NB_INPLACE_ADD: return PyNumber_InPlaceAdd;
+    case NB_INPLACE_AND: return PyNumber_InPlaceAnd;
+    case NB_INPLACE_FLOOR_DIVIDE: return PyNumber_InPlaceFloorDivide;
+    case NB_INPLACE_LSHIFT: return PyNumber_InPlaceLshift;
+    case NB_INPLACE_MATRIX_MULTIPLY: return PyNumber_InPlaceMatrixMultiply;
+    case NB_INPLACE_MULTIPLY: return PyNumber_InPlaceMultiply;
+    case NB_INPLACE_REMAINDER: return PyNumber_InPlaceRemainder;
+    case NB_INPLACE_OR: return PyNumber_InPlaceOr;
+    case NB_INPLACE_RSHIFT: return PyNumber_InPlaceRshift;
+    case NB_INPLACE_SUBTRACT: return PyNumber_InPlaceSubtract;
+    case NB_INPLACE_TRUE_DIVIDE: return PyNumber_InPlaceTrueDivide;
+    case NB_INPLACE_XOR: return PyNumber_InPlaceXor;
+    default: return nullptr;
+    }
+}
+
+PyObject* power(PyObject* a, PyObject* b) { return PyNumber_Power(a, b, Py_None); }
+PyObject* inplace_power(PyObject* a, PyObject* b) { return PyNumber_InPlacePower(a, b, Py_None); }
+
+const char* binary_symbol(int op) {
+    static const char* kSym[] = {"+",  "&",  "//",  "<<",  "@",  "*",  "%",  "|",  "**",
+                                 ">>", "-",  "/",   "^",   "+=", "&=", "//=", "<<=", "@=",
+                                 "*=", "%=", "|=",  "**=", ">>=", "-=", "/=", "^="};
+    return op >= 0 && op < 26 ? kSym[op] : "?";
+}
+
+const char* compare_symbol(int op) {
+    static const char* kSym[] = {"<", "<=", "==", "!=", ">", ">="};
+    return op >= 0 && op < 6 ? kSym[op] : "?";
+}
+
+struct Slots {
+    explicit Slots(int n) : v(static_cast<size_t>(n), nullptr) {}
+    ~Slots() {
+        for (PyObject* o : v) Py_XDECREF(o);
+    }
+    std::vector<PyObject*> v;
+};
+
+}  // namespace
+
+PyObject* Plan::run(PyObject* const* inputs) const {
+    Slots slots(m_num_slots);
+    auto get = [&](const Arg& a) -> PyObject* {  // borrowed
+        switch (a.kind) {
+        case Arg::Kind::Input: return inputs[a.index];
+        case Arg::Kind::Const: return a.constant.get();
+        case Arg::Kind::Slot: return slots.v[static_cast<size_t>(a.index)];
+        }
+        return nullptr;
+    };
+    PyObject* argv_small[16];
+    std::vector<PyObject*> argv_big;
+    for (const Step& s : m_steps) {
+        PyObject* r = nullptr;
+        switch (s.kind) {
+        case StepKind::Call: {
+            size_t n = s.args.size();
+            PyObject** argv = argv_small;
+            if (n > 16) {
+                argv_big.resize(n);
+                argv = argv_big.data();
+            }
+            for (size_t i = 0; i < n; ++i) argv[i] = get(s.args[i]);
+            size_t nkw = s.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(s.kwnames.get())) : 0;
+            r = PyObject_Vectorcall(argv[0], argv + 1, n - 1 - nkw, s.kwnames.get());
+            break;
+        }
+        case StepKind::Binary: {
+            BinaryFn fn = s.op == NB_POWER           ? power
+                          : s.op == NB_INPLACE_POWER ? inplace_power
+                                                     : binary_fn(s.op);
+            r = fn(get(s.args[0]), get(s.args[1]));
+            break;
+        }
+        case StepKind::Compare:
+            r = PyObject_RichCompare(get(s.args[0]), get(s.args[1]), s.op);
+            break;
+        case StepKind::Unary: {
+            PyObject* a = get(s.args[0]);
+            if (s.op == 0) r = PyNumber_Negative(a);
+            else if (s.op == 1) r = PyNumber_Positive(a);
+            else if (s.op == 2) r = PyNumber_Invert(a);
+            else {
+                int t = PyObject_Not(a);
+                r = t < 0 ? nullptr : Py_NewRef(t ? Py_True : Py_False);
+            }
+            break;
+        }
+        case StepKind::GetItem:
+            r = PyObject_GetItem(get(s.args[0]), get(s.args[1]));
+            break;
+        case StepKind::GetAttr:
+            r = PyObject_GetAttr(get(s.args[0]), s.name.get());
+            break;
+        case StepKind::BuildList:
+        case StepKind::BuildTuple: {
+            Py_ssize_t n = static_cast<Py_ssize_t>(s.args.size());
+            r = s.kind == StepKind::BuildList ? PyList_New(n) : PyTuple_New(n);
+            if (!r) break;
+            for (Py_ssize_t i = 0; i < n; ++i) {
+                PyObject* it = Py_NewRef(get(s.args[static_cast<size_t>(i)]));
+                if (s.kind == StepKind::BuildList) PyList_SET_ITEM(r, i, it);
+                else PyTuple_SET_ITEM(r, i, it);
+            }
+            break;
+        }
+        case StepKind::BuildDict: {
+            r = PyDict_New();
+            for (size_t i = 0; r && i + 1 < s.args.size(); i += 2)
+                if (PyDict_SetItem(r, get(s.args[i]), get(s.args[i + 1])) < 0) Py_CLEAR(r);
+            break;
+        }
+        case StepKind::BuildSlice:
+            r = PySlice_New(get(s.args[0]), get(s.args[1]),
+                            s.args.size() > 2 ? get(s.args[2]) : nullptr);
+            break;
+        case StepKind::SetAttr:
+            if (PyObject_SetAttr(get(s.args[0]), s.name.get(), get(s.args[1])) < 0) return nullptr;
+            continue;
+        case StepKind::SetItem:
+            if (PyObject_SetItem(get(s.args[0]), get(s.args[1]), get(s.args[2])) < 0)
+                return nullptr;
+            continue;
+        }
+        if (!r) return nullptr;
+        if (s.out >= 0) {
+            Py_XSETREF(slots.v[static_cast<size_t>(s.out)], r);
+        } else {
+            Py_DECREF(r);
+        }
+    }
+    PyObject* result = get(m_result);
+    return Py_XNewRef(result);
+}
+
+// [SECTION] rendering --------------------------------------------------------------------------
+
+std::string callable_name(PyObject* f) {
+    if (!f) return "?";
+    PyObject* qual = PyObject_GetAttrString(f, "__qualname__");
+    if (!qual) {
+        PyErr_Clear();
+        qual = PyObject_GetAttrString(f, "__name__");
+    }
+    if (!qual) {
+        PyErr_Clear();
+        return py::repr_string(f);
+    }
+    std::string name = py::str_of(qual);
+    Py_DECREF(qual);
+    PyObject* mod = PyObject_GetAttrString(f, "__module__");
+    if (!mod) PyErr_Clear();
+    std::string m = mod && PyUnicode_Check(mod) ? py::str_of(mod) : "";
+    Py_XDECREF(mod);
+    if (PyObject_TypeCheck(f, &PyMethodDescr_Type) || Py_TYPE(f) == &PyWrapperDescr_Type) {
+        // Tensor methods: torch._C._TensorBase.add -> torch.Tensor.add
+        PyTypeObject* owner = PyDescr_TYPE(f);
+        std::string owner_name = owner->tp_name;
+        if (owner_name == "torch._C._TensorBase") owner_name = "torch.Tensor";
+        std::string short_name = name.substr(name.rfind('.') + 1);
+        return owner_name + "." + short_name;
+    }
+    if (m == "torch.nn.functional") return "F." + name;
+    if (m.empty() || m == "builtins") return name;
+    if (m.rfind("torch._C", 0) == 0 || m == "torch.functional") return "torch." + name;
+    return m + "." + name;
+}
+
+std::string Plan::render_arg(const Arg& a) const {
+    switch (a.kind) {
+    case Arg::Kind::Input:
+        return a.index >= 0 && static_cast<size_t>(a.index) < m_input_names.size()
+                   ? m_input_names[static_cast<size_t>(a.index)]
+                   : "input" + std::to_string(a.index);
+    case Arg::Kind::Slot:
+        return "v" + std::to_string(a.index);
+    case Arg::Kind::Const: {
+        PyObject* c = a.constant.get();
+        if (PyCallable_Check(c) && !PyType_Check(c)) return callable_name(c);
+        if (PyType_Check(c)) return reinterpret_cast<PyTypeObject*>(c)->tp_name;
+        return py::repr_string(c);
+    }
+    }
+    return "?";
+}
+
+std::string Plan::render(const std::string& fn_name) const {
+    std::string out = "def replay_" + fn_name + "(L, G):\n";
+    out += "    # L: the frame's arguments, G: its globals; guards have already passed\n";
+    for (const Step& s : m_steps) {
+        std::string lhs = s.out >= 0 ? "v" + std::to_string(s.out) + " = " : "";
+        std::string rhs;
+        auto a = [&](size_t i) { return render_arg(s.args[i]); };
+        switch (s.kind) {
+        case StepKind::Call: {
+            size_t nkw = s.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(s.kwnames.get())) : 0;
+            rhs = a(0) + "(";
+            size_t npos = s.args.size() - 1 - nkw;
+            for (size_t i = 0; i < npos; ++i) rhs += (i ? ", " : "") + a(i + 1);
+            for (size_t k = 0; k < nkw; ++k)
+                rhs += std::string(npos + k ? ", " : "") +
+                       py::str_of(PyTuple_GET_ITEM(s.kwnames.get(), static_cast<Py_ssize_t>(k))) +
+                       "=" + a(1 + npos + k);
+            rhs += ")";
+            break;
+        }
+        case StepKind::Binary: rhs = a(0) + " " + binary_symbol(s.op) + " " + a(1); break;
+        case StepKind::Compare: rhs = a(0) + " " + compare_symbol(s.op) + " " + a(1); break;
+        case StepKind::Unary: {
+            static const char* kOps[] = {"-", "+", "~", "not "};
+            rhs = std::string(kOps[s.op & 3]) + a(0);
+            break;
+        }
+        case StepKind::GetItem: rhs = a(0) + "[" + a(1) + "]"; break;
+        case StepKind::GetAttr: rhs = a(0) + "." + py::str_of(s.name.get()); break;
+        case StepKind::BuildList:
+        case StepKind::BuildTuple: {
+            bool list = s.kind == StepKind::BuildList;
+            rhs = list ? "[" : "(";
+            for (size_t i = 0; i < s.args.size(); ++i) rhs += (i ? ", " : "") + a(i);
+            if (!list && s.args.size() == 1) rhs += ",";
+            rhs += list ? "]" : ")";
+            break;
+        }
+        case StepKind::BuildDict:
+            rhs = "{";
+            for (size_t i = 0; i + 1 < s.args.size(); i += 2)
+                rhs += (i ? ", " : "") + a(i) + ": " + a(i + 1);
+            rhs += "}";
+            break;
+        case StepKind::BuildSlice:
+            rhs = "slice(" + a(0) + ", " + a(1) + (s.args.size() > 2 ? ", " + a(2) : "") + ")";
+            break;
+        case StepKind::SetAttr:
+            rhs = a(0) + "." + py::str_of(s.name.get()) + " = " + a(1);
+            break;
+        case StepKind::SetItem: rhs = a(0) + "[" + a(1) + "] = " + a(2); break;
+        }
+        std::string line = "    " + lhs + rhs;
+        if (s.line > 0) {
+            if (line.size() < 56) line.resize(56, ' ');
+            line += "  # line " + std::to_string(s.line);
+        }
+        out += line + "\n";
+    }
+    out += "    return " + render_arg(m_result) + "\n";
+    return out;
+}
+
+}  // namespace magpy

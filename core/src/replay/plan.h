@@ -1,0 +1,82 @@
+// The replay plan (the MagPy paper's "mock code"): what runs on a cache hit instead of the
+// frame. Inputs come from the guard tree's fetched values; steps run in program order (tensor
+// ops, Python-visible writes); the result is rebuilt from the slots. It is data, interpreted in
+// C++, and renders itself as readable Python for the notebook.
+#pragma once
+
+#include "python/py_ref.h"
+
+#include <string>
+#include <vector>
+
+namespace magpy {
+
+struct Arg {
+    enum class Kind : uint8_t { Input, Const, Slot };
+    Kind kind = Kind::Const;
+    int index = -1;  // Input: guard node; Slot: plan slot
+    py::Ref constant;
+    static Arg input(int node) { return Arg{Kind::Input, node, {}}; }
+    static Arg slot(int s) { return Arg{Kind::Slot, s, {}}; }
+    static Arg value(PyObject* o) { return Arg{Kind::Const, -1, py::Ref::borrow(o)}; }
+};
+
+enum class StepKind : uint8_t {
+    Call,        // out = args[0](*args[1:n-k], **dict(zip(kwnames, args[n-k:])))
+    Binary,      // out = args[0] <op> args[1]   (op: NB_* code)
+    Compare,     // out = args[0] <op> args[1]   (op: Py_LT ...)
+    Unary,       // out = <op> args[0]           (op: 0 neg, 1 pos, 2 invert, 3 not)
+    GetItem,     // out = args[0][args[1]]
+    GetAttr,     // out = getattr(args[0], name)
+    BuildList,   // out = [args...]
+    BuildTuple,  // out = (args...)
+    BuildDict,   // out = {args[0]: args[1], ...}
+    BuildSlice,  // out = slice(*args)
+    SetAttr,     // setattr(args[0], name, args[1])
+    SetItem,     // args[0][args[1]] = args[2]
+};
+
+struct Step {
+    StepKind kind = StepKind::Call;
+    int op = 0;
+    int out = -1;  // slot written, or -1
+    std::vector<Arg> args;
+    py::Ref kwnames;  // tuple of str for Call, or null
+    py::Ref name;     // GetAttr / SetAttr
+    bool graph_op = false;  // part of the operator graph (tensor computation)
+    int line = 0;           // source line of the user's code, for messages
+};
+
+class Plan {
+public:
+    int add_slot() { return m_num_slots++; }
+    void add_step(Step s) { m_steps.push_back(std::move(s)); }
+    void set_result(Arg a) { m_result = std::move(a); }
+    // Input names for rendering, one per guard node (the accessor's source text).
+    void set_input_names(std::vector<std::string> names) { m_input_names = std::move(names); }
+
+    int num_slots() const { return m_num_slots; }
+    const std::vector<Step>& steps() const { return m_steps; }
+    const Arg& result() const { return m_result; }
+    size_t graph_op_count() const;
+
+    // Runs the plan. `inputs` are the guard tree's fetched values (borrowed). Returns a new
+    // reference, or NULL with the Python error raised by the failing step.
+    // PRECONDITION: GIL held.
+    PyObject* run(PyObject* const* inputs) const;
+
+    // Readable Python: "def replay(L, G):\n    v0 = torch.add(L['x'], 1)\n ...".
+    std::string render(const std::string& fn_name) const;
+    std::string render_arg(const Arg& a) const;
+
+private:
+    int m_num_slots = 0;
+    std::vector<Step> m_steps;
+    Arg m_result;
+    std::vector<std::string> m_input_names;
+};
+
+// The callable's display name, e.g. torch.add, torch.Tensor.relu, F.linear.
+std::string callable_name(PyObject* f);
+
+}  // namespace magpy

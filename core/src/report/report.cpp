@@ -1,0 +1,100 @@
+#include "report/report.h"
+
+#include "cache/code_cache.h"
+
+namespace magpy {
+
+static nlohmann::json break_json(const BreakInfo& b) {
+    return {{"reason_id", b.reason_id}, {"reason", b.reason},     {"hint", b.hint},
+            {"filename", b.filename},   {"lineno", b.lineno},     {"function", b.function}};
+}
+
+static std::vector<std::string> split_tabs(const std::string& s) {
+    std::vector<std::string> out;
+    size_t start = 0;
+    for (size_t i = 0; i <= s.size(); ++i)
+        if (i == s.size() || s[i] == '\t') {
+            out.push_back(s.substr(start, i - start));
+            start = i + 1;
+        }
+    return out;
+}
+
+nlohmann::json make_report(const CompiledState& st) {
+    nlohmann::json r;
+    r["schema_version"] = kReportSchemaVersion;
+    r["name"] = st.name;
+    r["backend"] = st.options.backend;
+    r["fullgraph"] = st.options.fullgraph;
+    const CallStats& s = st.stats;
+    r["calls"] = s.calls;
+    r["cache_hits"] = s.hits;
+    r["cache_misses"] = s.misses;
+    r["captures"] = s.captures;
+    r["eager_calls"] = s.eager_calls;
+    r["timings_ns"] = {{"capture", s.capture_ns}, {"compile", s.compile_ns}};
+    r["breaks"] = nlohmann::json::array();
+    for (const BreakInfo& b : s.breaks) r["breaks"].push_back(break_json(b));
+    r["recompile_reasons"] = s.recompile_reasons;
+    r["notes"] = s.notes;
+    r["graphs"] = nlohmann::json::array();
+    r["cache_entries"] = nlohmann::json::array();
+    CodeCache* cc =
+        st.code ? code_cache(reinterpret_cast<PyCodeObject*>(st.code.get()), false) : nullptr;
+    if (cc) {
+        for (const CacheEntry& e : cc->entries) {
+            nlohmann::json entry;
+            entry["id"] = e.id;
+            entry["kind"] = e.plan ? "graph" : "eager";
+            entry["hits"] = e.hits;
+            entry["guards"] = e.guards ? e.guards->describe() : std::vector<std::string>{};
+            entry["capture_ns"] = e.capture_ns;
+            entry["compile_ns"] = e.compile_ns;
+            entry["instructions"] = e.instructions;
+            entry["breaks"] = nlohmann::json::array();
+            for (const BreakInfo& b : e.breaks) entry["breaks"].push_back(break_json(b));
+            nlohmann::json nodes = nlohmann::json::array(), edges = nlohmann::json::array();
+            for (const std::string& n : e.refgraph_nodes) {
+                auto f = split_tabs(n);
+                if (f.size() == 4)
+                    nodes.push_back({{"id", std::stoi(f[0])}, {"kind", f[1]}, {"scope", f[2]},
+                                     {"label", f[3]}});
+            }
+            for (const std::string& n : e.refgraph_edges) {
+                auto f = split_tabs(n);
+                if (f.size() == 3)
+                    edges.push_back({{"src", std::stoi(f[0])}, {"dst", std::stoi(f[1])},
+                                     {"label", f[2]}});
+            }
+            entry["refgraph"] = {{"nodes", nodes}, {"edges", edges}};
+            if (e.plan) {
+                nlohmann::json g;
+                g["entry"] = e.id;
+                g["backend"] = e.backend;
+                g["backend_note"] = e.backend_note;
+                g["op_count"] = e.plan->graph_op_count();
+                nlohmann::json ops = nlohmann::json::array();
+                for (const Step& step : e.plan->steps()) {
+                    if (!step.graph_op) continue;
+                    std::string target = step.kind == StepKind::Call && !step.args.empty()
+                                             ? e.plan->render_arg(step.args[0])
+                                             : "";
+                    ops.push_back({{"kind", static_cast<int>(step.kind)},
+                                   {"target", target},
+                                   {"line", step.line},
+                                   {"out", step.out}});
+                }
+                g["ops"] = ops;
+                g["replay_python"] = e.plan->render(st.name.substr(st.name.rfind('.') + 1));
+                entry["replay_python"] = g["replay_python"];
+                r["graphs"].push_back(g);
+            }
+            r["cache_entries"].push_back(entry);
+        }
+    }
+    r["graph_count"] = r["graphs"].size();
+    r["break_count"] = r["breaks"].size();
+    return r;
+}
+
+}  // namespace magpy

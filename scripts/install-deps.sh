@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs every system package the project needs, from Debian 12's archive only.
+# Idempotent: packages already present are skipped, and apt is not touched when none is missing.
+set -euo pipefail
+
+PACKAGES=(
+    # build
+    build-essential cmake pkg-config git
+    # the embedded interpreter and the engine's dependencies
+    python3 python3.11-dev python3-torch libtorch-dev pybind11-dev python3-pybind11
+    nlohmann-json3-dev
+    # tests
+    googletest libgtest-dev python3-pytest python3-numpy
+    # notebook side (IPython extension, peers)
+    python3-ipython python3-ipykernel python3-jupyter-client
+    # real models for tests and benchmarks
+    python3-torchvision
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$pkg")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#PACKAGES[@]} packages present"
+    exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO="sudo"
+    else
+        echo "install-deps: missing packages (${missing[*]}) and not root; run as root or install sudo" >&2
+        exit 1
+    fi
+fi
+
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
