@@ -114,6 +114,8 @@ void Monitor::on_call(PyFrameObject* fo) {
     sf.frame = f;
     sf.frame_obj = fo;
     sf.code = co;
+    // Lines inside torch's own Python (Sequential.forward) are reported at the user's call.
+    sf.library_code = str(co->co_filename).find("/torch/") != std::string::npos;
     m_frames.push_back(std::move(sf));
     // `p` may dangle after push_back; re-fetch the caller.
     Pending& call = m_frames[m_frames.size() - 2].pending;
@@ -302,7 +304,7 @@ void Monitor::on_opcode(PyFrameObject* fo) {
         return stop_tracing();
     }
     py::Instruction ins = py::frame_current_instruction(f.frame);
-    m_cap.set_location(f.code, py::code_line_of(f.code, ins.offset));
+    if (!f.library_code) m_cap.set_location(f.code, py::code_line_of(f.code, ins.offset));
     m_cap.instructions++;
     dispatch(f, ins);
     if (m_cap.failed()) stop_tracing();

@@ -45,6 +45,7 @@ private:
         PyObject* kwnames = nullptr;  // from KW_NAMES, for the next CALL
         int func_value = -1;          // the function object's value (callees)
         bool is_root = false;
+        bool library_code = false;  // torch's own Python, traced through
         int return_value = -1;
     };
 

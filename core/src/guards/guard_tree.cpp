@@ -199,6 +199,15 @@ bool tensor_meta_of(PyObject* t, TensorMeta& m, bool with_strides) {
     return true;
 }
 
+// Short spelling of an object for guard text: modules print many lines, so use the type name.
+static std::string short_repr(PyObject* o) {
+    std::string r = py::repr_string(o);
+    if (r.find('\n') == std::string::npos && r.size() <= 72) return r;
+    char buf[32];
+    snprintf(buf, sizeof buf, "%p", static_cast<void*>(o));
+    return "<" + py::type_name(o) + " object at " + buf + ">";
+}
+
 static std::string ints_str(const std::vector<int64_t>& v) {
     std::string s = "[";
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -306,8 +315,7 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, std::string* why) con
             ok = o == v;
             if (!ok && why)
                 *why = "`" + src + "`: expected the same object as before (" +
-                       (o ? py::repr_string(o) : std::string("<deleted>")) + "), got " +
-                       py::repr_string(v);
+                       (o ? short_repr(o) : std::string("<deleted>")) + "), got " + short_repr(v);
             break;
         }
         case CheckKind::Equals:
@@ -403,7 +411,7 @@ std::string describe_check(const Check& c, const std::string& src) {
     }
     case CheckKind::IdIs: {
         PyObject* o = c.expected.get();
-        return src + " is " + (o ? py::repr_string(o) : std::string("<deleted>"));
+        return src + " is " + (o ? short_repr(o) : std::string("<deleted>"));
     }
     case CheckKind::Equals:
         return src + " == " + py::repr_string(c.value.get());
