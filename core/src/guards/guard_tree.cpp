@@ -189,6 +189,7 @@ bool tensor_meta_of(PyObject* t, TensorMeta& m, bool with_strides) {
         return false;
     }
     m.requires_grad = rg.get() == Py_True;
+    tensor_key_of(t, m.key, with_strides);
     if (with_strides) {
         py::Ref st = py::Ref::steal(PyObject_CallMethod(t, "stride", nullptr));
         if (!st || !read_int_tuple(st.get(), m.strides)) {
@@ -240,6 +241,7 @@ static bool equals_value(PyObject* expected, PyObject* v) {
 
 static bool tensor_matches(const TensorMeta& want, PyObject* v, std::string* why,
                            const std::string& src) {
+    if (!why) return is_tensor(v) && tensor_key_matches(v, want.key);  // the hot path
     TensorMeta got;
     if (!tensor_meta_of(v, got, !want.strides.empty())) {
         if (why) *why = "`" + src + "`: expected a tensor, got " + py::type_name(v);

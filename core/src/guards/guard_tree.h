@@ -5,6 +5,7 @@
 #pragma once
 
 #include "python/compat.h"
+#include "guards/tensor_check.h"
 #include "python/py_ref.h"
 
 #include <cstdint>
@@ -40,6 +41,7 @@ struct TensorMeta {
     std::vector<int64_t> sizes;
     std::vector<int64_t> strides;  // empty unless strides were read
     bool requires_grad = false;
+    TensorKey key;  // the same facts in C++ form, for the fast check
 };
 
 struct Check {

@@ -1,0 +1,41 @@
+#include "guards/tensor_check.h"
+
+#include <torch/csrc/autograd/python_variable.h>
+
+namespace magpy {
+
+void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides) {
+    const at::Tensor& x = THPVariable_Unpack(t);
+    key.dtype = static_cast<int8_t>(x.scalar_type());
+    key.device_type = static_cast<int8_t>(x.device().type());
+    key.device_index = x.device().index();
+    key.requires_grad = x.requires_grad();
+    auto sizes = x.sizes();
+    key.sizes.assign(sizes.begin(), sizes.end());
+    key.strides.clear();
+    if (with_strides) {
+        auto strides = x.strides();
+        key.strides.assign(strides.begin(), strides.end());
+    }
+}
+
+bool tensor_key_matches(PyObject* t, const TensorKey& key) {
+    const at::Tensor& x = THPVariable_Unpack(t);
+    if (static_cast<int8_t>(x.scalar_type()) != key.dtype) return false;
+    c10::Device d = x.device();
+    if (static_cast<int8_t>(d.type()) != key.device_type || d.index() != key.device_index)
+        return false;
+    if (x.requires_grad() != key.requires_grad) return false;
+    auto sizes = x.sizes();
+    if (sizes.size() != key.sizes.size()) return false;
+    for (size_t i = 0; i < sizes.size(); ++i)
+        if (sizes[i] != key.sizes[i]) return false;
+    if (!key.strides.empty()) {
+        auto strides = x.strides();
+        for (size_t i = 0; i < strides.size(); ++i)
+            if (strides[i] != key.strides[i]) return false;
+    }
+    return true;
+}
+
+}  // namespace magpy

@@ -1,0 +1,25 @@
+// The fast tensor check: reads an at::Tensor's metadata in C++ (no Python attribute calls).
+// Kept in its own file because it is the only part of guards/ that includes LibTorch headers.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace magpy {
+
+struct TensorKey {
+    int8_t dtype = -1;        // c10::ScalarType
+    int8_t device_type = -1;  // c10::DeviceType
+    int8_t device_index = -1;
+    bool requires_grad = false;
+    std::vector<int64_t> sizes;
+    std::vector<int64_t> strides;  // empty: not checked
+};
+
+// PRECONDITION: `t` is a torch.Tensor (type already checked). Fills `key`.
+void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides);
+bool tensor_key_matches(PyObject* t, const TensorKey& key);
+
+}  // namespace magpy
