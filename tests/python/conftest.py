@@ -31,8 +31,10 @@ def _fresh_magpy():
     """Every test starts (and ends) with empty caches and default torch state."""
     magpy.reset()
     grad = torch.is_grad_enabled()
+    dtype = torch.get_default_dtype()
     yield
     torch.set_grad_enabled(grad)
+    torch.set_default_dtype(dtype)
     magpy.reset()
 
 
@@ -96,15 +98,25 @@ def assert_same(actual, expected, path="result"):
     if isinstance(expected, torch.nn.Module) or callable(expected) or isinstance(expected, type):
         assert actual is expected, f"{path}: {actual!r} is not {expected!r}"
         return
-    if hasattr(expected, "__dict__") and type(expected).__eq__ is object.__eq__:
+    if type(expected).__module__ not in ("builtins", "torch"):
+        # a user object: compare its type and its state (__dict__ and __slots__)
         assert type(actual) is type(expected), f"{path}: type {type(actual)} vs {type(expected)}"
-        assert_same(vars(actual), vars(expected), f"{path}.__dict__")
+        assert_same(_object_state(actual), _object_state(expected), f"{path}.<state>")
         return
     if isinstance(expected, float) and expected != expected:
         assert isinstance(actual, float) and actual != actual, f"{path}: {actual!r} vs nan"
         return
     assert type(actual) is type(expected), f"{path}: type {type(actual)} vs {type(expected)}"
     assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+def _object_state(o):
+    state = dict(getattr(o, "__dict__", {}))
+    for cls in type(o).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if hasattr(o, name):
+                state[name] = getattr(o, name)
+    return state
 
 
 def check(fn, calls, *, mutate=None, snapshot=None, restore=None, seed=None, pin=(),
@@ -186,3 +198,34 @@ def restore_module(m, state):
         mod.training = f
     for k, v in attrs.items():
         setattr(m, k, copy.deepcopy(v))
+
+
+def run_isolated(source, timeout=60):
+    """Run `source` in a fresh interpreter (for cases that may crash the process).
+
+    The snippet has `torch`, `magpy` and `same(a, b)` (exact comparison) available and should
+    print "OK" at the end. Returns (returncode, stdout + stderr).
+    """
+    import subprocess
+    import textwrap
+    prelude = textwrap.dedent("""
+        import sys
+        sys.path[:0] = [%r, %r]
+        import torch, magpy
+        def same(a, b):
+            if isinstance(b, torch.Tensor):
+                return (isinstance(a, torch.Tensor) and a.dtype == b.dtype
+                        and a.shape == b.shape and torch.equal(a, b))
+            if isinstance(b, (list, tuple)):
+                return type(a) is type(b) and len(a) == len(b) and all(
+                    same(x, y) for x, y in zip(a, b))
+            return type(a) is type(b) and a == b
+    """) % (os.path.join(ROOT, "core", "python"), os.path.join(ROOT, "build", "python"))
+    proc = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(source)],
+                          capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def assert_isolated_ok(source):
+    rc, out = run_isolated(source)
+    assert rc == 0 and out.rstrip().endswith("OK"), f"exit code {rc}:\n{out[-3000:]}"

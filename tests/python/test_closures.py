@@ -1,0 +1,163 @@
+"""Closures: free variables of the compiled function and of its callees, guarded by cell."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import magpy
+from conftest import assert_stats, break_ids, check
+
+
+def make_scaler(scale, bias):
+    def scaled(x):
+        return x * scale + bias
+    return scaled
+
+
+def make_box(value):
+    """A closure whose cell the test can rebind (nonlocal set from outside)."""
+    def read(x):
+        return x * value
+
+    def set_value(v):
+        nonlocal value
+        value = v
+
+    return read, set_value
+
+
+@pytest.mark.parametrize("scale,bias", [(2, 0.5), (0.1, -3.0), (True, 1)])
+def test_closure_over_scalars(scale, bias):
+    fn = make_scaler(scale, bias)
+    x = torch.randn(3)
+    cf = check(fn, [x, x * 2, x + 1])
+    e = assert_stats(cf, graphs=1, hits=2, misses=1)
+    assert f"closure['scale'] == {scale!r}" in e.guards
+
+
+def test_closure_over_tensor_and_module():
+    w = torch.randn(3, 3)
+    lin = nn.Linear(3, 3)
+
+    def f(x):
+        return lin(x @ w)
+
+    cf = check(f, [torch.randn(2, 3), torch.randn(2, 3)])
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+
+
+def test_rebinding_cell_recompiles():
+    read, set_value = make_box(2.0)
+    x = torch.randn(3)
+
+    def mutate(i):
+        set_value(5.0 if i in (2, 3) else 2.0)
+
+    cf = check(read, [x, x, x, x * 2, x], mutate=mutate)
+    e = assert_stats(cf, graphs=2, hits=3, misses=2)
+    assert e.recompile_reasons == ["`closure['value']`: expected 2.0, got 5.0"]
+
+
+def test_rebinding_cell_to_tensor_of_other_shape():
+    read, set_value = make_box(torch.ones(3))
+    x = torch.randn(3)
+
+    def mutate(i):
+        set_value(torch.full((3,), float(i)) if i < 2 else torch.ones(1))
+
+    cf = check(read, [x, x, x], mutate=mutate)
+    e = assert_stats(cf, graphs=2, hits=1, misses=2)
+    assert e.recompile_reasons == ["tensor `closure['value']` dim 0: expected 3, got 1"]
+
+
+def test_factory_functions_share_code_but_not_results():
+    f2 = make_scaler(2.0, 0.0)
+    f3 = make_scaler(3.0, 1.0)
+    assert f2.__code__ is f3.__code__
+    x = torch.randn(3)
+    magpy.reset()
+    c2 = magpy.compile(f2)
+    c3 = magpy.compile(f3)
+    for _ in range(3):
+        assert torch.equal(c2(x), f2(x))
+        assert torch.equal(c3(x), f3(x))
+    # one cache per code object: two entries, each function hits its own
+    assert magpy.explain(c2).cache_entries == 2
+    assert magpy.explain(c2).cache_hits == 2 and magpy.explain(c3).cache_hits == 2
+
+
+def make_outer(k):
+    def helper(x):
+        return x + k
+
+    def outer(x):
+        return helper(x) * 2
+
+    return outer, helper
+
+
+def test_closure_of_inlined_callee_guarded():
+    outer, helper = make_outer(1.0)
+    x = torch.randn(3)
+    cell = helper.__closure__[0]
+
+    def mutate(i):
+        cell.cell_contents = 10.0 if i == 2 else 1.0
+
+    cf = check(outer, [x, x, x, x], mutate=mutate)
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert "__closure__['k']" in e.recompile_reasons[0]
+
+
+def test_closure_over_list_items():
+    items = [torch.ones(2), 3.0]
+
+    def f(x):
+        return x * items[0] + items[1]
+
+    x = torch.randn(2)
+
+    def mutate(i):
+        items[1] = 4.0 if i >= 2 else 3.0
+
+    cf = check(f, [x, x, x, x], mutate=mutate)
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert e.recompile_reasons == ["`closure['items'][1]`: expected 3.0, got 4.0"]
+
+
+def test_nonlocal_assignment_breaks_and_is_correct():
+    state = {"n": 0}
+
+    def make():
+        count = 0
+
+        def f(x):
+            nonlocal count
+            count = count + 1
+            state["n"] = count
+            return x * count
+
+        return f
+
+    f_eager = make()
+    f_comp = make()
+    magpy.reset()
+    cf = magpy.compile(f_comp)
+    for _ in range(3):
+        x = torch.randn(2)
+        assert torch.equal(cf(x), f_eager(x))
+    assert f_comp.__closure__[0].cell_contents == f_eager.__closure__[0].cell_contents == 3
+    assert_stats(cf, graphs=0, breaks=1)
+    assert break_ids(cf) == ["MB004"]
+
+
+def test_inner_function_definition_breaks():
+    def f(x):
+        def inner(t):
+            return t * 2
+        return inner(x) + 1
+
+    cf = check(f, [torch.randn(2), torch.randn(2)])
+    assert_stats(cf, graphs=0, breaks=1, hits=1, misses=1)
+    assert break_ids(cf) == ["MB004"]
+    assert "MAKE_FUNCTION" in magpy.explain(cf).breaks[0].reason

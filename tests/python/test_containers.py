@@ -1,0 +1,217 @@
+"""Tuples, lists and dicts: built in the function, passed in, indexed, returned."""
+
+import pytest
+import torch
+
+import magpy
+from conftest import Call, assert_same, assert_stats, break_ids, check
+
+
+def test_return_nested_containers():
+    def f(x, y):
+        return {"sum": x + y, "pair": (x, y * 2), "list": [x - y, [x * y]]}
+
+    x, y = torch.randn(3), torch.randn(3)
+    cf = check(f, [(x, y), (y, x), (x, x)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_returned_containers_are_fresh_objects_each_call():
+    def f(x):
+        return [x + 1, x + 2]
+
+    magpy.reset()
+    cf = magpy.compile(f)
+    x = torch.zeros(2)
+    a = cf(x)
+    b = cf(x)
+    assert_same(a, f(x))
+    assert_same(b, f(x))
+    assert a is not b
+    a.append(1)
+    assert len(b) == 2
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+
+
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_input_sequence_indexing(kind):
+    def f(xs):
+        return xs[0] * 2 + xs[-1] - xs[1]
+
+    a, b, c = torch.randn(3), torch.randn(3), torch.randn(3)
+    cf = check(f, [Call(kind(v)) for v in ([a, b, c], [b, c, a], [a, b, c, a], [c, b, a])])
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert e.recompile_reasons == ["len(L['xs']): expected 3, got 4"]
+
+
+def test_input_tuple_unpacking():
+    def f(pair):
+        a, b = pair
+        return a @ b
+
+    cf = check(f, [((torch.randn(2, 3), torch.randn(3, 4)),),
+                   ((torch.randn(2, 3), torch.randn(3, 4)),),
+                   ((torch.randn(2, 3), torch.randn(3, 5)),)])
+    e = assert_stats(cf, graphs=2, hits=1, misses=2)
+    assert e.recompile_reasons == ["tensor `L['pair'][1]` dim 1: expected 4, got 5"]
+
+
+def test_input_dict_constant_keys():
+    def f(d):
+        return d["x"] * d["scale"] + d["bias"]
+
+    x = torch.randn(4)
+    cf = check(f, [{"x": x, "scale": 2.0, "bias": 1.0},
+                   {"x": x * 3, "scale": 2.0, "bias": 1.0, "unused": "a"},
+                   {"x": x, "scale": 3.0, "bias": 1.0}])
+    e = assert_stats(cf, graphs=2, hits=1, misses=2)
+    assert e.recompile_reasons == ["`L['d']['scale']`: expected 2.0, got 3.0"]
+
+
+def test_iteration_over_input_list_guards_length():
+    def f(xs):
+        total = 0
+        for t in xs:
+            total = total + t
+        return total
+
+    a = torch.randn(2, 2)
+    cf = check(f, [[a, a], [a, a * 2], [a, a, a], [a * 3, a, a]])
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert e.recompile_reasons == ["len(L['xs']): expected 2, got 3"]
+
+
+def test_len_of_input_list_and_dict():
+    def f(xs, d, x):
+        return x * len(xs) + len(d)
+
+    x = torch.ones(2)
+    cf = check(f, [([1, 2], {"a": 1}, x), ([3, 4], {"b": 2}, x), ([1, 2, 3], {"a": 1}, x)])
+    assert_stats(cf, graphs=2, hits=1, misses=2)
+
+
+def test_local_list_methods():
+    def f(x):
+        out = []
+        out.append(x)
+        out.append(x * 2)
+        out.extend([x * 3, x * 4])
+        out.insert(0, x - 1)
+        last = out.pop()
+        out[1] = out[1] + 100
+        return out, last
+
+    cf = check(f, [torch.randn(3), torch.randn(3)])
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+
+
+def test_local_list_slicing_concat_and_len():
+    def f(x):
+        a = [x, x + 1, x + 2, x + 3]
+        b = a[1:3] + a[::2]
+        c = (x,) + (x * 2,)
+        return torch.stack(b), len(b) * c[1], list(c)
+
+    cf = check(f, [torch.randn(2), torch.randn(2)])
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+
+
+def test_container_snapshot_used_by_op_then_mutated():
+    def f(x):
+        parts = [x, x * 2]
+        first = torch.cat(parts)
+        parts.append(x * 3)
+        second = torch.cat(parts)
+        return first, second, parts
+
+    cf = check(f, [torch.randn(2), torch.randn(2), torch.randn(3)])
+    assert_stats(cf, graphs=2, hits=1, misses=2)
+
+
+def test_local_dict_building_and_update():
+    def f(x):
+        d = {"a": x, "b": x * 2}
+        d["c"] = d["a"] + d["b"]
+        d["a"] = d["a"] - 1
+        return d
+
+    cf = check(f, [torch.randn(3), torch.randn(3)])
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+
+
+def test_containers_of_python_scalars():
+    def f(x, cfg):
+        sizes = [cfg[0], cfg[1]]
+        return x.reshape(sizes[0], sizes[1]) * cfg[2]
+
+    x = torch.arange(6.0)
+    cf = check(f, [(x, [2, 3, 1.5]), (x + 1, [2, 3, 1.5]), (x, [3, 2, 1.5]), (x, [3, 2, 0.5])])
+    assert_stats(cf, graphs=3, hits=1, misses=3)
+
+
+def test_key_in_input_dict():
+    def f(x, d):
+        if "bias" in d:
+            return x + d["bias"]
+        return x
+
+    x = torch.randn(3)
+    cf = check(f, [(x, {"bias": 1.0}), (x, {"bias": 1.0}), (x, {"bias": 2.0})])
+    assert_stats(cf, graphs=2, hits=1, misses=2)
+
+
+def test_nested_input_containers():
+    def f(batch):
+        return batch["inputs"][0] * batch["inputs"][1] + batch["meta"]["offset"]
+
+    x = torch.randn(3)
+    cf = check(f, [{"inputs": [x, x], "meta": {"offset": 1}},
+                   {"inputs": [x * 2, x], "meta": {"offset": 1}},
+                   {"inputs": [x, x], "meta": {"offset": 2}}])
+    e = assert_stats(cf, graphs=2, hits=1, misses=2)
+    assert e.recompile_reasons == ["`L['batch']['meta']['offset']`: expected 1, got 2"]
+
+
+def test_item_of_input_list_changed_type():
+    def f(xs):
+        return xs[0] + 1
+
+    cf = check(f, [[torch.ones(2)], [torch.zeros(2)], [3], [torch.ones(2)]])
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert "expected type Tensor, got int" in e.recompile_reasons[0]
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a list passed whole to an op is guarded by "
+                   "type only, so shape-derived constants of the result go stale when its "
+                   "length changes")
+def test_list_passed_whole_to_op_then_shape_read():
+    def f(xs):
+        y = torch.cat(xs)
+        return y * y.shape[0]
+
+    a = torch.ones(2)
+    check(f, [[a, a], [a, a, a]])
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: *args tuple passed whole to torch.stack is "
+                   "not guarded by length; stale len-derived constant")
+def test_varargs_tuple_passed_whole_then_len_of_result():
+    def f(*xs):
+        y = torch.stack(xs)
+        return y / len(y)
+
+    a = torch.ones(2)
+    check(f, [(a, a), (a, a, a, a)])
+
+
+def test_dict_iteration_breaks_but_is_correct():
+    def f(d):
+        out = 0
+        for k in d:
+            out = out + d[k]
+        return out
+
+    x = torch.randn(2)
+    cf = check(f, [{"a": x, "b": x * 2}, {"a": x, "b": x * 3}])
+    assert_stats(cf, graphs=0, breaks=1, hits=1, misses=1)
+    assert break_ids(cf) == ["MB004"]

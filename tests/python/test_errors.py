@@ -1,0 +1,311 @@
+"""Errors: bad compile() arguments, exceptions raised by the user's code (on capture and on
+replay), the state they leave behind, and reference counts of everything passed in."""
+
+import gc
+import sys
+import traceback
+import weakref
+
+import pytest
+import torch
+import torch.nn as nn
+
+import magpy
+from conftest import Call, assert_stats, check
+
+LOG = []
+
+
+def test_compile_non_callable_raises_type_error():
+    with pytest.raises(TypeError) as err:
+        magpy.compile(3)
+    msg = str(err.value)
+    assert "3" in msg and "int" in msg and "not callable" in msg
+    with pytest.raises(TypeError, match="str"):
+        magpy.compile("relu")
+
+
+def test_unknown_backend_raises_value_error():
+    with pytest.raises(ValueError) as err:
+        magpy.compile(torch.relu, backend="no-such-backend")
+    assert "no-such-backend" in str(err.value)
+    assert "available: " in str(err.value) and "eager" in str(err.value)
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: magpy.backends() raises TypeError (the "
+                   "_magpy binding returns std::vector<std::string> without pybind11/stl.h)")
+def test_backends_lists_eager():
+    assert "eager" in magpy.backends()
+
+
+@pytest.mark.parametrize("kwargs,exc", [
+    (dict(backend=None), TypeError),
+    (dict(backend=3), TypeError),
+    (dict(dynamic="yes"), TypeError),
+    (dict(cache_limit=0), ValueError),
+])
+def test_invalid_options(kwargs, exc):
+    def f(x):
+        return x
+
+    with pytest.raises(exc):
+        magpy.compile(f, **kwargs)
+
+
+def test_explain_of_non_compiled_raises_type_error():
+    with pytest.raises(TypeError, match="magpy.compile"):
+        magpy.explain(lambda x: x)
+
+
+def test_compile_of_compiled_unwraps():
+    def f(x):
+        return x + 1
+
+    cf = magpy.compile(magpy.compile(f))
+    check(f, [torch.ones(2), torch.ones(2)], compiled=cf)
+    assert cf.__name__ == "f" and cf._orig is f
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+
+
+def user_function_that_raises(x, fail):
+    LOG.append("before")
+    y = x * 2
+    if fail:
+        raise ValueError("user error %d" % y.shape[0])
+    return y
+
+
+def failing_callee(x):
+    return x.view(-1, 7)
+
+
+def outer_calls_failing_callee(x):
+    return failing_callee(x + 1)
+
+
+def test_exception_on_capture_propagates_with_user_traceback():
+    LOG.clear()
+    magpy.reset()
+    cf = magpy.compile(user_function_that_raises)
+    x = torch.randn(3)
+    with pytest.raises(ValueError, match="user error 3") as err:
+        cf(x, True)
+    tb = "".join(traceback.format_exception(err.value))
+    assert "user_function_that_raises" in tb
+    assert 'raise ValueError("user error %d" % y.shape[0])' in tb
+    assert LOG == ["before"]  # the statement before the raise ran exactly once
+    assert magpy.explain(cf).cache_entries == 0
+    # later calls work and are compared against eager
+    LOG.clear()
+    check(user_function_that_raises, [(x, False), (x, False)], compiled=cf)
+    assert LOG == ["before"] * 4
+    assert magpy.explain(cf).graph_count == 1
+
+
+def test_exception_in_inlined_callee_has_both_frames():
+    magpy.reset()
+    cf = magpy.compile(outer_calls_failing_callee)
+    x = torch.randn(5)
+    with pytest.raises(RuntimeError) as eager_err:
+        outer_calls_failing_callee(x)
+    with pytest.raises(RuntimeError) as err:
+        cf(x)
+    assert str(err.value) == str(eager_err.value)
+    tb = "".join(traceback.format_exception(err.value))
+    assert "outer_calls_failing_callee" in tb and "failing_callee" in tb
+    assert magpy.explain(cf).cache_entries == 0
+    cf2 = check(outer_calls_failing_callee, [torch.randn(7), torch.randn(14)])
+    assert_stats(cf2, graphs=2)
+
+
+def gather(x, idx):
+    return x[idx] * 2
+
+
+def test_exception_on_replay_same_type_and_message():
+    magpy.reset()
+    cf = magpy.compile(gather)
+    x = torch.arange(5.0)
+    assert torch.equal(cf(x, torch.tensor([1, 2])), gather(x, torch.tensor([1, 2])))
+    bad = torch.tensor([7, 2])
+    with pytest.raises(IndexError) as eager_err:
+        gather(x, bad)
+    with pytest.raises(IndexError) as err:
+        cf(x, bad)
+    assert str(err.value) == str(eager_err.value)
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+    # the entry is still good afterwards
+    assert torch.equal(cf(x, torch.tensor([4, 0])), gather(x, torch.tensor([4, 0])))
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: an exception raised while replaying a graph "
+                   "has no frame of the user's function in its traceback")
+def test_exception_on_replay_has_user_traceback():
+    magpy.reset()
+    cf = magpy.compile(gather)
+    x = torch.arange(5.0)
+    cf(x, torch.tensor([1, 2]))
+    with pytest.raises(IndexError) as err:
+        cf(x, torch.tensor([7, 2]))
+    assert "gather" in "".join(traceback.format_exception(err.value))
+
+
+def log_then_index(x, idx, log):
+    log.append(idx.shape[0])
+    return x[idx]
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: stores are replayed after the computation, so "
+                   "when a replayed op raises, stores the program made before it are lost "
+                   "(eager appends to the list, replay does not)")
+def test_exception_on_replay_keeps_earlier_side_effects():
+    magpy.reset()
+    cf = magpy.compile(log_then_index)
+    x = torch.arange(5.0)
+    log_e, log_c = [], []
+    assert torch.equal(cf(x, torch.tensor([1]), log_c), log_then_index(x, torch.tensor([1]), log_e))
+    with pytest.raises(IndexError):
+        log_then_index(x, torch.tensor([9]), log_e)
+    with pytest.raises(IndexError):
+        cf(x, torch.tensor([9]), log_c)
+    assert log_c == log_e
+
+
+def test_fullgraph_error_leaves_no_entry_and_repeats():
+    def f(x):
+        return x * x.sum().item()
+
+    magpy.reset()
+    cf = magpy.compile(f, fullgraph=True)
+    for _ in range(2):
+        with pytest.raises(magpy.GraphBreakError, match="MB002"):
+            cf(torch.ones(2))
+    assert magpy.explain(cf).cache_entries == 0
+    cf2 = magpy.compile(f)
+    assert torch.equal(cf2(torch.ones(2)), f(torch.ones(2)))
+    assert magpy.explain(cf2).break_count == 1
+
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x, extra):
+        return self.fc(x) + extra[0]
+
+
+def refcounts(*objs):
+    gc.collect()
+    return [sys.getrefcount(o) for o in objs]
+
+
+@pytest.mark.parametrize("path", ["graph", "break", "exception"])
+def test_refcounts_of_inputs_unchanged(path):
+    def graph_fn(x, extra, m):
+        return m(x, extra) * 2
+
+    def break_fn(x, extra, m):
+        return m(x, extra) * m(x, extra).sum().item()
+
+    def exc_fn(x, extra, m):
+        y = m(x, extra)
+        raise KeyError("boom")
+
+    fn = {"graph": graph_fn, "break": break_fn, "exception": exc_fn}[path]
+    m = Small()
+    x = torch.randn(2, 3)
+    extra = [torch.ones(3)]
+    magpy.reset()
+    cf = magpy.compile(fn)
+
+    def call():
+        try:
+            expected = fn(x, extra, m)
+        except KeyError as err:
+            expected = err
+        try:
+            actual = cf(x, extra, m)
+        except KeyError as err:
+            actual = err
+        if isinstance(expected, KeyError):
+            assert isinstance(actual, KeyError) and actual.args == expected.args
+        else:
+            assert torch.equal(actual, expected)
+
+    call()  # capture (first entry), then steady state
+    call()
+    before = refcounts(x, extra, extra[0], m, m.fc, m.fc.weight, fn)
+    for _ in range(200):
+        call()
+    after = refcounts(x, extra, extra[0], m, m.fc, m.fc.weight, fn)
+    assert after == before
+    e = magpy.explain(cf)
+    if path == "graph":
+        assert e.graph_count == 1 and e.cache_hits == 201
+    elif path == "break":
+        assert e.graph_count == 0 and e.cache_hits == 201 and e.break_count == 1
+    else:
+        assert e.cache_entries == 0 and e.cache_misses == 202
+
+
+def test_results_are_not_leaked():
+    def f(x):
+        return x * 2, [x + 1]
+
+    magpy.reset()
+    cf = magpy.compile(f)
+    x = torch.randn(2)
+    cf(x)
+    out, lst = cf(x)
+    assert torch.equal(out, x * 2) and torch.equal(lst[0], x + 1)
+    ref = weakref.ref(out)
+    assert sys.getrefcount(lst) == 2
+    del out, lst
+    gc.collect()
+    assert ref() is None
+
+
+def test_compiled_module_does_not_keep_module_alive_after_release():
+    m = Small()
+    ref = weakref.ref(m)
+    cf = magpy.compile(m)
+    x = torch.randn(2, 3)
+    assert torch.equal(cf(x, [1.0]), m(x, [1.0]))
+    assert magpy.explain(cf).graph_count == 1
+    del cf, m
+    gc.collect()
+    assert ref() is None
+
+
+def test_wrong_arity_raises_like_eager():
+    def f(x, y):
+        return x + y
+
+    magpy.reset()
+    cf = magpy.compile(f)
+    with pytest.raises(TypeError) as e1:
+        f(torch.ones(1))
+    with pytest.raises(TypeError) as e2:
+        cf(torch.ones(1))
+    assert str(e1.value) == str(e2.value)
+    check(f, [Call(torch.ones(1), torch.ones(1))], compiled=cf)
+
+
+def test_refcounts_restored_after_captures_and_reset():
+    m = Small()
+    extra = [torch.ones(3)]
+
+    def fn(x, extra, m):
+        return m(x, extra) * 2
+
+    magpy.reset()
+    cf = magpy.compile(fn)
+    objs = (extra, extra[0], m, m.fc, m.fc.weight, fn, Small, Small.forward)
+    before = refcounts(*objs)
+    for n in range(1, 11):  # 8 captures, then eager calls past the cache limit
+        x = torch.randn(n, 3)
+        assert torch.equal(cf(x, extra, m), fn(x, extra, m))
+    assert_stats(cf, graphs=8, entries=8, misses=10)
+    magpy.reset()
+    assert refcounts(*objs) == before

@@ -1,0 +1,338 @@
+"""Guards: every external value a capture depends on is checked on each call; a change
+recompiles (a new cache entry) with a readable reason, and an unchanged call hits."""
+
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+import magpy
+from conftest import assert_stats, check
+
+THIS = sys.modules[__name__]
+SCALE = 2
+WEIGHT = torch.ones(3)
+MODE = "sum"
+
+
+@pytest.fixture(autouse=True)
+def _restore_globals():
+    global SCALE, WEIGHT, MODE
+    SCALE, WEIGHT, MODE = 2, torch.ones(3), "sum"
+    yield
+    SCALE, WEIGHT, MODE = 2, torch.ones(3), "sum"
+    THIS.__dict__.pop("len", None)
+
+
+def set_global(name, value):
+    setattr(THIS, name, value)
+
+
+def test_global_scalar_change():
+    def f(x):
+        return x * SCALE
+
+    x = torch.randn(3)
+    cf = check(f, [x, x, x, x, x], mutate=lambda i: set_global("SCALE", 3 if i in (2, 3) else 2))
+    e = assert_stats(cf, graphs=2, hits=3, misses=2, entries=2)
+    assert e.recompile_reasons == ["`G['SCALE']`: expected 2, got 3"]
+    assert "G['SCALE'] == 2" in e.guards and "G['SCALE'] == 3" in e.guards
+
+
+def test_global_tensor_shape_change_and_value_change():
+    def f(x):
+        return x @ WEIGHT
+
+    def mutate(i):
+        set_global("WEIGHT", torch.full((3,), float(i)) if i < 2 else torch.ones(3, 2))
+
+    cf = check(f, [torch.randn(2, 3)] * 3, mutate=mutate)
+    e = assert_stats(cf, graphs=2, hits=1, misses=2)
+    assert e.recompile_reasons == ["tensor `G['WEIGHT']` rank: expected 1, got 2"]
+
+
+def test_global_string_change():
+    def f(x):
+        if MODE == "sum":
+            return x.sum()
+        return x.mean()
+
+    x = torch.randn(4)
+    cf = check(f, [x, x, x], mutate=lambda i: set_global("MODE", "mean" if i == 2 else "sum"))
+    e = assert_stats(cf, graphs=2, hits=1, misses=2)
+    assert e.recompile_reasons == ["`G['MODE']`: expected 'sum', got 'mean'"]
+
+
+def test_global_deleted_raises_like_eager():
+    def f(x):
+        return x * SCALE
+
+    magpy.reset()
+    cf = magpy.compile(f)
+    x = torch.randn(2)
+    assert torch.equal(cf(x), f(x))
+    del THIS.SCALE
+    try:
+        with pytest.raises(NameError, match="SCALE"):
+            f(x)
+        with pytest.raises(NameError, match="SCALE"):
+            cf(x)
+    finally:
+        THIS.SCALE = 2
+    e = magpy.explain(cf)
+    assert e.recompile_reasons == ["`G['SCALE']` could not be read"]
+    assert torch.equal(cf(x), f(x))
+    assert e.cache_entries == 1
+
+
+class Obj:
+    def __init__(self):
+        self.k = 1.0
+        self.t = torch.ones(2)
+
+
+def test_attribute_changes():
+    o = Obj()
+
+    def f(o, x):
+        return x * o.k + o.t
+
+    def mutate(i):
+        o.k = 1.0 if i < 2 else 5.0
+        o.t = torch.ones(2) * i if i < 4 else torch.ones(2, dtype=torch.float64)
+
+    cf = check(f, [(o, torch.randn(2))] * 5, mutate=mutate, pin=(o,))
+    e = assert_stats(cf, graphs=3, hits=2, misses=3)
+    assert e.recompile_reasons == [
+        "`L['o'].k`: expected 1.0, got 5.0",
+        "tensor `L['o'].t` dtype: expected torch.float32, got torch.float64"]
+
+
+def make_reader(v):
+    def read(x):
+        return x + v
+    return read
+
+
+def test_closure_cell_change():
+    read = make_reader(1.0)
+    x = torch.randn(2)
+
+    def mutate(i):
+        read.__closure__[0].cell_contents = 1.0 if i != 1 else 2.0
+
+    cf = check(read, [x, x, x], mutate=mutate)
+    e = assert_stats(cf, graphs=2, hits=1, misses=2)
+    assert e.recompile_reasons == ["`closure['v']`: expected 1.0, got 2.0"]
+
+
+def test_container_content_change():
+    cfg = {"layers": [1.0, 2.0], "act": "relu"}
+
+    def f(x, cfg):
+        y = x * cfg["layers"][0] + cfg["layers"][1]
+        return torch.relu(y) if cfg["act"] == "relu" else torch.tanh(y)
+
+    def mutate(i):
+        cfg["layers"][1] = 3.0 if i == 1 else 2.0
+        cfg["act"] = "tanh" if i == 2 else "relu"
+
+    x = torch.randn(3)
+    cf = check(f, [(x, cfg)] * 4, mutate=mutate, pin=(cfg,))
+    e = assert_stats(cf, graphs=3, hits=1, misses=3)
+    # each miss is explained against the most recently used entry
+    assert e.recompile_reasons == ["`L['cfg']['layers'][1]`: expected 2.0, got 3.0",
+                                   "`L['cfg']['layers'][1]`: expected 3.0, got 2.0"]
+
+
+def test_list_length_change():
+    def f(xs):
+        return xs[-1] * len(xs)
+
+    a = torch.ones(2)
+    cf = check(f, [[a, a], [a, a], [a, a, a]])
+    e = assert_stats(cf, graphs=2, hits=1, misses=2)
+    assert e.recompile_reasons == ["len(L['xs']): expected 2, got 3"]
+
+
+def test_train_eval_flag():
+    m = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.0))
+    x = torch.randn(2, 3)
+
+    def mutate(i):
+        m.train(i % 2 == 0)
+
+    cf = check(m, [x] * 4, mutate=mutate)
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert ".training`: expected True, got False" in e.recompile_reasons[0]
+
+
+@pytest.mark.parametrize("change,reason", [
+    (lambda x: x.double(), "tensor `L['x']` dtype: expected torch.float32, got torch.float64"),
+    (lambda x: x.int(), "tensor `L['x']` dtype: expected torch.float32, got torch.int32"),
+    (lambda x: x[:2], "tensor `L['x']` dim 0: expected 3, got 2"),
+    (lambda x: x.reshape(3, 1, 2), "tensor `L['x']` rank: expected 2, got 3"),
+    (lambda x: x.clone().requires_grad_(True),
+     "tensor `L['x']` requires_grad: expected False, got True"),
+    (lambda x: 3, "`L['x']`: expected type Tensor, got int"),
+    (lambda x: 2.5, "`L['x']`: expected type Tensor, got float"),
+])
+def test_tensor_metadata_change(change, reason):
+    def f(x):
+        return x * 2
+
+    x = torch.randn(3, 2)
+    cf = check(f, [x, x + 1, change(x), x])
+    e = assert_stats(cf, graphs=2, hits=2, misses=2, entries=2)
+    assert e.recompile_reasons == [reason]
+
+
+def test_grad_mode_change():
+    def f(x, w):
+        return x @ w
+
+    magpy.reset()
+    cf = magpy.compile(f)
+    x, w = torch.randn(2, 3), torch.randn(3, 3, requires_grad=True)
+    r1 = cf(x, w)
+    with torch.no_grad():
+        r2 = cf(x, w)
+        e2 = f(x, w)
+    r3 = cf(x, w)
+    with torch.no_grad():
+        r4 = cf(x, w)
+    assert r1.requires_grad and r3.requires_grad and not r2.requires_grad
+    assert not r4.requires_grad and not e2.requires_grad
+    assert torch.equal(r2, e2) and torch.equal(r1.detach(), f(x, w).detach())
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert e.recompile_reasons == ["grad mode: expected torch.is_grad_enabled() == True"]
+
+
+def helper_a(x):
+    return x + 1
+
+
+def helper_b(x):
+    return x - 1
+
+
+HELPER = helper_a
+
+
+def test_global_function_identity():
+    def f(x):
+        return HELPER(x) * 2
+
+    x = torch.randn(2)
+
+    def mutate(i):
+        set_global("HELPER", helper_b if i == 1 else helper_a)
+
+    cf = check(f, [x, x, x, x], mutate=mutate)
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert e.recompile_reasons[0].startswith("`G['HELPER']`: expected the same object")
+
+
+def test_returning_to_earlier_variant_hits():
+    def f(x):
+        return x.sum(0)
+
+    shapes = [(2, 3), (4, 3), (2, 3), (5, 3), (4, 3), (2, 3)]
+    cf = check(f, [torch.randn(s) for s in shapes])
+    assert_stats(cf, graphs=3, entries=3, hits=3, misses=3)
+
+
+def test_reset_drops_entries():
+    def f(x):
+        return x + 1
+
+    x = torch.randn(2)
+    cf = check(f, [x, x])
+    assert_stats(cf, entries=1, hits=1, misses=1)
+    magpy.reset()
+    assert magpy.explain(cf).cache_entries == 0
+    assert torch.equal(cf(x), f(x))
+    assert_stats(cf, entries=1, hits=1, misses=2)
+
+
+def test_guard_text_describes_inputs():
+    def f(x, n):
+        return x * n
+
+    cf = check(f, [(torch.randn(2, 3), 4)])
+    e = magpy.explain(cf)
+    assert "torch.is_grad_enabled() == True" in e.guards
+    assert "type(L['x']) is Tensor" in e.guards
+    assert ("check_tensor(L['x'], dtype=torch.float32, device=cpu, size=[2, 3], "
+            "requires_grad=False)") in e.guards
+    assert "L['n'] == 4" in e.guards
+
+
+def test_two_compiled_wrappers_share_the_code_cache():
+    def f(x):
+        return x * 3
+
+    x = torch.randn(2)
+    magpy.reset()
+    c1 = magpy.compile(f)
+    c2 = magpy.compile(f)
+    assert torch.equal(c1(x), f(x))
+    assert torch.equal(c2(x), f(x))
+    assert magpy.explain(c1).cache_entries == magpy.explain(c2).cache_entries == 1
+    assert stats_of(c2) == (1, 0)
+    assert stats_of(c1) == (0, 1)
+
+
+def stats_of(cf):
+    e = magpy.explain(cf)
+    return e.cache_hits, e.cache_misses
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a builtin read through __builtins__ is not "
+                   "guarded against a module global of the same name defined after capture "
+                   "(shadowing `len` replays the builtin)")
+def test_builtin_shadowed_by_global_recompiles():
+    def f(xs, x):
+        return x * len(xs)
+
+    def mutate(i):
+        if i == 1:
+            THIS.len = lambda s: 100
+
+    check(f, [([1, 2], torch.ones(2)), ([1, 2], torch.ones(2))], mutate=mutate)
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: Tensor.is_leaf is folded to a constant but not "
+                   "guarded (a non-leaf with requires_grad=True passes the leaf's guards)")
+def test_is_leaf_read_is_guarded():
+    def f(x):
+        return x * 2 if x.is_leaf else x * 3
+
+    magpy.reset()
+    cf = magpy.compile(f)
+    a = torch.ones(2, requires_grad=True)
+    for t in (a, a * 1):
+        assert torch.equal(cf(t).detach(), f(t).detach())
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: storage_offset() guards strides but not the "
+                   "storage offset itself; a view with another offset replays a stale constant")
+def test_storage_offset_read_is_guarded():
+    def f(x):
+        return x * x.storage_offset()
+
+    base = torch.arange(10.0)
+    check(f, [base[1:4], base[2:5]], pin=())
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: torch.get_default_dtype() is folded to a "
+                   "constant without a guard on the default dtype")
+def test_default_dtype_read_is_guarded():
+    def f(x):
+        return x.to(torch.get_default_dtype())
+
+    def mutate(i):
+        torch.set_default_dtype(torch.float64 if i == 1 else torch.float32)
+
+    check(f, [torch.ones(2, dtype=torch.int64)] * 2, mutate=mutate)

@@ -1,0 +1,242 @@
+"""Calls of the user's own Python functions: traced into and inlined into one graph."""
+
+import functools
+import sys
+
+import pytest
+import torch
+
+import helper_mod
+import magpy
+from conftest import Call, assert_stats, break_ids, check
+
+
+def double(x):
+    return x * 2
+
+
+def add_then(x, y, scale=1.0):
+    return (x + y) * scale
+
+
+def two_outputs(x):
+    return x.sum(0), x.mean(0)
+
+
+def deep(x, n):
+    if n == 0:
+        return x
+    return deep(x + 1, n - 1) * 2
+
+
+def star_callee(*args, **kwargs):
+    out = args[0]
+    for a in args[1:]:
+        out = out + a
+    return out * kwargs["k"]
+
+
+def kwonly_callee(x, *, alpha, beta=3):
+    return x * alpha + beta
+
+
+def gen_helper(x):
+    yield x
+
+
+helper = double
+
+
+def test_nested_helpers_inline_into_one_graph():
+    def f(x, y):
+        a = double(x)
+        s, m = two_outputs(a + y)
+        return add_then(s, m, scale=0.5), double(double(y))
+
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    cf = check(f, [(x, y), (y, x), (torch.randn(5, 4), torch.randn(5, 4))])
+    e = assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+    assert all(g["op_count"] >= 7 for g in e.graphs)
+
+
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_recursion_unrolled(depth):
+    def f(x, n):
+        return deep(x, n)
+
+    x = torch.randn(2)
+    cf = check(f, [(x, depth), (x * 2, depth), (x, depth + 1)])
+    assert_stats(cf, graphs=2, hits=1, misses=2)
+
+
+def test_callee_default_arguments_used_and_given():
+    def f(x, y):
+        return add_then(x, y), add_then(x, y, 3.0), add_then(x, y=y, scale=-1.0)
+
+    x, y = torch.randn(3), torch.randn(3)
+    cf = check(f, [(x, y), (y, x)])
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+
+
+def test_callee_default_changed_recompiles():
+    def f(x, y):
+        return add_then(x, y)
+
+    x, y = torch.randn(3), torch.randn(3)
+    old = add_then.__defaults__
+
+    def mutate(i):
+        add_then.__defaults__ = (2.0,) if i >= 2 else old
+
+    try:
+        cf = check(f, [(x, y), (y, x), (x, y), (y, x)], mutate=mutate)
+    finally:
+        add_then.__defaults__ = old
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert "__defaults__[0]" in e.recompile_reasons[0]
+
+
+def test_callee_with_star_args_and_kwargs():
+    def f(x, y, z):
+        return star_callee(x, y, z, k=2), star_callee(x, k=3)
+
+    a = torch.randn(2)
+    cf = check(f, [(a, a, a), (a, a * 2, a)])
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+
+
+def test_call_with_star_unpacking_of_local_containers():
+    def f(x, y):
+        args = (x, y)
+        return add_then(*args), add_then(*[x, y, 2.0])
+
+    a = torch.randn(2)
+    cf = check(f, [(a, a), (a, a + 1)])
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+
+
+@pytest.mark.xfail(strict=True, reason="documented as supported but breaks: a call with **kw "
+                   "compiles to DICT_MERGE, which the monitor rejects (MB004)")
+def test_call_with_double_star_unpacking_of_local_dict():
+    def f(x, y):
+        args = (x, y)
+        kw = {"scale": 4.0}
+        return add_then(*args, **kw)
+
+    a = torch.randn(2)
+    cf = check(f, [(a, a), (a, a + 1)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_keyword_only_callee():
+    def f(x):
+        return kwonly_callee(x, alpha=2), kwonly_callee(x, alpha=0.5, beta=1)
+
+    cf = check(f, [torch.randn(2), torch.randn(2)])
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+
+
+def test_function_passed_as_argument_guarded_by_identity():
+    def f(g, x):
+        return g(x) + 1
+
+    x = torch.randn(3)
+    cf = check(f, [(double, x), (double, x * 2), (torch.relu, x), (torch.sin, x), (double, x)])
+    e = assert_stats(cf, graphs=3, hits=2, misses=3)
+    assert "expected the same object" in e.recompile_reasons[0]
+
+
+def test_global_helper_replaced_recompiles():
+    def f(x):
+        return helper(x) - 1
+
+    mod = sys.modules[__name__]
+    x = torch.randn(3)
+
+    def mutate(i):
+        mod.helper = torch.neg if i == 2 else double
+
+    try:
+        cf = check(f, [x, x * 3, x, x], mutate=mutate)
+    finally:
+        mod.helper = double
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert e.recompile_reasons[0].startswith("`G['helper']`: expected the same object")
+
+
+def test_callee_from_another_module_reads_its_globals():
+    def f(x):
+        return helper_mod.scaled(x)
+
+    x = torch.randn(3)
+
+    def mutate(i):
+        helper_mod.set_factor(5.0 if i == 2 else 2.0)
+
+    try:
+        cf = check(f, [x, x + 1, x, x], mutate=mutate)
+    finally:
+        helper_mod.set_factor(2.0)
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert "FACTOR" in e.recompile_reasons[0] and "expected 2.0, got 5.0" in e.recompile_reasons[0]
+
+
+def test_lambda_global_and_local_calls():
+    square = lambda t: t * t  # noqa: E731
+
+    def f(x, g):
+        return g(x) + 1
+
+    x = torch.randn(3)
+    cf = check(f, [(x, square), (x * 2, square)])
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+
+
+def test_generator_callee_breaks():
+    def f(x):
+        return next(gen_helper(x)) + 1
+
+    cf = check(f, [torch.randn(2), torch.randn(2)])
+    assert_stats(cf, graphs=0, breaks=1, hits=1, misses=1)
+    assert break_ids(cf) == ["MB003"]
+
+
+def test_functools_partial_breaks():
+    def f(g, x):
+        return g(x)
+
+    p = functools.partial(add_then, y=torch.ones(2))
+    cf = check(f, [(p, torch.randn(2)), (p, torch.randn(2))])
+    assert_stats(cf, graphs=0, breaks=1)
+    assert break_ids(cf) == ["MB003"]
+
+
+def test_callee_exception_free_path_after_recompile():
+    def f(x, n):
+        out = x
+        for _ in range(n):
+            out = double(out)
+        return out
+
+    x = torch.randn(2)
+    cf = check(f, [Call(x, 0), Call(x, 2), Call(x, n=2), Call(x, 2)])
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert e.recompile_reasons == ["`L['n']`: expected 0, got 2"]
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: keyword-only defaults of an inlined callee are "
+                   "baked in as constants without a guard (changing __kwdefaults__ replays the "
+                   "old value)")
+def test_callee_kwdefaults_changed_recompiles():
+    def f(x):
+        return kwonly_callee(x, alpha=1)
+
+    old = dict(kwonly_callee.__kwdefaults__)
+
+    def mutate(i):
+        kwonly_callee.__kwdefaults__ = {"beta": 10} if i == 1 else dict(old)
+
+    try:
+        check(f, [torch.zeros(2), torch.zeros(2)], mutate=mutate)
+    finally:
+        kwonly_callee.__kwdefaults__ = old

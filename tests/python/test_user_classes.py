@@ -1,0 +1,267 @@
+"""Objects of the user's own classes passed in: attributes read, methods traced into.
+
+Creating instances inside the compiled function is not supported (it breaks).
+"""
+
+import collections
+import dataclasses
+
+import pytest
+import torch
+
+import magpy
+from conftest import Call, assert_stats, break_ids, check
+
+
+class Config:
+    def __init__(self, scale, shift, inner=None):
+        self.scale = scale
+        self.shift = shift
+        self.inner = inner
+
+    def apply(self, x):
+        return x * self.scale + self.shift
+
+    def twice(self, x):
+        return self.apply(self.apply(x))
+
+    @staticmethod
+    def static_double(x):
+        return x * 2
+
+    @classmethod
+    def cls_name_len(cls, x):
+        return x + len(cls.__name__)
+
+
+class Inner:
+    def __init__(self, w):
+        self.w = w
+
+
+@dataclasses.dataclass
+class Params:
+    weight: torch.Tensor
+    bias: float = 0.0
+
+
+class Slotted:
+    __slots__ = ("a", "b")
+
+    def __init__(self, a, b):
+        self.a = a
+        self.b = b
+
+
+class WithProperty:
+    def __init__(self):
+        self._v = 2.0
+
+    @property
+    def v(self):
+        return self._v
+
+
+class WithGetattr:
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return 3.0
+
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+
+def test_attribute_reads_and_method_calls():
+    def f(cfg, x):
+        return cfg.apply(x), cfg.twice(x) + cfg.scale
+
+    x = torch.randn(3)
+    cfg = Config(2.0, 1.0)
+    cf = check(f, [(cfg, x), (cfg, x * 2), (Config(2.0, 1.0), x)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_attribute_value_change_recompiles():
+    def f(cfg, x):
+        return cfg.apply(x)
+
+    cfg = Config(2.0, 1.0)
+    x = torch.randn(3)
+
+    def mutate(i):
+        cfg.shift = 5.0 if i == 2 else 1.0
+
+    cf = check(f, [(cfg, x), (cfg, x), (cfg, x), (cfg, x)], mutate=mutate, pin=(cfg,))
+    e = assert_stats(cf, graphs=2, hits=2, misses=2)
+    assert e.recompile_reasons == ["`L['cfg'].shift`: expected 1.0, got 5.0"]
+
+
+def test_nested_object_tensor_attribute():
+    def f(cfg, x):
+        return x @ cfg.inner.w
+
+    x = torch.randn(2, 3)
+    cf = check(f, [(Config(1, 0, Inner(torch.randn(3, 4))), x),
+                   (Config(1, 0, Inner(torch.randn(3, 4))), x),
+                   (Config(1, 0, Inner(torch.randn(3, 5))), x)])
+    e = assert_stats(cf, graphs=2, hits=1, misses=2)
+    assert e.recompile_reasons == ["tensor `L['cfg'].inner.w` dim 1: expected 4, got 5"]
+
+
+def test_object_of_other_class_recompiles():
+    def f(obj, x):
+        return x * obj.x
+
+    class Other:
+        def __init__(self):
+            self.x = 2.0
+
+    cf = check(f, [(Point(2.0), torch.ones(2)), (Other(), torch.ones(2)),
+                   (Point(2.0), torch.ones(2))])
+    e = assert_stats(cf, graphs=2, hits=1, misses=2)
+    assert "expected type Point" in e.recompile_reasons[0]
+
+
+def test_static_and_class_methods():
+    def f(cfg, x):
+        return cfg.static_double(x) + Config.static_double(x), cfg.cls_name_len(x)
+
+    cfg = Config(1.0, 0.0)
+    cf = check(f, [(cfg, torch.randn(2)), (cfg, torch.randn(2))])
+    assert_stats(cf, graphs=1, hits=1, misses=1)
+
+
+def test_dataclass_instance():
+    def f(p, x):
+        return x @ p.weight + p.bias
+
+    cf = check(f, [(Params(torch.randn(3, 2), 1.0), torch.randn(4, 3)),
+                   (Params(torch.randn(3, 2), 1.0), torch.randn(4, 3)),
+                   (Params(torch.randn(3, 2)), torch.randn(4, 3))])
+    assert_stats(cf, graphs=2, hits=1, misses=2)
+
+
+def test_slots_attributes():
+    def f(s, x):
+        return x * s.a - s.b
+
+    cf = check(f, [(Slotted(2.0, torch.ones(2)), torch.randn(2)),
+                   (Slotted(2.0, torch.zeros(2)), torch.randn(2)),
+                   (Slotted(3.0, torch.zeros(2)), torch.randn(2))])
+    assert_stats(cf, graphs=2, hits=1, misses=2)
+
+
+def test_attribute_writes_on_passed_object_with_method():
+    class Acc:
+        def __init__(self):
+            self.total = torch.zeros(2)
+
+        def add(self, x):
+            self.total = self.total + x
+            return self.total
+
+    acc_e, acc_c = Acc(), Acc()
+    magpy.reset()
+    cf = magpy.compile(lambda a, x: a.add(x) * 2)
+    ref = lambda a, x: a.add(x) * 2  # noqa: E731
+    for i in range(4):
+        x = torch.full((2,), float(i))
+        assert torch.equal(cf(acc_c, x), ref(acc_e, x))
+        assert torch.equal(acc_c.total, acc_e.total)
+    assert_stats(cf, graphs=1, hits=3, misses=1)
+
+
+def test_property_read_breaks():
+    def f(o, x):
+        return x * o.v
+
+    cf = check(f, [(WithProperty(), torch.randn(2)), (WithProperty(), torch.randn(2))])
+    assert_stats(cf, graphs=0, breaks=1, hits=1, misses=1)
+    assert break_ids(cf) == ["MB007"]
+
+
+def test_custom_getattr_breaks():
+    def f(o, x):
+        return x * o.anything
+
+    cf = check(f, [(WithGetattr(), torch.randn(2)), (WithGetattr(), torch.randn(2))])
+    assert_stats(cf, graphs=0, breaks=1)
+    assert break_ids(cf) == ["MB007"]
+
+
+def test_namedtuple_field_access_breaks():
+    P = collections.namedtuple("P", "a b")
+
+    def by_name(p):
+        return p.a * 2 + p.b
+
+    cf = check(by_name, [Call(P(torch.ones(2), torch.ones(2))), Call(P(torch.zeros(2), torch.ones(2)))])
+    assert_stats(cf, graphs=0, breaks=1)
+    assert break_ids(cf) == ["MB007"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: Point(x),
+    lambda x: Config(x, 1.0).apply(x),
+    lambda x: Params(x).weight,
+])
+def test_instantiation_inside_breaks(make):
+    def f(x):
+        return make(x + 1)
+
+    def normalize(out):
+        return vars(out) if isinstance(out, Point) else out
+
+    magpy.reset()
+    cf = magpy.compile(f)
+    for _ in range(2):
+        x = torch.randn(2)
+        a, b = normalize(cf(x)), normalize(f(x))
+        if isinstance(b, dict):
+            assert torch.equal(a["x"], b["x"])
+        else:
+            assert torch.equal(a, b)
+    assert_stats(cf, graphs=0, breaks=1, hits=1, misses=1)
+    assert break_ids(cf) == ["MB003"]
+    assert "no capture rule" in magpy.explain(cf).breaks[0].reason
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: the method looked up on an object passed in is "
+                   "not guarded; replacing the class's method replays the old method's ops")
+def test_method_replaced_on_class_recompiles():
+    class C:
+        def m(self, x):
+            return x + 1
+
+    def f(c, x):
+        return c.m(x)
+
+    c = C()
+    plus = C.m
+
+    def mutate(i):
+        C.m = plus if i == 0 else (lambda self, x: x - 1)
+
+    check(f, [(c, torch.zeros(2)), (c, torch.zeros(2))], mutate=mutate, pin=(c,))
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: an instance attribute that shadows a method "
+                   "after capture is not guarded; replay runs the class method's ops")
+def test_instance_attribute_shadowing_method():
+    class D:
+        def m(self, x):
+            return x + 1
+
+    def f(d, x):
+        return d.m(x)
+
+    d = D()
+
+    def mutate(i):
+        if i == 1:
+            d.m = lambda x: x * 100 + 5
+
+    check(f, [(d, torch.zeros(2)), (d, torch.zeros(2))], mutate=mutate, pin=(d,))
