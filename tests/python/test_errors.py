@@ -32,8 +32,6 @@ def test_unknown_backend_raises_value_error():
     assert "available: " in str(err.value) and "eager" in str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: magpy.backends() raises TypeError (the "
-                   "_magpy binding returns std::vector<std::string> without pybind11/stl.h)")
 def test_backends_lists_eager():
     assert "eager" in magpy.backends()
 

@@ -1,6 +1,7 @@
 // The _magpy extension module: the only file that uses pybind11. Nothing here is on the
 // per-call path; CompiledFunction calls go straight to the C type in api/.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "api/compiled_function.h"
 #include "cache/code_cache.h"
