@@ -239,7 +239,7 @@ def test_custom_cache_limit(limit):
 
 def test_compile_of_builtin_has_no_python_code():
     cf = check(torch.relu, inputs())
-    e = assert_stats(cf, graphs=0, breaks=1, entries=0)
+    assert_stats(cf, graphs=0, breaks=1, entries=0)
     assert break_ids(cf) == ["MB011"]
 
 

@@ -4,7 +4,6 @@ import pytest
 import torch
 import torch.nn as nn
 
-import magpy
 from conftest import Call, assert_stats, check
 
 

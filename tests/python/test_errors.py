@@ -207,7 +207,7 @@ def test_refcounts_of_inputs_unchanged(path):
         return m(x, extra) * m(x, extra).sum().item()
 
     def exc_fn(x, extra, m):
-        y = m(x, extra)
+        m(x, extra)
         raise KeyError("boom")
 
     fn = {"graph": graph_fn, "break": break_fn, "exception": exc_fn}[path]

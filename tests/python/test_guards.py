@@ -336,3 +336,26 @@ def test_default_dtype_read_is_guarded():
         torch.set_default_dtype(torch.float64 if i == 1 else torch.float32)
 
     check(f, [torch.ones(2, dtype=torch.int64)] * 2, mutate=mutate)
+
+
+@pytest.mark.parametrize("dynamic", [None, True, False])
+def test_dynamic_option_is_recorded_but_shapes_still_specialize(dynamic):
+    def f(x):
+        return x.sum(0) * x.shape[0]
+
+    cf = check(f, [torch.randn(2, 3), torch.randn(2, 3), torch.randn(4, 3)], dynamic=dynamic)
+    e = assert_stats(cf, graphs=2, hits=1, misses=2)
+    assert e.recompile_reasons == ["tensor `L['x']` dim 0: expected 2, got 4"]
+
+
+def test_explain_before_any_call():
+    def f(x):
+        return x
+
+    cf = magpy.compile(f)
+    e = magpy.explain(cf)
+    assert (e.graph_count, e.break_count, e.cache_entries, e.cache_hits, e.cache_misses) == \
+        (0, 0, 0, 0, 0)
+    assert e.guards == [] and e.recompile_reasons == [] and e.replay_code() == []
+    check(f, [torch.ones(1)], compiled=cf)
+    assert_stats(cf, graphs=1, entries=1, misses=1, hits=0)

@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-import magpy
-from conftest import Call, assert_stats, check
+from conftest import assert_stats, check
 
 
 def affine(x, a, b):

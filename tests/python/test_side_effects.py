@@ -12,7 +12,6 @@ import torch
 import torch.nn as nn
 
 import helper_mod
-import magpy
 from conftest import assert_stats, break_ids, check, module_state, restore_module
 
 ACC = torch.zeros(3)

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import helper_mod
-import magpy
 from conftest import Call, assert_stats, break_ids, check
 
 
