@@ -5,13 +5,37 @@
 #include "capture/break_reasons.h"
 #include "python/torch_api.h"
 
+#include <unordered_map>
+
 namespace magpy {
 
 namespace {
 thread_local Monitor* t_monitor = nullptr;
 
 std::string str(PyObject* o) { return py::str_of(o); }
+
+// Attribute names the rules read, interned once for the process (borrowed references).
+PyObject* interned(const char* name) {
+    static std::unordered_map<std::string, PyObject*> names;
+    PyObject*& s = names[name];
+    if (!s) s = PyUnicode_InternFromString(name);
+    return s;
+}
 }  // namespace
+
+// The `_modules` dict of an identity-guarded Sequential/ModuleList/ModuleDict, as an input.
+int Monitor::modules_dict(int container) {
+    PyObject* mods = PyObject_GetAttrString(m_cap.v(container).real.get(), "_modules");
+    if (!mods) {
+        PyErr_Clear();
+        m_cap.internal_error("module container without _modules");
+        return -1;
+    }
+    int mv = m_cap.input_child(container, AccessKind::ModuleAttr, 0, interned("_modules"),
+                               "._modules", mods);
+    Py_DECREF(mods);
+    return mv;
+}
 
 Monitor::Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph)
     : m_cap(capture), m_root_code(root_code), m_fullgraph(fullgraph) {}
@@ -232,7 +256,6 @@ bool Monitor::bind_callee(ShadowFrame& f, Pending& call, int func_value) {
             else
                 bound[static_cast<size_t>(i)] = m_cap.const_value(real);  // Module.forward: class
         } else if (kwdefaults) {
-            (void)kwdefaults;
             bound[static_cast<size_t>(i)] = m_cap.const_value(real);
         }
         if (bound[static_cast<size_t>(i)] < 0) return false;
@@ -510,10 +533,10 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
             if (m_cap.v(m).kind != ValueKind::Input)
                 return m_cap.fail(breaks::kUnsupportedCallee, "a bound method object is called",
                                   "call the method directly on its object");
-            int fn = m_cap.input_child(m, AccessKind::Attr, 0, PyUnicode_InternFromString("__func__"),
+            int fn = m_cap.input_child(m, AccessKind::Attr, 0, interned("__func__"),
                                        ".__func__", PyMethod_GET_FUNCTION(callable));
             int self = m_cap.input_child(m, AccessKind::Attr, 0,
-                                         PyUnicode_InternFromString("__self__"), ".__self__",
+                                         interned("__self__"), ".__self__",
                                          PyMethod_GET_SELF(callable));
             if (fn < 0 || self < 0) return;
             f.stack[f.stack.size() - static_cast<size_t>(n) - 2] = fn;
@@ -545,8 +568,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         int kw = has_kw ? pop(f) : -1;
         int star = pop(f);
         int callable = pop(f);
-        int null = pop(f);
-        (void)null;
+        pop(f);  // the NULL 3.11 pushes below the callable
         p.depth_after = depth - (has_kw ? 4 : 3) + 1;
         f.pending = std::move(p);
         std::vector<int> args;
@@ -651,10 +673,9 @@ void Monitor::complete(ShadowFrame& f) {
         Value& iter = m_cap.v(it);
         if (depth == p.depth_after - 1) {  // exhausted
             pop(f);
-            Value& src = m_cap.v(iter.iter_source);
-            if (iter.iter_kind == IterKind::InputSeq) m_cap.guard_len(iter.iter_source, iter.iter_pos);
-            if (iter.iter_kind == IterKind::ModuleSeq) m_cap.guard_len(iter.iter_source, iter.iter_pos);
-            (void)src;
+            // The trip count came from the container's length: guard it.
+            if (iter.iter_kind == IterKind::InputSeq || iter.iter_kind == IterKind::ModuleSeq)
+                m_cap.guard_len(iter.iter_source, iter.iter_pos);
             return;
         }
         int pos = iter.iter_pos++;
@@ -808,11 +829,7 @@ void Monitor::complete(ShadowFrame& f) {
         iv.iter_source = p.in[0];
         if (kind == IterKind::FreshSeq) iv.items = m_cap.v(p.in[0]).items;
         if (kind == IterKind::ModuleSeq) {
-            PyObject* mods = PyObject_GetAttrString(m_cap.v(p.in[0]).real.get(), "_modules");
-            if (!mods) return m_cap.internal_error("module container without _modules");
-            int mv = m_cap.input_child(p.in[0], AccessKind::ModuleAttr, 0,
-                                       PyUnicode_InternFromString("_modules"), "._modules", mods);
-            Py_DECREF(mods);
+            int mv = modules_dict(p.in[0]);
             if (mv < 0) return;
             m_cap.v(it).iter_source = mv;
         }
@@ -907,7 +924,7 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
                     continue;
                 }
                 int hv = m_cap.input_child(callable, AccessKind::ModuleAttr, 0,
-                                           PyUnicode_InternFromString(h), std::string(".") + h, d);
+                                           interned(h), std::string(".") + h, d);
                 Py_ssize_t n = PyObject_Length(d);
                 Py_DECREF(d);
                 if (hv < 0) return;
@@ -996,7 +1013,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             PyObject* tr = PyObject_GetAttrString(m_cap.v(p.callee_value).real.get(), "training");
             if (tr) {
                 m_cap.input_child(p.callee_value, AccessKind::ModuleAttr, 0,
-                                  PyUnicode_InternFromString("training"), ".training", tr);
+                                  interned("training"), ".training", tr);
                 Py_DECREF(tr);
             } else {
                 PyErr_Clear();
@@ -1023,12 +1040,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             if (v.identity && (Py_TYPE(o) == api.sequential_type ||
                                Py_TYPE(o) == api.module_list_type ||
                                Py_TYPE(o) == api.module_dict_type)) {
-                PyObject* mods = PyObject_GetAttrString(o, "_modules");
-                if (!mods) return m_cap.internal_error("module container without _modules");
-                int mv = m_cap.input_child(a, AccessKind::ModuleAttr, 0,
-                                           PyUnicode_InternFromString("_modules"), "._modules",
-                                           mods);
-                Py_DECREF(mods);
+                int mv = modules_dict(a);
                 if (mv < 0) return;
                 m_cap.guard_len(mv, PyLong_AsSsize_t(result));
             } else if (PyList_Check(o) || PyTuple_Check(o) || PyDict_Check(o)) {
@@ -1356,16 +1368,9 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
                                      "[" + py::repr_string(kr) + "]", real);
         if (c.identity && PyLong_Check(kr) &&
             (Py_TYPE(o) == api.sequential_type || Py_TYPE(o) == api.module_list_type)) {
-            PyObject* mods = PyObject_GetAttrString(o, "_modules");
-            if (!mods) {
-                m_cap.internal_error("module container without _modules");
-                return -1;
-            }
-            int mv = m_cap.input_child(cont, AccessKind::ModuleAttr, 0,
-                                       PyUnicode_InternFromString("_modules"), "._modules", mods);
-            Py_ssize_t n = PyDict_Size(mods);
-            Py_DECREF(mods);
+            int mv = modules_dict(cont);
             if (mv < 0) return -1;
+            Py_ssize_t n = PyDict_Size(m_cap.v(mv).real.get());
             Py_ssize_t i = PyLong_AsSsize_t(kr);
             if (i < 0) {
                 m_cap.guard_len(mv, n);

@@ -72,6 +72,7 @@ private:
     bool truthiness_known(int value);
     bool require_const(const std::vector<int>& values, const std::string& what);
     void guard_all_strides();
+    int modules_dict(int container);
 
     PyObject* real_stack(ShadowFrame& f, int i) { return py::frame_stack_peek(f.frame, i); }
     void push(ShadowFrame& f, int v) { f.stack.push_back(v); }
