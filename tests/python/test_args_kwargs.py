@@ -61,8 +61,6 @@ def test_star_args_length_guarded(n):
     assert e.recompile_reasons == [f"len(L['args']): expected {n}, got {n + 1}"]
 
 
-@pytest.mark.xfail(strict=True, reason="documented as supported (indexing with constant keys) "
-                   "but breaks: slicing the *args tuple, args[1:], is rejected with MB004")
 def test_star_args_sliced():
     def f(*args):
         out = args[0]
@@ -115,9 +113,6 @@ def test_forwarding_two_star_args_to_callee():
     assert_stats(cf, graphs=1, hits=2, misses=1)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: segfault when a call unpacks an input tuple "
-                   "of 3 or more items, g(*args) (dangling Value& in CALL_FUNCTION_EX while "
-                   "item_of() grows the value vector)")
 def test_forwarding_three_star_args_to_callee():
     assert_isolated_ok("""
         def target(a, b, c):
@@ -134,8 +129,6 @@ def test_forwarding_three_star_args_to_callee():
     """)
 
 
-@pytest.mark.xfail(strict=True, reason="documented as supported but breaks: f(*args, **kwargs) "
-                   "compiles to DICT_MERGE, rejected with MB004")
 def test_forwarding_star_args_and_kwargs_to_callee():
     def f(*args, **kwargs):
         return target(*args, **kwargs)
@@ -145,8 +138,6 @@ def test_forwarding_star_args_and_kwargs_to_callee():
     assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
 
 
-@pytest.mark.xfail(strict=True, reason="documented as supported but breaks: g(x, **kwargs) "
-                   "compiles to DICT_MERGE, rejected with MB004")
 def test_forwarding_kwargs_only_to_callee():
     def f(x, **kwargs):
         return target(x, x, **kwargs)
@@ -156,15 +147,14 @@ def test_forwarding_kwargs_only_to_callee():
     assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
 
 
-def test_forwarding_results_are_correct_even_when_breaking():
+def test_forwarding_star_args_and_kwargs_guards_keyword_values():
     def f(*args, **kwargs):
         return target(*args, **kwargs)
 
     x = torch.randn(2)
     cf = check(f, [Call(x, x, shift=1.0), Call(x, x * 2, shift=1.0), Call(x, x, shift=2.0)])
-    # the eager entry is guarded only by what was read before the break
-    e = assert_stats(cf, graphs=0, hits=2, misses=1)
-    assert [b.reason_id for b in e.breaks] == ["MB004"]
+    e = assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+    assert e.recompile_reasons == ["`L['kwargs']['shift']`: expected 1.0, got 2.0"]
 
 
 def test_wrong_arguments_raise_like_eager():

@@ -181,9 +181,6 @@ def test_item_of_input_list_changed_type():
     assert "expected type Tensor, got int" in e.recompile_reasons[0]
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a list passed whole to an op is guarded by "
-                   "type only, so shape-derived constants of the result go stale when its "
-                   "length changes")
 def test_list_passed_whole_to_op_then_shape_read():
     def f(xs):
         y = torch.cat(xs)
@@ -193,8 +190,6 @@ def test_list_passed_whole_to_op_then_shape_read():
     check(f, [[a, a], [a, a, a]])
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: *args tuple passed whole to torch.stack is "
-                   "not guarded by length; stale len-derived constant")
 def test_varargs_tuple_passed_whole_then_len_of_result():
     def f(*xs):
         y = torch.stack(xs)

@@ -153,9 +153,6 @@ def log_then_index(x, idx, log):
     return x[idx]
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: stores are replayed after the computation, so "
-                   "when a replayed op raises, stores the program made before it are lost "
-                   "(eager appends to the list, replay does not)")
 def test_exception_on_replay_keeps_earlier_side_effects():
     magpy.reset()
     cf = magpy.compile(log_then_index)

@@ -316,8 +316,6 @@ def test_is_leaf_read_is_guarded():
         assert torch.equal(cf(t).detach(), f(t).detach())
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: storage_offset() guards strides but not the "
-                   "storage offset itself; a view with another offset replays a stale constant")
 def test_storage_offset_read_is_guarded():
     def f(x):
         return x * x.storage_offset()

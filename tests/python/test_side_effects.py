@@ -241,14 +241,28 @@ def test_last_write_wins_and_order_kept():
     assert_stats(cf, graphs=1, hits=2, misses=1)
 
 
-def test_external_list_length_read_after_append_breaks():
+def test_external_list_length_read_after_append_is_guarded():
+    # len() after an append reads the caller's list: its original length is guarded, so a log
+    # that grows every call recompiles (like torch.compile) and every result stays right.
     def f(x):
         LOG.append(x)
         return x * len(LOG)
 
     cf = check(f, [torch.ones(2)] * 3, snapshot=snap_globals("LOG"), restore=restore_globals)
-    assert_stats(cf, graphs=0, breaks=1)
-    assert break_ids(cf) == ["MB008"]
+    e = assert_stats(cf, graphs=3, breaks=0, hits=0, misses=3)
+    assert all(r.startswith("len(G['LOG']): expected") for r in e.recompile_reasons)
+
+
+def test_external_list_append_then_item_read():
+    def f(x):
+        LOG.append(x * 2)
+        return LOG[-1] + LOG[0]
+
+    LOG.clear()
+    LOG.append(torch.zeros(2))
+    cf = check(f, [torch.ones(2), torch.ones(2) * 3], snapshot=snap_globals("LOG"),
+               restore=restore_globals)
+    assert_stats(cf, graphs=2, breaks=0)
 
 
 def test_attribute_on_tensor_breaks():
@@ -281,9 +295,6 @@ def test_global_of_other_module_written_by_callee_breaks():
     assert break_ids(cf) == ["MB004"]
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: an attribute written through one argument and "
-                   "read through another that is the same object replays the stale pre-call "
-                   "value (aliasing is not guarded)")
 def test_aliased_objects_write_then_read():
     def f(a, b, y):
         a.t = y * 2
@@ -297,9 +308,6 @@ def test_aliased_objects_write_then_read():
           snapshot=snap, restore=restore)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a list passed in is appended to (a deferred "
-                   "store) and then passed whole to an op; replay runs the op before the append, "
-                   "on the old contents")
 def test_external_list_appended_then_stacked():
     def f(x):
         LOG.append(x)
@@ -309,8 +317,6 @@ def test_external_list_appended_then_stacked():
           snapshot=snap_globals("LOG"), restore=restore_globals)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: an item stored into a list passed in is "
-                   "deferred, so an op that receives the whole list at replay sees the old item")
 def test_input_list_item_stored_then_concatenated():
     def f(xs, y):
         xs[0] = y
@@ -329,9 +335,6 @@ class DropModel(nn.Module):
         return self.drop(x)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: attribute stores are replayed after the ops, so "
-                   "a leaf module reading the attribute the function just set (self.drop.p = p; "
-                   "self.drop(x)) sees the previous call's value")
 def test_attribute_store_read_by_leaf_module():
     m = DropModel()
     x = torch.ones(4)

@@ -125,9 +125,6 @@ def test_boolean_mask_passed_in_indexing():
     assert_stats(cf, graphs=1, hits=2, misses=1)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: segfault capturing x[x > 0] (a computed "
-                   "tensor used as an index: dangling Value& in Monitor::subscript after "
-                   "record() grows the value vector)")
 def test_boolean_mask_computed_in_function_indexing():
     # Run in a child process: the engine crashes the interpreter.
     assert_isolated_ok("""

@@ -114,8 +114,6 @@ def test_call_with_star_unpacking_of_local_containers():
     assert_stats(cf, graphs=1, hits=1, misses=1)
 
 
-@pytest.mark.xfail(strict=True, reason="documented as supported but breaks: a call with **kw "
-                   "compiles to DICT_MERGE, which the monitor rejects (MB004)")
 def test_call_with_double_star_unpacking_of_local_dict():
     def f(x, y):
         args = (x, y)

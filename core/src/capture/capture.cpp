@@ -5,6 +5,8 @@
 #include "python/compat.h"
 #include "python/torch_api.h"
 
+#include <algorithm>
+
 namespace magpy {
 
 Capture::Capture(PyObject* entry_function)
@@ -102,16 +104,36 @@ void Capture::add_type_guards(int id, PyObject* real) {
     m_guards->add_check(node, std::move(c));
 }
 
+// A new guard node reached `real`. An object already known by another path is the same value
+// (writes through one path are seen through the other): guard that the paths still agree.
+// Tensors are not merged: the plan reads each path at replay and runs the real ops on the real
+// tensors, which is right whether or not two paths meet.
+int Capture::register_input(int node, PyObject* real) {
+    if (!is_constant_like(real) && !is_tensor(real)) {
+        auto seen = m_input_objects.find(real);
+        if (seen != m_input_objects.end()) {
+            Check same;
+            same.kind = CheckKind::SameAs;
+            same.other = v(seen->second).node;
+            m_guards->add_check(node, std::move(same));
+            m_node_values[node] = seen->second;
+            return seen->second;
+        }
+    }
+    int id = new_value(ValueKind::Input, real, m_guards->node(node).source);
+    v(id).node = node;
+    add_type_guards(id, real);
+    m_node_values[node] = id;
+    if (v(id).kind == ValueKind::Input) m_input_objects[real] = id;
+    return id;
+}
+
 int Capture::input_root(AccessKind kind, int index, PyObject* key, const std::string& source,
                         PyObject* real) {
     int node = m_guards->add_accessor(kind, -1, index, key, source);
     auto it = m_node_values.find(node);
     if (it != m_node_values.end()) return it->second;
-    int id = new_value(ValueKind::Input, real, source);
-    v(id).node = node;
-    add_type_guards(id, real);
-    m_node_values[node] = id;
-    return id;
+    return register_input(node, real);
 }
 
 int Capture::constant_root(PyObject* obj, const std::string& source) {
@@ -137,15 +159,10 @@ int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
              "read it before changing it, or keep the value in a local variable");
         return -1;
     }
-    std::string source = p.label + suffix;
-    int node = m_guards->add_accessor(kind, p.node, index, key, source);
+    int node = m_guards->add_accessor(kind, p.node, index, key, p.label + suffix);
     auto it = m_node_values.find(node);
     if (it != m_node_values.end()) return it->second;
-    int id = new_value(ValueKind::Input, real, source);
-    v(id).node = node;
-    add_type_guards(id, real);
-    m_node_values[node] = id;
-    return id;
+    return register_input(node, real);
 }
 
 int Capture::fresh(ValueKind kind, std::vector<int> items, PyObject* real) {
@@ -204,17 +221,85 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
     return id;
 }
 
-void Capture::record_effect(Step step, std::vector<int> values) {
+void Capture::record_effect(Step step, const std::vector<int>& values) {
+    for (int value : values) {
+        Arg a;
+        if (!escape_arg(value, a)) return;
+        step.args.push_back(std::move(a));
+    }
     step.line = m_line;
-    m_effects.push_back(Effect{std::move(step), std::move(values)});
+    m_plan->add_step(std::move(step));
+    m_writes = true;
 }
 
-bool Capture::build_arg(int id, Arg& out, bool final, int depth) {
+bool Capture::shadow(int id) {
+    Value& val = v(id);
+    if (val.shadow) return true;
+    PyObject* o = val.real.get();
+    if (val.kind != ValueKind::Input || !(PyList_CheckExact(o) || PyTuple_CheckExact(o))) {
+        internal_error("shadow of a value that is not an input list");
+        return false;
+    }
+    // Until now only appends were followed (`items` holds them): the first items of the real
+    // list are still the ones the caller passed in.
+    std::vector<int> tail = std::move(val.items);
+    val.mutated = false;
+    py::Ref keep = val.real;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(o) - static_cast<Py_ssize_t>(tail.size());
+    if (n < 0) {
+        internal_error("list shorter than the items appended to it");
+        return false;
+    }
+    guard_len(id, n);
+    std::vector<int> items;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        int item = input_child(id, AccessKind::Item, static_cast<int>(i), nullptr,
+                               "[" + std::to_string(i) + "]", PySequence_Fast_GET_ITEM(o, i));
+        if (item < 0) return false;
+        items.push_back(item);
+    }
+    items.insert(items.end(), tail.begin(), tail.end());
+    Value& after = v(id);
+    after.items = std::move(items);
+    after.shadow = true;
+    return true;
+}
+
+// An op receiving an input list reads its items: guard them (nested lists too).
+bool Capture::guard_contents(int id, int depth) {
+    if (depth > 8) {
+        fail(breaks::kUnsupportedOpcode, "a deeply nested list is passed to an op",
+             "pass tensors or flat lists");
+        return false;
+    }
+    if (!shadow(id)) return false;
+    std::vector<int> items = v(id).items;
+    for (int item : items) {
+        const Value& it = v(item);
+        if (it.kind == ValueKind::Input && !it.tensor &&
+            (PyList_CheckExact(it.real.get()) || PyTuple_CheckExact(it.real.get())) &&
+            !guard_contents(item, depth + 1))
+            return false;
+    }
+    return true;
+}
+
+bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
     Value& val = v(id);
     switch (val.kind) {
-    case ValueKind::Input:
+    case ValueKind::Input: {
+        PyObject* o = val.real.get();
+        if (!escape && !val.tensor && (PyList_CheckExact(o) || PyTuple_CheckExact(o)) &&
+            !guard_contents(id, 0))
+            return false;
+        if (!escape && !val.tensor && PyDict_Check(o)) {
+            fail(breaks::kUnsupportedCallee, "dict `" + val.label + "` is passed to an op",
+                 "pass its items instead");
+            return false;
+        }
         out = Arg::input(val.node);
         return true;
+    }
     case ValueKind::Const:
         out = Arg::value(val.real.get());
         return true;
@@ -224,12 +309,9 @@ bool Capture::build_arg(int id, Arg& out, bool final, int depth) {
     case ValueKind::FreshList:
     case ValueKind::FreshTuple:
     case ValueKind::FreshDict: {
-        if (final) {
-            auto it = m_final_builds.find(id);
-            if (it != m_final_builds.end()) {
-                out = Arg::slot(it->second);
-                return true;
-            }
+        if (val.built >= 0) {
+            out = Arg::slot(val.built);
+            return true;
         }
         if (depth > 32) {
             fail(breaks::kEscapingObject, "a container that contains itself is returned or stored",
@@ -240,16 +322,16 @@ bool Capture::build_arg(int id, Arg& out, bool final, int depth) {
         s.kind = val.kind == ValueKind::FreshList    ? StepKind::BuildList
                  : val.kind == ValueKind::FreshTuple ? StepKind::BuildTuple
                                                      : StepKind::BuildDict;
-        std::vector<int> items = val.items;  // copy: build_arg may grow m_values
+        std::vector<int> items = val.items;
         for (int item : items) {
             Arg a;
-            if (!build_arg(item, a, final, depth + 1)) return false;
+            if (!build_arg(item, a, escape, depth + 1)) return false;
             s.args.push_back(std::move(a));
         }
         s.out = m_plan->add_slot();
         s.line = m_line;
         out = Arg::slot(s.out);
-        if (final) m_final_builds[id] = s.out;
+        if (escape) v(id).built = s.out;
         m_plan->add_step(std::move(s));
         return true;
     }
@@ -263,7 +345,7 @@ bool Capture::build_arg(int id, Arg& out, bool final, int depth) {
 }
 
 bool Capture::arg_of(int id, Arg& out) { return build_arg(id, out, false, 0); }
-bool Capture::final_arg_of(int id, Arg& out) { return build_arg(id, out, true, 0); }
+bool Capture::escape_arg(int id, Arg& out) { return build_arg(id, out, true, 0); }
 
 // [SECTION] breaks -----------------------------------------------------------------------------
 
@@ -338,18 +420,17 @@ void Capture::describe_graph(CaptureResult& r) {
 CaptureResult Capture::finish(int return_value) {
     CaptureResult r;
     r.instructions = instructions;
-    for (Effect& e : m_effects) {
-        if (m_failed) break;
-        for (int value : e.values) {
-            Arg a;
-            if (!final_arg_of(value, a)) break;
-            e.step.args.push_back(std::move(a));
-        }
-        m_plan->add_step(std::move(e.step));
-    }
     Arg result;
-    if (!m_failed && final_arg_of(return_value, result)) m_plan->set_result(std::move(result));
+    if (!m_failed && escape_arg(return_value, result)) m_plan->set_result(std::move(result));
     if (m_failed) return finish_failed();
+    // Objects that were distinct when captured must stay distinct when the function writes to
+    // any of them: a write through one path would otherwise be missed through the other.
+    std::vector<int> distinct;
+    if (m_writes)
+        for (const auto& [obj, id] : m_input_objects)
+            if (!v(id).identity && !v(id).tensor) distinct.push_back(v(id).node);
+    std::sort(distinct.begin(), distinct.end());
+    m_guards->set_distinct(std::move(distinct));
     std::vector<std::string> names;
     for (const Accessor& a : m_guards->nodes()) names.push_back(a.source);
     m_plan->set_input_names(std::move(names));

@@ -8,6 +8,7 @@
 #include "guards/guard_tree.h"
 #include "replay/plan.h"
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,14 +46,17 @@ struct Value {
     py::Ref real;     // the object during capture
     int node = -1;    // guard node (Input, and value-guarded Const)
     int slot = -1;    // OpResult
-    std::vector<int> items;  // Fresh*: items (dict: key, value, key, value ...)
+    std::vector<int> items;  // Fresh*, shadowed inputs: items (dict: key, value, key, value ...)
     IterKind iter_kind = IterKind::ConstSeq;
     int iter_source = -1;
     int iter_pos = 0;
     bool tensor = false;
     bool identity = false;  // identity-guarded (modules, functions, classes)
     bool dyn_shape = false; // tensor whose shape depends on data (nonzero, masks)
-    bool mutated = false;   // an Input the capture changed (reads after that are unsupported)
+    bool mutated = false;   // an Input the capture changed: a dict (reads after that are
+                            // unsupported) or a list only appended to (`items`: the appended)
+    bool shadow = false;    // an Input list/tuple whose items are tracked in `items` (guarded)
+    int built = -1;         // Fresh*: the plan slot of the object once it escaped (identity fixed)
     std::string label;      // how the user would name it
 };
 
@@ -105,12 +109,20 @@ public:
     // Records a computation run at replay; returns the value of its result.
     int record(Step step, PyObject* real_result, const std::string& label, bool graph_op);
     // Records a write visible to the caller (attribute, item, global, container mutation),
-    // replayed after the computation, in program order. `values` become the step's arguments,
-    // resolved at the end so that containers made during the call carry their final contents.
-    void record_effect(Step step, std::vector<int> values);
-    // The plan argument that reproduces a value at this point of the program.
+    // replayed in program order among the ops. `values` become the step's arguments; they
+    // escape (see escape_arg).
+    void record_effect(Step step, const std::vector<int>& values);
+    // The plan argument that gives an op this value at this point of the program. An input
+    // list or tuple has its items guarded (the op reads them).
     bool arg_of(int value, Arg& out);
-    bool final_arg_of(int value, Arg& out);  // fresh containers with their final contents
+    // The plan argument for a value that becomes visible outside the call (stored, returned):
+    // a fresh container is built now, once, so later mutations replay on the same object.
+    bool escape_arg(int value, Arg& out);
+    // Tracks the items of an input list or tuple from here on (guards its length and items).
+    bool shadow(int value);
+    // A mutation of a container that exists at replay (input list, escaped fresh container):
+    // true when it must be replayed.
+    bool exists_at_replay(int value) { return v(value).kind == ValueKind::Input || v(value).built >= 0; }
 
     // --- breaks -------------------------------------------------------------------------
     void fail(const char* reason_id, std::string reason, std::string hint);
@@ -140,27 +152,25 @@ public:
 
 private:
     void add_type_guards(int value, PyObject* real);
-    bool build_arg(int value, Arg& out, bool final, int depth);
+    bool build_arg(int value, Arg& out, bool escape, int depth);
+    bool guard_contents(int value, int depth);
+    int register_input(int node, PyObject* real);
     void describe_graph(CaptureResult& r);
 
     PyObject* m_entry_function;  // borrowed: alive for the whole call
-    std::vector<Value> m_values;
+    std::deque<Value> m_values;  // stable addresses: a Value& survives new values
     std::unique_ptr<GuardTree> m_guards;
     std::shared_ptr<Plan> m_plan;
-    struct Effect {
-        Step step;
-        std::vector<int> values;
-    };
-    std::vector<Effect> m_effects;
-    std::map<int, int> m_final_builds;
     std::map<std::pair<int, std::string>, int> m_overlay;
     std::map<std::string, int> m_global_overlay;
     std::unordered_map<PyObject*, int> m_cells;
     std::unordered_map<PyObject*, int> m_external_cells;  // cell -> Input value of the cell's contents
     std::unordered_map<int, int> m_node_values;  // guard node -> value (one value per path)
+    std::unordered_map<PyObject*, int> m_input_objects;  // object -> its Input value (aliasing)
     std::vector<BreakInfo> m_breaks;
     bool m_failed = false;
     bool m_internal = false;
+    bool m_writes = false;  // an effect was recorded
     PyCodeObject* m_code = nullptr;
     int m_line = 0;
     size_t m_graph_ops = 0;

@@ -5,6 +5,7 @@
 #include "capture/break_reasons.h"
 #include "python/torch_api.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace magpy {
@@ -35,6 +36,173 @@ int Monitor::modules_dict(int container) {
                                "._modules", mods);
     Py_DECREF(mods);
     return mv;
+}
+
+// The items of a sequence whose contents the capture knows: a fresh list or tuple, a constant
+// tuple, or an input list or tuple (its length and items are then guarded).
+bool Monitor::items_of(int seq, std::vector<int>& out) {
+    Value& s = m_cap.v(seq);
+    PyObject* o = s.real.get();
+    if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
+        out = s.items;
+        return true;
+    }
+    if (s.kind == ValueKind::Const && (PyTuple_Check(o) || PyList_Check(o))) {
+        out.clear();
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+            out.push_back(m_cap.const_value(PySequence_Fast_GET_ITEM(o, i)));
+        return true;
+    }
+    if (s.kind == ValueKind::Input && !s.tensor && (PyList_CheckExact(o) || PyTuple_CheckExact(o))) {
+        if (!m_cap.shadow(seq)) return false;
+        out = m_cap.v(seq).items;
+        return true;
+    }
+    m_cap.fail(breaks::kUnsupportedOpcode,
+               "the items of `" + s.label + "` (" + py::type_name(o) + ") are unpacked",
+               "unpack lists or tuples");
+    return false;
+}
+
+// The key, value pairs of a mapping whose contents the capture knows (fresh, or an input dict
+// with its keys and values guarded).
+bool Monitor::pairs_of(int dict, std::vector<int>& out) {
+    Value& d = m_cap.v(dict);
+    if (d.kind == ValueKind::FreshDict) {
+        out = d.items;
+        return true;
+    }
+    if (d.kind == ValueKind::Input && PyDict_Check(d.real.get()) && !d.mutated) {
+        py::Ref keep = d.real;
+        PyObject* o = keep.get();
+        m_cap.guard_len(dict, PyDict_GET_SIZE(o));
+        Py_ssize_t pos = 0;
+        PyObject *key, *val;
+        out.clear();
+        while (PyDict_Next(o, &pos, &key, &val)) {
+            int kv = m_cap.input_child(dict, AccessKind::DictItem, 0, key,
+                                       "[" + py::repr_string(key) + "]", val);
+            if (kv < 0) return false;
+            out.push_back(m_cap.const_value(key));
+            out.push_back(kv);
+        }
+        return true;
+    }
+    m_cap.fail(breaks::kUnsupportedCallee, "the items of `" + d.label + "` are unpacked with **",
+               "unpack dicts passed in or made in the function");
+    return false;
+}
+
+void Monitor::dict_set(int dict, int key, int val) {
+    std::vector<int>& items = m_cap.v(dict).items;
+    PyObject* k = m_cap.v(key).real.get();
+    for (size_t j = 0; j + 1 < items.size(); j += 2) {
+        int eq = PyObject_RichCompareBool(m_cap.v(items[j]).real.get(), k, Py_EQ);
+        if (eq < 0) PyErr_Clear();
+        if (eq == 1) {
+            items[j + 1] = val;
+            return;
+        }
+    }
+    items.push_back(key);
+    items.push_back(val);
+}
+
+// A list method on a list made in the function or passed in. The capture follows the contents;
+// when the list exists at replay (passed in, or already stored or returned), the call is
+// replayed there in program order too.
+int Monitor::mutate_list(int callee, const std::string& name, const std::vector<int>& in) {
+    if (in.empty()) {
+        m_cap.internal_error("list method without self");
+        return -1;
+    }
+    int lst = in[0];
+    Value& l = m_cap.v(lst);
+    bool input = l.kind == ValueKind::Input && !l.tensor && PyList_CheckExact(l.real.get());
+    if (l.kind != ValueKind::FreshList && !input) {
+        m_cap.fail(breaks::kUnsupportedCallee, "list." + name + "() on " + l.label,
+                   "call list methods on lists");
+        return -1;
+    }
+    // Appending to a list passed in needs nothing of its contents (a log growing every call
+    // must not be guarded by its length); anything else follows the contents from here on.
+    bool append_only = name == "append" || name == "extend";
+    if (input && name == "clear" && in.size() == 1 && !l.shadow) {
+        l.items.clear();
+        l.mutated = false;
+        l.shadow = true;  // empty from here on, whatever it held
+    } else if (input && !l.shadow && append_only) {
+        l.mutated = true;
+    } else if (input && !m_cap.shadow(lst)) {
+        return -1;
+    }
+    std::vector<int>& items = m_cap.v(lst).items;  // stable: values live in a deque
+    auto const_index = [&](int id, Py_ssize_t& i) {
+        const Value& v = m_cap.v(id);
+        if (v.kind != ValueKind::Const || !PyLong_Check(v.real.get())) return false;
+        i = PyLong_AsSsize_t(v.real.get());
+        return true;
+    };
+    Py_ssize_t size = static_cast<Py_ssize_t>(items.size()), i = 0;
+    size_t n = in.size();
+    int result = m_cap.const_value(Py_None);
+    if (name == "append" && n == 2) {
+        items.push_back(in[1]);
+    } else if (name == "extend" && n == 2) {
+        std::vector<int> more;
+        if (!items_of(in[1], more)) return -1;
+        items.insert(items.end(), more.begin(), more.end());
+    } else if (name == "insert" && n == 3 && const_index(in[1], i)) {
+        if (i < 0) i = std::max<Py_ssize_t>(0, i + size);
+        items.insert(items.begin() + std::min(i, size), in[2]);
+    } else if (name == "pop" && (n == 1 || (n == 2 && const_index(in[1], i)))) {
+        i = n == 1 ? size - 1 : i < 0 ? i + size : i;
+        if (i < 0 || i >= size) {
+            m_cap.internal_error("pop from an empty list");
+            return -1;
+        }
+        result = items[static_cast<size_t>(i)];
+        items.erase(items.begin() + i);
+    } else if (name == "clear" && n == 1) {
+        items.clear();
+    } else if (name == "reverse" && n == 1) {
+        std::reverse(items.begin(), items.end());
+    } else {
+        m_cap.fail(breaks::kUnsupportedCallee, "list." + name + "() on " + l.label,
+                   "use append, extend, insert (constant index), pop, clear or reverse");
+        return -1;
+    }
+    if (m_cap.exists_at_replay(lst)) {
+        Step s;
+        s.kind = StepKind::Call;
+        std::vector<int> values = {callee};
+        values.insert(values.end(), in.begin(), in.end());
+        m_cap.record_effect(std::move(s), values);
+    }
+    return result;
+}
+
+// obj[key] over items the capture knows (an int picks one, a slice makes a fresh container).
+int Monitor::index_items(const std::vector<int>& items, PyObject* key, ValueKind kind,
+                         PyObject* real) {
+    Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+    if (PyLong_Check(key)) {
+        Py_ssize_t i = PyLong_AsSsize_t(key);
+        if (i < 0) i += n;
+        if (i >= 0 && i < n) return items[static_cast<size_t>(i)];
+    } else if (PySlice_Check(key)) {
+        Py_ssize_t start, stop, step;
+        if (PySlice_Unpack(key, &start, &stop, &step) == 0) {
+            Py_ssize_t len = PySlice_AdjustIndices(n, &start, &stop, step);
+            std::vector<int> picked;
+            for (Py_ssize_t j = 0; j < len; ++j)
+                picked.push_back(items[static_cast<size_t>(start + j * step)]);
+            return m_cap.fresh(kind, picked, real);
+        }
+        PyErr_Clear();
+    }
+    m_cap.internal_error("index out of the known items");
+    return -1;
 }
 
 Monitor::Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph)
@@ -456,27 +624,32 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
             m_cap.record(std::move(s), Py_None, "setitem", true);
             return;
         }
-        if ((c.kind == ValueKind::FreshList || c.kind == ValueKind::FreshDict) &&
-            m_cap.v(key).kind == ValueKind::Const) {
-            PyObject* k = m_cap.v(key).real.get();
-            if (c.kind == ValueKind::FreshList && PyLong_Check(k)) {
-                Py_ssize_t i = PyLong_AsSsize_t(k), n = static_cast<Py_ssize_t>(c.items.size());
-                if (i < 0) i += n;
-                if (i >= 0 && i < n) c.items[static_cast<size_t>(i)] = val;
-                return;
+        bool list = c.kind == ValueKind::FreshList ||
+                    (c.kind == ValueKind::Input && PyList_CheckExact(c.real.get()));
+        if (list && m_cap.v(key).kind == ValueKind::Const && PyLong_Check(m_cap.v(key).real.get())) {
+            if (c.kind == ValueKind::Input && !m_cap.shadow(cont)) return;
+            Py_ssize_t i = PyLong_AsSsize_t(m_cap.v(key).real.get());
+            Py_ssize_t n = static_cast<Py_ssize_t>(c.items.size());
+            if (i < 0) i += n;
+            if (i < 0 || i >= n) return m_cap.internal_error("list index out of range");
+            c.items[static_cast<size_t>(i)] = val;
+            if (m_cap.exists_at_replay(cont)) {
+                Step s;
+                s.kind = StepKind::SetItem;
+                m_cap.record_effect(std::move(s), {cont, key, val});
             }
-            if (c.kind == ValueKind::FreshDict) {
-                for (size_t j = 0; j + 1 < c.items.size(); j += 2)
-                    if (PyObject_RichCompareBool(m_cap.v(c.items[j]).real.get(), k, Py_EQ) == 1) {
-                        c.items[j + 1] = val;
-                        return;
-                    }
-                c.items.push_back(key);
-                c.items.push_back(val);
-                return;
-            }
+            return;
         }
-        if (c.kind == ValueKind::Input && (PyList_Check(c.real.get()) || PyDict_Check(c.real.get()))) {
+        if (c.kind == ValueKind::FreshDict && m_cap.v(key).kind == ValueKind::Const) {
+            dict_set(cont, key, val);
+            if (c.built >= 0) {
+                Step s;
+                s.kind = StepKind::SetItem;
+                m_cap.record_effect(std::move(s), {cont, key, val});
+            }
+            return;
+        }
+        if (c.kind == ValueKind::Input && PyDict_Check(c.real.get())) {
             Step s;
             s.kind = StepKind::SetItem;
             m_cap.record_effect(std::move(s), {cont, key, val});
@@ -505,23 +678,14 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     }
     case LIST_EXTEND: {
         int src = pop(f);
-        Value& l = m_cap.v(f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)]);
-        Value& s = m_cap.v(src);
-        if (l.kind != ValueKind::FreshList) return m_cap.internal_error("LIST_EXTEND target");
-        if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
-            std::vector<int> items = s.items;
-            l.items.insert(l.items.end(), items.begin(), items.end());
-            return;
-        }
-        if (s.kind == ValueKind::Const && PyTuple_Check(s.real.get())) {
-            PyObject* t = s.real.get();
-            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); ++i)
-                m_cap.v(f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)])
-                    .items.push_back(m_cap.const_value(PyTuple_GET_ITEM(t, i)));
-            return;
-        }
-        return m_cap.fail(breaks::kUnsupportedOpcode, "a list is extended from " + s.label,
-                          "build the list from a list or tuple");
+        int target = f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)];
+        if (m_cap.v(target).kind != ValueKind::FreshList)
+            return m_cap.internal_error("LIST_EXTEND target");
+        std::vector<int> items;
+        if (!items_of(src, items)) return;
+        std::vector<int>& dst = m_cap.v(target).items;
+        dst.insert(dst.end(), items.begin(), items.end());
+        return;
     }
     case PRECALL: {
         int n = ins.oparg;
@@ -572,47 +736,12 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         p.depth_after = depth - (has_kw ? 4 : 3) + 1;
         f.pending = std::move(p);
         std::vector<int> args;
-        Value& s = m_cap.v(star);
-        if (s.kind == ValueKind::FreshTuple || s.kind == ValueKind::FreshList) {
-            args = s.items;
-        } else if (s.kind == ValueKind::Const && PyTuple_Check(s.real.get())) {
-            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(s.real.get()); ++i)
-                args.push_back(m_cap.const_value(PyTuple_GET_ITEM(s.real.get(), i)));
-        } else if (s.kind == ValueKind::Input && PyTuple_Check(s.real.get())) {
-            Py_ssize_t len = PyTuple_GET_SIZE(s.real.get());
-            m_cap.guard_len(star, len);
-            for (Py_ssize_t i = 0; i < len; ++i) {
-                int it = item_of(star, i, PyTuple_GET_ITEM(s.real.get(), i));
-                if (it < 0) return;
-                args.push_back(it);
-            }
-        } else {
-            return m_cap.fail(breaks::kUnsupportedCallee, "a call unpacks *" + s.label,
-                              "pass the arguments explicitly");
-        }
+        if (!items_of(star, args)) return;
         PyObject* kwnames = nullptr;
         py::Ref names;
         if (kw >= 0) {
-            Value& k = m_cap.v(kw);
             std::vector<int> pairs;
-            if (k.kind == ValueKind::FreshDict) {
-                pairs = k.items;
-            } else if (k.kind == ValueKind::Input && PyDict_Check(k.real.get())) {
-                PyObject* d = k.real.get();
-                m_cap.guard_len(kw, PyDict_GET_SIZE(d));
-                Py_ssize_t pos = 0;
-                PyObject *key, *val;
-                while (PyDict_Next(d, &pos, &key, &val)) {
-                    int kv = m_cap.input_child(kw, AccessKind::DictItem, 0, key,
-                                               "[" + py::repr_string(key) + "]", val);
-                    if (kv < 0) return;
-                    pairs.push_back(m_cap.const_value(key));
-                    pairs.push_back(kv);
-                }
-            } else {
-                return m_cap.fail(breaks::kUnsupportedCallee, "a call unpacks **" + k.label,
-                                  "pass the keyword arguments explicitly");
-            }
+            if (!pairs_of(kw, pairs)) return;
             names = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(pairs.size() / 2)));
             for (size_t j = 0; j + 1 < pairs.size(); j += 2) {
                 PyObject* key = m_cap.v(pairs[j]).real.get();
@@ -624,6 +753,16 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         // Keep the kwnames tuple alive as a constant of the capture.
         if (kwnames) m_cap.const_value(kwnames);
         dispatch_call(f, callable, std::move(args), kwnames);
+        return;
+    }
+    case DICT_MERGE: case DICT_UPDATE: {
+        int src = pop(f);
+        int target = f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)];
+        if (m_cap.v(target).kind != ValueKind::FreshDict)
+            return m_cap.internal_error("DICT_MERGE target");
+        std::vector<int> pairs;
+        if (!pairs_of(src, pairs)) return;
+        for (size_t j = 0; j + 1 < pairs.size(); j += 2) dict_set(target, pairs[j], pairs[j + 1]);
         return;
     }
     case LOAD_ATTR: defer(1, 1); return;
@@ -674,27 +813,33 @@ void Monitor::complete(ShadowFrame& f) {
         if (depth == p.depth_after - 1) {  // exhausted
             pop(f);
             // The trip count came from the container's length: guard it.
-            if (iter.iter_kind == IterKind::InputSeq || iter.iter_kind == IterKind::ModuleSeq)
+            if ((iter.iter_kind == IterKind::InputSeq && !m_cap.v(iter.iter_source).shadow) ||
+                iter.iter_kind == IterKind::ModuleSeq)
                 m_cap.guard_len(iter.iter_source, iter.iter_pos);
             return;
         }
         int pos = iter.iter_pos++;
         int src = iter.iter_source;
         int item = -1;
+        bool shadowed = m_cap.v(src).shadow;
         switch (iter.iter_kind) {
         case IterKind::ConstSeq: item = m_cap.const_value(tos); break;
         case IterKind::FreshSeq:
-            item = pos < static_cast<int>(m_cap.v(it).items.size())
-                       ? m_cap.v(it).items[static_cast<size_t>(pos)]
-                       : -1;
-            if (item < 0) m_cap.internal_error("iteration past a fresh container");
-            break;
         case IterKind::InputSeq:
+            if (iter.iter_kind == IterKind::FreshSeq || shadowed) {
+                // The container's items as they are now: Python's list iterator sees changes.
+                const std::vector<int>& items = m_cap.v(src).items;
+                item = pos < static_cast<int>(items.size()) ? items[static_cast<size_t>(pos)] : -1;
+                if (item < 0 || m_cap.v(item).real.get() != tos)
+                    m_cap.internal_error("iteration over a container out of step");
+                break;
+            }
+            item = m_cap.input_child(src, AccessKind::Item, pos, nullptr,
+                                     "[" + std::to_string(pos) + "]", tos);
+            break;
         case IterKind::ModuleSeq:
-            item = m_cap.input_child(src, iter.iter_kind == IterKind::InputSeq
-                                              ? AccessKind::Item
-                                              : AccessKind::DictValueAt,
-                                     pos, nullptr, "[" + std::to_string(pos) + "]", tos);
+            item = m_cap.input_child(src, AccessKind::DictValueAt, pos, nullptr,
+                                     "[" + std::to_string(pos) + "]", tos);
             break;
         case IterKind::OpSeq: item = item_of(src, pos, tos); break;
         }
@@ -806,8 +951,10 @@ void Monitor::complete(ShadowFrame& f) {
         else if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple)
             kind = IterKind::FreshSeq;
         else if (s.kind == ValueKind::Input && !s.tensor &&
-                 (PyList_CheckExact(s.real.get()) || PyTuple_CheckExact(s.real.get())))
+                 (PyList_CheckExact(s.real.get()) || PyTuple_CheckExact(s.real.get()))) {
             kind = IterKind::InputSeq;
+            if (s.mutated && !m_cap.shadow(p.in[0])) return;
+        }
         else if (s.kind == ValueKind::Input && s.identity &&
                  (Py_TYPE(s.real.get()) == api.sequential_type ||
                   Py_TYPE(s.real.get()) == api.module_list_type))
@@ -827,7 +974,6 @@ void Monitor::complete(ShadowFrame& f) {
         Value& iv = m_cap.v(it);
         iv.iter_kind = kind;
         iv.iter_source = p.in[0];
-        if (kind == IterKind::FreshSeq) iv.items = m_cap.v(p.in[0]).items;
         if (kind == IterKind::ModuleSeq) {
             int mv = modules_dict(p.in[0]);
             if (mv < 0) return;
@@ -877,16 +1023,15 @@ void Monitor::complete(ShadowFrame& f) {
         Value& s = m_cap.v(seq);
         int n = p.oparg;
         std::vector<int> items;
-        if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
-            items = s.items;
-        } else {
-            if (s.kind == ValueKind::Input && !s.tensor) m_cap.guard_len(seq, n);
+        if (s.kind == ValueKind::Const || s.tensor || s.kind == ValueKind::OpResult) {
             for (int i = 0; i < n; ++i) {
                 int it = s.kind == ValueKind::Const ? m_cap.const_value(real_stack(f, i))
                                                     : item_of(seq, i, real_stack(f, i));
                 if (it < 0) return;
                 items.push_back(it);
             }
+        } else if (!items_of(seq, items)) {
+            return;
         }
         if (static_cast<int>(items.size()) != n) return m_cap.internal_error("unpack size");
         for (int i = n - 1; i >= 0; --i) push(f, items[static_cast<size_t>(i)]);
@@ -1043,6 +1188,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                 int mv = modules_dict(a);
                 if (mv < 0) return;
                 m_cap.guard_len(mv, PyLong_AsSsize_t(result));
+            } else if (v.shadow || (v.mutated && PyList_CheckExact(o))) {
+                // length known from the tracked items (the original length is guarded)
+                if (!m_cap.shadow(a)) return;
             } else if (PyList_Check(o) || PyTuple_Check(o) || PyDict_Check(o)) {
                 if (v.mutated)
                     return m_cap.fail(breaks::kMutatedThenRead,
@@ -1092,54 +1240,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         push_out(m_cap.const_value(result));
         return;
     }
-    case CallKind::ListMethod: {
-        if (p.in.empty()) return m_cap.internal_error("list method without self");
-        Value& l = m_cap.v(p.in[0]);
-        if (l.kind == ValueKind::FreshList) {
-            if (name == "append" && p.in.size() == 2) {
-                l.items.push_back(p.in[1]);
-                push_out(m_cap.const_value(Py_None));
-                return;
-            }
-            if (name == "extend" && p.in.size() == 2) {
-                Value& s = m_cap.v(p.in[1]);
-                if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
-                    std::vector<int> items = s.items;
-                    m_cap.v(p.in[0]).items.insert(m_cap.v(p.in[0]).items.end(), items.begin(),
-                                                  items.end());
-                    push_out(m_cap.const_value(Py_None));
-                    return;
-                }
-            }
-            if (name == "pop" && p.in.size() == 1 && !l.items.empty()) {
-                int last = l.items.back();
-                l.items.pop_back();
-                push_out(last);
-                return;
-            }
-            if (name == "insert" && p.in.size() == 3 && m_cap.v(p.in[1]).kind == ValueKind::Const) {
-                Py_ssize_t i = PyLong_AsSsize_t(m_cap.v(p.in[1]).real.get());
-                Py_ssize_t n = static_cast<Py_ssize_t>(l.items.size());
-                if (i < 0) i = std::max<Py_ssize_t>(0, i + n);
-                i = std::min(i, n);
-                l.items.insert(l.items.begin() + i, p.in[2]);
-                push_out(m_cap.const_value(Py_None));
-                return;
-            }
-        } else if (l.kind == ValueKind::Input && PyList_CheckExact(l.real.get()) &&
-                   (name == "append" || name == "extend" || name == "insert" || name == "clear")) {
-            Step s;
-            s.kind = StepKind::Call;
-            std::vector<int> values = {p.callee_value};
-            values.insert(values.end(), p.in.begin(), p.in.end());
-            m_cap.record_effect(std::move(s), values);
-            l.mutated = true;
-            push_out(m_cap.const_value(Py_None));
-            return;
-        }
-        return m_cap.fail(breaks::kUnsupportedCallee, "list." + name + "() on " + l.label,
-                          "use append/extend/insert/pop on lists made in the function");
-    }
+    case CallKind::ListMethod:
+        push_out(mutate_list(p.callee_value, name, p.in));
+        return;
     default:
         return m_cap.internal_error("call completion for " + name);
     }
@@ -1276,6 +1379,12 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
 
 int Monitor::item_of(int seq, Py_ssize_t i, PyObject* real) {
     Value& s = m_cap.v(seq);
+    if (s.kind == ValueKind::Input && (s.shadow || s.mutated) && PyList_CheckExact(s.real.get())) {
+        if (!m_cap.shadow(seq)) return -1;
+    }
+    if (s.kind == ValueKind::Input && s.shadow)
+        return index_items(s.items, py::Ref::steal(PyLong_FromSsize_t(i)).get(), ValueKind::FreshTuple,
+                           real);
     if (s.kind == ValueKind::Input && !s.tensor)
         return m_cap.input_child(seq, AccessKind::Item, static_cast<int>(i), nullptr,
                                  "[" + std::to_string(i) + "]", real);
@@ -1328,24 +1437,8 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
     }
     PyObject* kr = k.real.get();
     if (c.kind == ValueKind::Const) return m_cap.const_value(real);
-    if (c.kind == ValueKind::FreshList || c.kind == ValueKind::FreshTuple) {
-        Py_ssize_t n = static_cast<Py_ssize_t>(c.items.size());
-        if (PyLong_Check(kr)) {
-            Py_ssize_t i = PyLong_AsSsize_t(kr);
-            if (i < 0) i += n;
-            if (i >= 0 && i < n) return c.items[static_cast<size_t>(i)];
-        } else if (PySlice_Check(kr)) {
-            Py_ssize_t start, stop, step;
-            if (PySlice_Unpack(kr, &start, &stop, &step) == 0) {
-                Py_ssize_t len = PySlice_AdjustIndices(n, &start, &stop, step);
-                std::vector<int> items;
-                for (Py_ssize_t j = 0; j < len; ++j)
-                    items.push_back(c.items[static_cast<size_t>(start + j * step)]);
-                return m_cap.fresh(c.kind, items, real);
-            }
-            PyErr_Clear();
-        }
-    }
+    if (c.kind == ValueKind::FreshList || c.kind == ValueKind::FreshTuple)
+        return index_items(c.items, kr, c.kind, real);
     if (c.kind == ValueKind::FreshDict) {
         for (size_t j = 0; j + 1 < c.items.size(); j += 2)
             if (PyObject_RichCompareBool(m_cap.v(c.items[j]).real.get(), kr, Py_EQ) == 1)
@@ -1354,7 +1447,15 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
     if (c.kind == ValueKind::Input) {
         PyObject* o = c.real.get();
         const TorchApi& api = torch_api();
-        if ((PyList_CheckExact(o) || PyTuple_CheckExact(o)) && PyLong_Check(kr)) {
+        if ((PyList_CheckExact(o) || PyTuple_CheckExact(o)) &&
+            (PyLong_Check(kr) || PySlice_Check(kr))) {
+            if (c.shadow || c.mutated || PySlice_Check(kr)) {
+                std::vector<int> items;
+                if (!items_of(cont, items)) return -1;
+                return index_items(items, kr,
+                                   PyList_CheckExact(o) ? ValueKind::FreshList : ValueKind::FreshTuple,
+                                   real);
+            }
             Py_ssize_t i = PyLong_AsSsize_t(kr);
             if (i < 0) {
                 Py_ssize_t n = PyObject_Length(o);
@@ -1400,15 +1501,22 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         return r;
     }
     if (x.kind == ValueKind::Const && y.kind == ValueKind::Const) return m_cap.const_value(real);
-    bool seq = (x.kind == ValueKind::FreshList || x.kind == ValueKind::FreshTuple);
-    if (seq && (op == NB_ADD || op == NB_INPLACE_ADD) && y.kind == x.kind) {
-        std::vector<int> items = x.items;
-        items.insert(items.end(), y.items.begin(), y.items.end());
-        if (op == NB_INPLACE_ADD && x.kind == ValueKind::FreshList) {
-            x.items = items;
-            return a;
-        }
-        return m_cap.fresh(x.kind, items, real);
+    bool x_list = !x.tensor && PyList_CheckExact(x.real.get()) &&
+                  (x.kind == ValueKind::FreshList || x.kind == ValueKind::Input);
+    if (op == NB_INPLACE_ADD && x_list) {  // xs += ys extends xs in place
+        static PyObject* extend = PyDict_GetItemString(PyList_Type.tp_dict, "extend");
+        if (mutate_list(m_cap.const_value(extend, "list.extend"), "extend", {a, b}) < 0) return -1;
+        return a;
+    }
+    bool same_seq = (PyList_CheckExact(x.real.get()) && PyList_CheckExact(y.real.get())) ||
+                    (PyTuple_CheckExact(x.real.get()) && PyTuple_CheckExact(y.real.get()));
+    if ((op == NB_ADD || op == NB_INPLACE_ADD) && same_seq) {
+        std::vector<int> left, right;
+        if (!items_of(a, left) || !items_of(b, right)) return -1;
+        left.insert(left.end(), right.begin(), right.end());
+        return m_cap.fresh(PyList_CheckExact(x.real.get()) ? ValueKind::FreshList
+                                                           : ValueKind::FreshTuple,
+                           left, real);
     }
     m_cap.fail(breaks::kUnsupportedOpcode,
                "an operator is applied to " + x.label + " and " + y.label,
@@ -1446,6 +1554,13 @@ bool Monitor::truthiness_known(int id) {
         return true;
     case ValueKind::Input: {
         PyObject* o = v.real.get();
+        if (v.shadow || (v.mutated && PyList_CheckExact(o))) return m_cap.shadow(id);
+        if (v.mutated) {
+            m_cap.fail(breaks::kMutatedThenRead,
+                       "the truth value of `" + v.label + "` is tested after this function changed it",
+                       "test it before changing it");
+            return false;
+        }
         if (PyList_Check(o) || PyTuple_Check(o) || PyDict_Check(o)) {
             m_cap.guard_len(id, PyObject_Length(o));
             return true;

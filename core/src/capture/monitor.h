@@ -73,6 +73,11 @@ private:
     bool require_const(const std::vector<int>& values, const std::string& what);
     void guard_all_strides();
     int modules_dict(int container);
+    bool items_of(int seq, std::vector<int>& out);
+    bool pairs_of(int dict, std::vector<int>& out);
+    void dict_set(int dict, int key, int val);
+    int mutate_list(int callee, const std::string& name, const std::vector<int>& in);
+    int index_items(const std::vector<int>& items, PyObject* key, ValueKind kind, PyObject* real);
 
     PyObject* real_stack(ShadowFrame& f, int i) { return py::frame_stack_peek(f.frame, i); }
     void push(ShadowFrame& f, int v) { f.stack.push_back(v); }

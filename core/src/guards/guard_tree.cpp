@@ -3,6 +3,7 @@
 
 #include "python/torch_api.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace magpy {
@@ -36,9 +37,13 @@ void GuardTree::add_check(int node, Check check) {
     auto& checks = m_nodes[static_cast<size_t>(node)].checks;
     for (const Check& c : checks)
         if (c.kind == check.kind) {
-            if (c.kind != CheckKind::TensorMatch || !check.tensor.strides.empty() ==
-                                                        !c.tensor.strides.empty())
-                return;  // one check of a kind per node; strides upgrade below
+            if (c.kind == CheckKind::NoInstanceAttr || c.kind == CheckKind::NoKey) {
+                if (PyObject_RichCompareBool(c.key.get(), check.key.get(), Py_EQ) == 1) return;
+                PyErr_Clear();
+                continue;
+            }
+            if (c.kind != CheckKind::TensorMatch || check.tensor.layout == c.tensor.layout)
+                return;  // one check of a kind per node; layout upgrades below
         }
     if (check.kind == CheckKind::TensorMatch) {
         for (Check& c : checks)
@@ -178,7 +183,7 @@ static bool read_int_tuple(PyObject* t, std::vector<int64_t>& out) {
     return !PyErr_Occurred();
 }
 
-bool tensor_meta_of(PyObject* t, TensorMeta& m, bool with_strides) {
+bool tensor_meta_of(PyObject* t, TensorMeta& m, bool with_layout) {
     if (!is_tensor(t)) return false;
     m.dtype = py::Ref::steal(PyObject_GetAttrString(t, "dtype"));
     m.device = py::Ref::steal(PyObject_GetAttrString(t, "device"));
@@ -189,13 +194,11 @@ bool tensor_meta_of(PyObject* t, TensorMeta& m, bool with_strides) {
         return false;
     }
     m.requires_grad = rg.get() == Py_True;
-    tensor_key_of(t, m.key, with_strides);
-    if (with_strides) {
-        py::Ref st = py::Ref::steal(PyObject_CallMethod(t, "stride", nullptr));
-        if (!st || !read_int_tuple(st.get(), m.strides)) {
-            PyErr_Clear();
-            return false;
-        }
+    tensor_key_of(t, m.key, with_layout);
+    m.layout = with_layout;
+    if (with_layout) {
+        m.strides = m.key.strides;
+        m.storage_offset = m.key.storage_offset;
     }
     return true;
 }
@@ -243,7 +246,7 @@ static bool tensor_matches(const TensorMeta& want, PyObject* v, std::string* why
                            const std::string& src) {
     if (!why) return is_tensor(v) && tensor_key_matches(v, want.key);  // the hot path
     TensorMeta got;
-    if (!tensor_meta_of(v, got, !want.strides.empty())) {
+    if (!tensor_meta_of(v, got, want.layout)) {
         if (why) *why = "`" + src + "`: expected a tensor, got " + py::type_name(v);
         return false;
     }
@@ -279,10 +282,17 @@ static bool tensor_matches(const TensorMeta& want, PyObject* v, std::string* why
                    (got.requires_grad ? "True" : "False");
         return false;
     }
-    if (!want.strides.empty() && got.strides != want.strides) {
+    if (want.layout && got.strides != want.strides) {
         if (why)
             *why = "tensor `" + src + "` strides: expected " + ints_str(want.strides) + ", got " +
                    ints_str(got.strides);
+        return false;
+    }
+    if (want.layout && got.storage_offset != want.storage_offset) {
+        if (why)
+            *why = "tensor `" + src + "` storage offset: expected " +
+                   std::to_string(want.storage_offset) + ", got " +
+                   std::to_string(got.storage_offset);
         return false;
     }
     return true;
@@ -296,7 +306,16 @@ static bool grad_mode_enabled() {
     return on;
 }
 
-bool GuardTree::run_checks(const Accessor* a, PyObject* v, std::string* why) const {
+static bool in_instance_dict(PyObject* obj, PyObject* key) {
+    PyObject** dictptr = _PyObject_GetDictPtr(obj);
+    if (!dictptr || !*dictptr) return false;
+    PyObject* hit = PyDict_GetItemWithError(*dictptr, key);
+    if (!hit && PyErr_Occurred()) PyErr_Clear();
+    return hit != nullptr;
+}
+
+bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* values,
+                           std::string* why) const {
     const std::vector<Check>& checks = a ? a->checks : m_root_checks;
     static const std::string kNone;
     const std::string& src = a ? a->source : kNone;
@@ -349,6 +368,29 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, std::string* why) con
                        (c.flag ? "True" : "False");
             break;
         }
+        case CheckKind::SameAs:
+            ok = values[c.other] == v;
+            if (!ok && why)
+                *why = "`" + src + "` and `" + m_nodes[static_cast<size_t>(c.other)].source +
+                       "`: expected the same object, got two different objects";
+            break;
+        case CheckKind::NoKey: {
+            PyObject* hit = PyDict_Check(v) ? PyDict_GetItemWithError(v, c.key.get()) : nullptr;
+            if (!hit && PyErr_Occurred()) PyErr_Clear();
+            ok = hit == nullptr;
+            if (!ok && why)
+                *why = "`" + src + "[" + py::repr_string(c.key.get()) +
+                       "]`: expected no such key (it would shadow the builtin), got " +
+                       short_repr(hit);
+            break;
+        }
+        case CheckKind::NoInstanceAttr:
+            ok = !in_instance_dict(v, c.key.get());
+            if (!ok && why)
+                *why = "`" + src + "." + py::str_of(c.key.get()) +
+                       "`: expected the class attribute, got an instance attribute that "
+                       "shadows it";
+            break;
         }
         if (!ok) {
             const_cast<Check&>(c).failures++;
@@ -360,7 +402,7 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, std::string* why) con
 
 bool GuardTree::check(py::IFrame* frame, std::vector<PyObject*>& values) const {
     values.assign(m_nodes.size(), nullptr);
-    if (!run_checks(nullptr, nullptr, nullptr)) return false;
+    if (!run_checks(nullptr, nullptr, nullptr, nullptr)) return false;
     for (size_t i = 0; i < m_nodes.size(); ++i) {
         const Accessor& a = m_nodes[i];
         PyObject* parent = a.parent >= 0 ? values[static_cast<size_t>(a.parent)] : nullptr;
@@ -370,14 +412,37 @@ bool GuardTree::check(py::IFrame* frame, std::vector<PyObject*>& values) const {
             return false;
         }
         values[i] = v;
-        if (!run_checks(&a, v, nullptr)) return false;
+        if (!run_checks(&a, v, values.data(), nullptr)) return false;
+    }
+    return distinct_ok(values.data(), nullptr);
+}
+
+bool GuardTree::distinct_ok(PyObject* const* values, std::string* why) const {
+    size_t n = m_distinct.size();
+    if (n > 16 && !why) {  // many parameters: sort instead of comparing every pair
+        thread_local std::vector<PyObject*> objs;
+        objs.clear();
+        for (int node : m_distinct) objs.push_back(values[node]);
+        std::sort(objs.begin(), objs.end());
+        return std::adjacent_find(objs.begin(), objs.end()) == objs.end();
+    }
+    for (size_t i = 0; i + 1 < n; ++i) {
+        PyObject* a = values[m_distinct[i]];
+        for (size_t j = i + 1; j < n; ++j)
+            if (values[m_distinct[j]] == a) {
+                if (why)
+                    *why = "`" + m_nodes[static_cast<size_t>(m_distinct[i])].source + "` and `" +
+                           m_nodes[static_cast<size_t>(m_distinct[j])].source +
+                           "`: expected two different objects, got the same object";
+                return false;
+            }
     }
     return true;
 }
 
 std::string GuardTree::check_verbose(py::IFrame* frame) const {
     std::string why;
-    if (!run_checks(nullptr, nullptr, &why)) return why;
+    if (!run_checks(nullptr, nullptr, nullptr, &why)) return why;
     std::vector<PyObject*> values(m_nodes.size(), nullptr);
     for (size_t i = 0; i < m_nodes.size() && why.empty(); ++i) {
         const Accessor& a = m_nodes[i];
@@ -389,8 +454,9 @@ std::string GuardTree::check_verbose(py::IFrame* frame) const {
             break;
         }
         values[i] = v;
-        run_checks(&a, v, &why);
+        run_checks(&a, v, values.data(), &why);
     }
+    if (why.empty()) distinct_ok(values.data(), &why);
     release_values(values);
     return why;
 }
@@ -424,11 +490,19 @@ std::string describe_check(const Check& c, const std::string& src) {
                         ", device=" + py::str_of(c.tensor.device.get()) +
                         ", size=" + ints_str(c.tensor.sizes) +
                         ", requires_grad=" + (c.tensor.requires_grad ? "True" : "False");
-        if (!c.tensor.strides.empty()) s += ", stride=" + ints_str(c.tensor.strides);
+        if (c.tensor.layout)
+            s += ", stride=" + ints_str(c.tensor.strides) +
+                 ", storage_offset=" + std::to_string(c.tensor.storage_offset);
         return s + ")";
     }
     case CheckKind::GradMode:
         return std::string("torch.is_grad_enabled() == ") + (c.flag ? "True" : "False");
+    case CheckKind::SameAs:
+        return src + " is <node " + std::to_string(c.other) + ">";
+    case CheckKind::NoKey:
+        return py::repr_string(c.key.get()) + " not in " + src;
+    case CheckKind::NoInstanceAttr:
+        return py::repr_string(c.key.get()) + " not in " + src + ".__dict__";
     }
     return "?";
 }
@@ -437,7 +511,16 @@ std::vector<std::string> GuardTree::describe() const {
     std::vector<std::string> out;
     for (const Check& c : m_root_checks) out.push_back(describe_check(c, ""));
     for (const Accessor& a : m_nodes)
-        for (const Check& c : a.checks) out.push_back(describe_check(c, a.source));
+        for (const Check& c : a.checks)
+            out.push_back(c.kind == CheckKind::SameAs
+                              ? a.source + " is " + m_nodes[static_cast<size_t>(c.other)].source
+                              : describe_check(c, a.source));
+    if (m_distinct.size() > 1) {
+        std::string s = "distinct objects: ";
+        for (size_t i = 0; i < m_distinct.size(); ++i)
+            s += (i ? ", " : "") + m_nodes[static_cast<size_t>(m_distinct[i])].source;
+        out.push_back(s);
+    }
     return out;
 }
 

@@ -33,13 +33,20 @@ enum class AccessKind : uint8_t {
     DictValueAt,   // list(parent.values())[index] (nn.Module._modules in order)
 };
 
-enum class CheckKind : uint8_t { TypeIs, IdIs, Equals, LenEq, TensorMatch, GradMode };
+enum class CheckKind : uint8_t {
+    TypeIs, IdIs, Equals, LenEq, TensorMatch, GradMode,
+    SameAs,     // the same object as node `other` (two paths to one object)
+    NoKey,      // `key` is not in this dict (a global that would shadow a builtin)
+    NoInstanceAttr,  // `key` is not in the object's __dict__ (would shadow a class attribute)
+};
 
 struct TensorMeta {
     py::Ref dtype;   // torch.dtype (a singleton)
     py::Ref device;  // torch.device
     std::vector<int64_t> sizes;
-    std::vector<int64_t> strides;  // empty unless strides were read
+    std::vector<int64_t> strides;  // only when `layout` (strides were read)
+    int64_t storage_offset = 0;    // only when `layout`
+    bool layout = false;
     bool requires_grad = false;
     TensorKey key;  // the same facts in C++ form, for the fast check
 };
@@ -50,6 +57,8 @@ struct Check {
     py::Ref value;              // Equals
     Py_ssize_t length = 0;      // LenEq
     bool flag = false;          // GradMode
+    int other = -1;             // SameAs: an earlier node
+    py::Ref key;                // NoKey, NoInstanceAttr
     TensorMeta tensor;          // TensorMatch
     uint32_t failures = 0;
 };
@@ -70,6 +79,8 @@ public:
                      std::string source);
     void add_check(int node, Check check);
     void add_root_check(Check check);  // checks on no value (grad mode)
+    // Nodes whose objects must be pairwise distinct objects (checked after all nodes).
+    void set_distinct(std::vector<int> nodes) { m_distinct = std::move(nodes); }
 
     const std::vector<Accessor>& nodes() const { return m_nodes; }
     const Accessor& node(int i) const { return m_nodes[static_cast<size_t>(i)]; }
@@ -90,8 +101,11 @@ public:
 
 private:
     PyObject* fetch(const Accessor& a, py::IFrame* frame, PyObject* parent) const;  // new ref
-    bool run_checks(const Accessor* a, PyObject* v, std::string* why) const;
+    bool run_checks(const Accessor* a, PyObject* v, PyObject* const* values,
+                    std::string* why) const;
+    bool distinct_ok(PyObject* const* values, std::string* why) const;
     std::vector<Accessor> m_nodes;
+    std::vector<int> m_distinct;
     std::vector<Check> m_root_checks;
 };
 

@@ -4,7 +4,7 @@
 
 namespace magpy {
 
-void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides) {
+void tensor_key_of(PyObject* t, TensorKey& key, bool with_layout) {
     const at::Tensor& x = THPVariable_Unpack(t);
     key.dtype = static_cast<int8_t>(x.scalar_type());
     key.device_type = static_cast<int8_t>(x.device().type());
@@ -12,10 +12,12 @@ void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides) {
     key.requires_grad = x.requires_grad();
     auto sizes = x.sizes();
     key.sizes.assign(sizes.begin(), sizes.end());
+    key.layout = with_layout;
     key.strides.clear();
-    if (with_strides) {
+    if (with_layout) {
         auto strides = x.strides();
         key.strides.assign(strides.begin(), strides.end());
+        key.storage_offset = x.storage_offset();
     }
 }
 
@@ -30,7 +32,8 @@ bool tensor_key_matches(PyObject* t, const TensorKey& key) {
     if (sizes.size() != key.sizes.size()) return false;
     for (size_t i = 0; i < sizes.size(); ++i)
         if (sizes[i] != key.sizes[i]) return false;
-    if (!key.strides.empty()) {
+    if (key.layout) {
+        if (x.storage_offset() != key.storage_offset) return false;
         auto strides = x.strides();
         for (size_t i = 0; i < strides.size(); ++i)
             if (strides[i] != key.strides[i]) return false;

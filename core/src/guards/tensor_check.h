@@ -15,11 +15,13 @@ struct TensorKey {
     int8_t device_index = -1;
     bool requires_grad = false;
     std::vector<int64_t> sizes;
-    std::vector<int64_t> strides;  // empty: not checked
+    bool layout = false;           // strides and storage offset checked
+    std::vector<int64_t> strides;
+    int64_t storage_offset = 0;
 };
 
 // PRECONDITION: `t` is a torch.Tensor (type already checked). Fills `key`.
-void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides);
+void tensor_key_of(PyObject* t, TensorKey& key, bool with_layout);
 bool tensor_key_matches(PyObject* t, const TensorKey& key);
 
 }  // namespace magpy
