@@ -289,9 +289,6 @@ def stats_of(cf):
     return e.cache_hits, e.cache_misses
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a builtin read through __builtins__ is not "
-                   "guarded against a module global of the same name defined after capture "
-                   "(shadowing `len` replays the builtin)")
 def test_builtin_shadowed_by_global_recompiles():
     def f(xs, x):
         return x * len(xs)
@@ -303,8 +300,6 @@ def test_builtin_shadowed_by_global_recompiles():
     check(f, [([1, 2], torch.ones(2)), ([1, 2], torch.ones(2))], mutate=mutate)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: Tensor.is_leaf is folded to a constant but not "
-                   "guarded (a non-leaf with requires_grad=True passes the leaf's guards)")
 def test_is_leaf_read_is_guarded():
     def f(x):
         return x * 2 if x.is_leaf else x * 3
@@ -324,8 +319,6 @@ def test_storage_offset_read_is_guarded():
     check(f, [base[1:4], base[2:5]], pin=())
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: torch.get_default_dtype() is folded to a "
-                   "constant without a guard on the default dtype")
 def test_default_dtype_read_is_guarded():
     def f(x):
         return x.to(torch.get_default_dtype())

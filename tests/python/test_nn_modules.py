@@ -320,9 +320,6 @@ class Outer(nn.Module):
         return self.inner(x) + 1
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: global module forward hooks "
-                   "(register_module_forward_hook) are not guarded; an inlined submodule's "
-                   "hook registered after capture is skipped on replay")
 def test_global_forward_hook_registered_after_capture():
     m = Outer()
     x = torch.ones(2)
@@ -354,9 +351,6 @@ class Top(nn.Module):
         return self.sub(x) * 2
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a submodule is guarded by identity only; its "
-                   "forward replaced on the instance after capture is not noticed and replay runs "
-                   "the old forward's ops")
 def test_submodule_forward_replaced_on_instance():
     m = Top()
 

@@ -221,9 +221,6 @@ def test_callee_exception_free_path_after_recompile():
     assert e.recompile_reasons == ["`L['n']`: expected 0, got 2"]
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: keyword-only defaults of an inlined callee are "
-                   "baked in as constants without a guard (changing __kwdefaults__ replays the "
-                   "old value)")
 def test_callee_kwdefaults_changed_recompiles():
     def f(x):
         return kwonly_callee(x, alpha=1)

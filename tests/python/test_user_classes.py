@@ -229,8 +229,6 @@ def test_instantiation_inside_breaks(make):
     assert "no capture rule" in magpy.explain(cf).breaks[0].reason
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: the method looked up on an object passed in is "
-                   "not guarded; replacing the class's method replays the old method's ops")
 def test_method_replaced_on_class_recompiles():
     class C:
         def m(self, x):
@@ -248,8 +246,6 @@ def test_method_replaced_on_class_recompiles():
     check(f, [(c, torch.zeros(2)), (c, torch.zeros(2))], mutate=mutate, pin=(c,))
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: an instance attribute that shadows a method "
-                   "after capture is not guarded; replay runs the class method's ops")
 def test_instance_attribute_shadowing_method():
     class D:
         def m(self, x):

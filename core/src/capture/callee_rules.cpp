@@ -34,20 +34,29 @@ const std::unordered_set<std::string> kPureBuiltins = {
 
 }  // namespace
 
-bool is_metadata_query(const std::string& n) {
+bool is_metadata_query(const std::string& n, size_t nargs) {
     static const std::unordered_set<std::string> kMeta = {
         "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous",
         "is_floating_point", "is_complex", "element_size", "get_device", "is_signed",
-        "storage_offset", "type", "__len__", "is_tensor", "is_grad_enabled",
-        "get_default_dtype", "is_inference", "is_leaf", "has_names"};
+        "storage_offset", "__len__", "is_tensor"};
+    if (n == "type") return nargs <= 1;  // x.type() names the type; x.type(dtype) converts
     return kMeta.count(n) != 0;
+}
+
+bool is_global_state_query(const std::string& n) {
+    static const std::unordered_set<std::string> kGlobal = {
+        "get_default_dtype", "is_grad_enabled", "is_inference_mode_enabled",
+        "is_autocast_enabled", "is_autocast_cpu_enabled", "are_deterministic_algorithms_enabled",
+        "is_anomaly_enabled", "get_num_threads"};
+    return kGlobal.count(n) != 0;
 }
 
 bool reads_strides(const std::string& n) {
     return n == "stride" || n == "is_contiguous" || n == "storage_offset";
 }
 
-bool has_data_dependent_shape(const std::string& n) {
+bool has_data_dependent_shape(const std::string& n, size_t nargs) {
+    if (n == "where") return nargs == 1;  // torch.where(cond) is nonzero(cond) as a tuple
     static const std::unordered_set<std::string> kDyn = {
         "nonzero", "unique", "unique_consecutive", "masked_select", "argwhere",
         "repeat_interleave", "bincount", "nonzero_static"};
@@ -58,6 +67,7 @@ bool is_metadata_attribute(const char* n) {
     static const std::unordered_set<std::string> kAttrs = {
         "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_sparse",
         "is_quantized", "layout", "is_leaf", "is_meta", "is_mkldnn", "is_complex"};
+    // is_leaf of an input is not part of the tensor check: the monitor guards it separately.
     return kAttrs.count(n) != 0;
 }
 
@@ -77,6 +87,7 @@ CalleeInfo classify_callee(PyObject* f) {
                             ? py::str_of(fn->func_module)
                             : "";
         info.code = reinterpret_cast<PyCodeObject*>(fn->func_code);
+        info.op = py::str_of(fn->func_name);
         if (starts_with(m, "torch.nn.modules")) {
             info.kind = CallKind::InlineFunction;  // e.g. super().forward(x)
         } else if (is_torch_module_name(m)) {
@@ -93,9 +104,11 @@ CalleeInfo classify_callee(PyObject* f) {
     if (PyCFunction_Check(f)) {
         auto* cf = reinterpret_cast<PyCFunctionObject*>(f);
         info.name = cf->m_ml->ml_name;
+        info.op = info.name;
         PyObject* self = cf->m_self;
         if (self && is_tensor(self)) {
             info.kind = CallKind::TorchOp;  // a bound tensor method
+            info.bound_self = true;
             return info;
         }
         std::string m = cf->m_module && PyUnicode_Check(cf->m_module) ? py::str_of(cf->m_module)
@@ -123,10 +136,11 @@ CalleeInfo classify_callee(PyObject* f) {
     if (Py_TYPE(f) == &PyMethodDescr_Type) {
         PyTypeObject* owner = PyDescr_TYPE(f);
         info.name = std::string(owner->tp_name) + "." + py::str_of(PyDescr_NAME(f));
+        info.op = py::str_of(PyDescr_NAME(f));
         if (reinterpret_cast<PyObject*>(owner) == api.tensor_base_type.get() ||
             PyType_IsSubtype(owner, api.tensor_type)) {
             info.kind = CallKind::TorchOp;
-            info.name = py::str_of(PyDescr_NAME(f));
+            info.name = info.op;
         } else if (owner == &PyList_Type) {
             info.kind = CallKind::ListMethod;
             info.name = py::str_of(PyDescr_NAME(f));

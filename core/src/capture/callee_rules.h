@@ -25,17 +25,22 @@ enum class CallKind : uint8_t {
 struct CalleeInfo {
     CallKind kind = CallKind::Unsupported;
     std::string name;                 // for messages and the plan
+    std::string op;                   // the bare name (`unique` for torch.unique), for rules
     PyCodeObject* code = nullptr;     // Inline*: the code expected to run (borrowed)
+    bool bound_self = false;          // a bound tensor method: the tensor is not in the args
 };
 
 // PRECONDITION: GIL held. `callable` borrowed.
 CalleeInfo classify_callee(PyObject* callable);
 
 // Tensor methods and torch functions that answer from metadata only (shape, dtype...).
-bool is_metadata_query(const std::string& name);
+// `nargs` counts the tensor itself for methods.
+bool is_metadata_query(const std::string& op, size_t nargs);
+// torch functions that read global state (the default dtype ...): guarded by calling them.
+bool is_global_state_query(const std::string& op);
 bool reads_strides(const std::string& name);
 // Ops whose output shape depends on tensor data.
-bool has_data_dependent_shape(const std::string& name);
+bool has_data_dependent_shape(const std::string& op, size_t nargs);
 // Tensor attributes that are metadata (x.shape) and those that are ops (x.T).
 bool is_metadata_attribute(const char* name);
 bool is_op_attribute(const char* name);

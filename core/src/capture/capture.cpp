@@ -47,7 +47,7 @@ static bool is_constant_like(PyObject* o, int depth = 0) {
         return true;
     const TorchApi& api = torch_api();
     PyTypeObject* t = Py_TYPE(o);
-    if (t == api.dtype_type || t == api.device_type) return true;
+    if (t == api.dtype_type || t == api.device_type || t == api.layout_type) return true;
     if ((PyTuple_CheckExact(o) || t == api.size_type) && depth < 4) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
             if (!is_constant_like(PyTuple_GET_ITEM(o, i), depth + 1)) return false;
@@ -197,6 +197,22 @@ void Capture::guard_strides(int id) {
     m.kind = CheckKind::TensorMatch;
     tensor_meta_of(val.real.get(), m.tensor, true);
     m_guards->add_check(val.node, std::move(m));
+}
+
+void Capture::guard_no_key(int id, PyObject* key) {
+    if (v(id).node < 0) return;
+    Check c;
+    c.kind = CheckKind::NoKey;
+    c.key = py::Ref::borrow(key);
+    m_guards->add_check(v(id).node, std::move(c));
+}
+
+void Capture::guard_no_instance_attr(int id, PyObject* name) {
+    if (v(id).node < 0) return;
+    Check c;
+    c.kind = CheckKind::NoInstanceAttr;
+    c.key = py::Ref::borrow(name);
+    m_guards->add_check(v(id).node, std::move(c));
 }
 
 void Capture::guard_equals(int id) {

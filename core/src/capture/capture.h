@@ -103,6 +103,8 @@ public:
     void guard_len(int value, Py_ssize_t n);
     void guard_equals(int value);
     void guard_strides(int value);
+    void guard_no_key(int dict_value, PyObject* key);        // key absent from the dict
+    void guard_no_instance_attr(int value, PyObject* name);  // name absent from obj.__dict__
     GuardTree& guards() { return *m_guards; }
 
     // --- plan ---------------------------------------------------------------------------

@@ -205,6 +205,19 @@ int Monitor::index_items(const std::vector<int>& items, PyObject* key, ValueKind
     return -1;
 }
 
+// A function found on the class of an input object (a method, a module's forward), reached
+// through type(obj) so that replacing it on the class, or shadowing it on the instance, fails
+// the guards.
+int Monitor::class_attr(int obj, PyObject* name, PyObject* real) {
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(m_cap.v(obj).real.get()));
+    int cls = m_cap.input_child(obj, AccessKind::TypeOf, 0, nullptr, ".__class__", type);
+    if (cls < 0) return -1;
+    int fn = m_cap.input_child(cls, AccessKind::TypeLookup, 0, name, "." + str(name), real);
+    if (fn < 0) return -1;
+    if (_PyObject_GetDictPtr(m_cap.v(obj).real.get())) m_cap.guard_no_instance_attr(obj, name);
+    return fn;
+}
+
 Monitor::Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph)
     : m_cap(capture), m_root_code(root_code), m_fullgraph(fullgraph) {}
 
@@ -301,7 +314,7 @@ void Monitor::on_call(PyFrameObject* fo) {
         return;
     }
     p.inline_bound = true;
-    int func_value = p.callee.kind == CallKind::InlineFunction ? p.callee_value : -1;
+    int func_value = p.callee.kind == CallKind::InlineFunction ? p.callee_value : p.forward_value;
     ShadowFrame sf;
     sf.frame = f;
     sf.frame_obj = fo;
@@ -424,7 +437,13 @@ bool Monitor::bind_callee(ShadowFrame& f, Pending& call, int func_value) {
             else
                 bound[static_cast<size_t>(i)] = m_cap.const_value(real);  // Module.forward: class
         } else if (kwdefaults) {
-            bound[static_cast<size_t>(i)] = m_cap.const_value(real);
+            PyObject* name = py::code_localsplus_name(co, i);
+            if (func_value >= 0 && m_cap.v(func_value).node >= 0)
+                bound[static_cast<size_t>(i)] = m_cap.input_child(
+                    func_value, AccessKind::FuncKwDefault, 0, name,
+                    ".__kwdefaults__['" + str(name) + "']", real);
+            else
+                bound[static_cast<size_t>(i)] = m_cap.const_value(real);
         }
         if (bound[static_cast<size_t>(i)] < 0) return false;
         if (m_cap.v(bound[static_cast<size_t>(i)]).kind != ValueKind::Const &&
@@ -858,7 +877,15 @@ void Monitor::complete(ShadowFrame& f) {
             return;
         }
         Value& o = m_cap.v(p.in[0]);
-        if (o.kind == ValueKind::Input && !o.identity && !o.tensor && !PyFunction_Check(meth) &&
+        if (o.kind == ValueKind::Input && !o.tensor && PyFunction_Check(meth)) {
+            // A user method: guarded through the class, so replacing it is noticed.
+            int fn = class_attr(p.in[0], name, meth);
+            if (fn < 0) return;
+            push(f, fn);
+            push(f, p.in[0]);
+            return;
+        }
+        if (o.kind == ValueKind::Input && !o.identity && !o.tensor &&
             Py_TYPE(meth) != &PyMethodDescr_Type)
             return m_cap.fail(breaks::kUnsupportedAttribute,
                               "method `" + str(name) + "` of " + o.label + " is not a plain method",
@@ -1080,6 +1107,24 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
                 m_cap.guard_len(hv, 0);
             }
         }
+        if (c.kind == ValueKind::Input) {
+            // The forward that runs is the class's: guard it, and that no instance attribute
+            // replaces it.
+            PyObject* fwd = _PyType_Lookup(Py_TYPE(fn), interned("forward"));
+            if (!fwd || !PyFunction_Check(fwd))
+                return m_cap.fail(breaks::kUnsupportedCallee, c.label + ".forward is not a function",
+                                  "define forward as a plain method");
+            p.forward_value = class_attr(callable, interned("forward"), fwd);
+            if (p.forward_value < 0) return;
+        }
+        for (const auto& [hook_name, hooks] : torch_api().global_hooks) {
+            int hv = m_cap.constant_root(hooks.get(), hook_name);
+            if (PyDict_Size(hooks.get()) != 0)
+                return m_cap.fail(breaks::kUnsupportedCallee,
+                                  "global module hooks are registered (" + hook_name + ")",
+                                  "remove the hooks or call the model without compiling it");
+            m_cap.guard_len(hv, 0);
+        }
         p.in.insert(p.in.begin(), callable);  // self is the forward's first argument
     }
     switch (p.callee.kind) {
@@ -1124,14 +1169,24 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     }
     case CallKind::TorchOp:
     case CallKind::LeafModule: {
-        bool is_meta = p.callee.kind == CallKind::TorchOp && is_metadata_query(name);
+        size_t nargs = p.in.size() + (p.callee.bound_self ? 1 : 0) -
+                       (p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0);
+        if (p.callee.kind == CallKind::TorchOp && is_global_state_query(p.callee.op) &&
+            p.in.empty()) {
+            // Answered by global state: guarded by asking again on every call.
+            PyObject* fn = m_cap.v(p.callee_value).real.get();
+            push_out(m_cap.input_root(AccessKind::CallResult, 0, fn, callable_name(fn) + "()",
+                                      result));
+            return;
+        }
+        bool is_meta = p.callee.kind == CallKind::TorchOp && is_metadata_query(p.callee.op, nargs);
         if (is_meta) {
             if (dyn)
                 return m_cap.fail(breaks::kDynamicShape,
                                   "`" + name + "` reads the shape of a tensor whose shape "
                                   "depends on data",
                                   "avoid reading sizes of nonzero()/unique()/mask results");
-            if (reads_strides(name)) guard_all_strides();
+            if (reads_strides(p.callee.op)) guard_all_strides();
             push_out(m_cap.const_value(result));
             return;
         }
@@ -1168,7 +1223,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                                 ? m_cap.v(p.callee_value).label + "(...)"
                                 : name + "(...)";
         int r = m_cap.record(std::move(s), result, label, true);
-        m_cap.v(r).dyn_shape = dyn || has_data_dependent_shape(name);
+        m_cap.v(r).dyn_shape = dyn || has_data_dependent_shape(p.callee.op, nargs);
         push_out(r);
         return;
     }
@@ -1276,6 +1331,22 @@ int Monitor::load_global(ShadowFrame& f, PyObject* name) {
                    "define it before calling");
         return -1;
     }
+    // A builtin: guard that no global of that name appears later and shadows it.
+    PyObject* globals = py::frame_globals(f.frame);
+    int g = -1;
+    if (root_globals) {
+        g = m_cap.input_root(AccessKind::GlobalsDict, 0, nullptr, "G", globals);
+    } else if (f.func_value >= 0 && m_cap.v(f.func_value).node >= 0) {
+        g = m_cap.input_child(f.func_value, AccessKind::Attr, 0, interned("__globals__"),
+                              ".__globals__", globals);
+    } else {
+        m_cap.fail(breaks::kUnsupportedOpcode,
+                   "builtin `" + str(name) + "` is read by code magpy reached without a path",
+                   "call it from the compiled function itself");
+        return -1;
+    }
+    if (g < 0) return -1;
+    m_cap.guard_no_key(g, name);
     return m_cap.input_root(AccessKind::Builtin, 0, name, "__builtins__['" + str(name) + "']",
                             real);
 }
@@ -1323,6 +1394,8 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
                            "avoid reading sizes of nonzero()/unique()/mask results");
                 return -1;
             }
+            if (n == "is_leaf" && o.kind == ValueKind::Input)  // not part of the tensor check
+                return m_cap.input_child(obj, AccessKind::Attr, 0, name, ".is_leaf", real);
             return m_cap.const_value(real);
         }
         if (is_op_attribute(cname)) {

@@ -34,6 +34,7 @@ private:
         int inline_result = -1;   // set by the callee's return event
         bool inline_bound = false;
         PyObject* expect_self = nullptr;  // InlineModule: borrowed
+        int forward_value = -1;           // InlineModule: the forward function, by path
     };
     struct ShadowFrame {
         py::IFrame* frame = nullptr;
@@ -73,6 +74,7 @@ private:
     bool require_const(const std::vector<int>& values, const std::string& what);
     void guard_all_strides();
     int modules_dict(int container);
+    int class_attr(int obj, PyObject* name, PyObject* real);
     bool items_of(int seq, std::vector<int>& out);
     bool pairs_of(int dict, std::vector<int>& out);
     void dict_set(int dict, int key, int val);

@@ -16,7 +16,9 @@ int GuardTree::add_accessor(AccessKind kind, int parent, int index, PyObject* ke
         const Accessor& a = m_nodes[i];
         if (a.kind != kind || a.parent != parent || a.index != index) continue;
         if ((a.key.get() == nullptr) != (key == nullptr)) continue;
-        if (key) {
+        if (key && (kind == AccessKind::Constant || kind == AccessKind::CallResult)) {
+            if (a.key.get() != key) continue;  // held objects: the same object, not an equal one
+        } else if (key) {
             int eq = PyObject_RichCompareBool(a.key.get(), key, Py_EQ);
             if (eq < 0) PyErr_Clear();
             if (eq != 1 || Py_TYPE(a.key.get()) != Py_TYPE(key)) continue;
@@ -42,7 +44,7 @@ void GuardTree::add_check(int node, Check check) {
                 PyErr_Clear();
                 continue;
             }
-            if (c.kind != CheckKind::TensorMatch || check.tensor.layout == c.tensor.layout)
+            if (c.kind != CheckKind::TensorMatch || check.tensor.with_strides == c.tensor.with_strides)
                 return;  // one check of a kind per node; layout upgrades below
         }
     if (check.kind == CheckKind::TensorMatch) {
@@ -111,6 +113,8 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
         return new_ref_or_null(py::frame_globals(frame));
     case AccessKind::Constant:
         return new_ref_or_null(a.key.get());
+    case AccessKind::CallResult:
+        return PyObject_CallNoArgs(a.key.get());
     case AccessKind::ClosureCell: {
         PyObject* closure = PyFunction_GET_CLOSURE(py::frame_function(frame));
         if (!closure || a.index >= PyTuple_GET_SIZE(closure)) return nullptr;
@@ -153,6 +157,19 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
         if (!d || a.index >= PyTuple_GET_SIZE(d)) return nullptr;
         return new_ref_or_null(PyTuple_GET_ITEM(d, a.index));
     }
+    case AccessKind::TypeOf:
+        return new_ref_or_null(reinterpret_cast<PyObject*>(Py_TYPE(parent)));
+    case AccessKind::TypeLookup:
+        return PyType_Check(parent)
+                   ? new_ref_or_null(_PyType_Lookup(reinterpret_cast<PyTypeObject*>(parent),
+                                                    a.key.get()))
+                   : nullptr;
+    case AccessKind::FuncKwDefault: {
+        if (!PyFunction_Check(parent)) return nullptr;
+        PyObject* d = PyFunction_GET_KW_DEFAULTS(parent);
+        return d && PyDict_Check(d) ? new_ref_or_null(PyDict_GetItemWithError(d, a.key.get()))
+                                    : nullptr;
+    }
     case AccessKind::DictValueAt: {
         if (!PyDict_Check(parent)) return nullptr;
         Py_ssize_t pos = 0, i = 0;
@@ -183,7 +200,7 @@ static bool read_int_tuple(PyObject* t, std::vector<int64_t>& out) {
     return !PyErr_Occurred();
 }
 
-bool tensor_meta_of(PyObject* t, TensorMeta& m, bool with_layout) {
+bool tensor_meta_of(PyObject* t, TensorMeta& m, bool with_strides) {
     if (!is_tensor(t)) return false;
     m.dtype = py::Ref::steal(PyObject_GetAttrString(t, "dtype"));
     m.device = py::Ref::steal(PyObject_GetAttrString(t, "device"));
@@ -194,9 +211,9 @@ bool tensor_meta_of(PyObject* t, TensorMeta& m, bool with_layout) {
         return false;
     }
     m.requires_grad = rg.get() == Py_True;
-    tensor_key_of(t, m.key, with_layout);
-    m.layout = with_layout;
-    if (with_layout) {
+    tensor_key_of(t, m.key, with_strides);
+    m.with_strides = with_strides;
+    if (with_strides) {
         m.strides = m.key.strides;
         m.storage_offset = m.key.storage_offset;
     }
@@ -246,7 +263,7 @@ static bool tensor_matches(const TensorMeta& want, PyObject* v, std::string* why
                            const std::string& src) {
     if (!why) return is_tensor(v) && tensor_key_matches(v, want.key);  // the hot path
     TensorMeta got;
-    if (!tensor_meta_of(v, got, want.layout)) {
+    if (!tensor_meta_of(v, got, want.with_strides)) {
         if (why) *why = "`" + src + "`: expected a tensor, got " + py::type_name(v);
         return false;
     }
@@ -282,13 +299,17 @@ static bool tensor_matches(const TensorMeta& want, PyObject* v, std::string* why
                    (got.requires_grad ? "True" : "False");
         return false;
     }
-    if (want.layout && got.strides != want.strides) {
+    if (got.key.layout != want.key.layout) {
+        if (why) *why = "tensor `" + src + "` layout: expected another layout (dense vs sparse)";
+        return false;
+    }
+    if (want.with_strides && got.strides != want.strides) {
         if (why)
             *why = "tensor `" + src + "` strides: expected " + ints_str(want.strides) + ", got " +
                    ints_str(got.strides);
         return false;
     }
-    if (want.layout && got.storage_offset != want.storage_offset) {
+    if (want.with_strides && got.storage_offset != want.storage_offset) {
         if (why)
             *why = "tensor `" + src + "` storage offset: expected " +
                    std::to_string(want.storage_offset) + ", got " +
@@ -490,7 +511,7 @@ std::string describe_check(const Check& c, const std::string& src) {
                         ", device=" + py::str_of(c.tensor.device.get()) +
                         ", size=" + ints_str(c.tensor.sizes) +
                         ", requires_grad=" + (c.tensor.requires_grad ? "True" : "False");
-        if (c.tensor.layout)
+        if (c.tensor.with_strides)
             s += ", stride=" + ints_str(c.tensor.strides) +
                  ", storage_offset=" + std::to_string(c.tensor.storage_offset);
         return s + ")";

@@ -22,6 +22,7 @@ enum class AccessKind : uint8_t {
     ClosureCell,  // contents of cell `index` of the entry function's closure
     GlobalsDict,  // the entry frame's globals dict itself (target of global writes)
     Constant,     // a long-lived object held by the tree (torch's global hook dicts)
+    CallResult,   // key() for a function of global state (torch.get_default_dtype)
     // steps from the parent's value
     Attr,          // getattr(parent, key)
     ModuleAttr,    // nn.Module attribute: __dict__, then _parameters/_buffers/_modules
@@ -31,6 +32,9 @@ enum class AccessKind : uint8_t {
     FuncClosure,   // parent.__closure__[index].cell_contents
     FuncDefault,   // parent.__defaults__[index]
     DictValueAt,   // list(parent.values())[index] (nn.Module._modules in order)
+    TypeOf,        // type(parent)
+    TypeLookup,    // the attribute `key` found on the class parent (no binding)
+    FuncKwDefault, // parent.__kwdefaults__[key]
 };
 
 enum class CheckKind : uint8_t {
@@ -44,9 +48,9 @@ struct TensorMeta {
     py::Ref dtype;   // torch.dtype (a singleton)
     py::Ref device;  // torch.device
     std::vector<int64_t> sizes;
-    std::vector<int64_t> strides;  // only when `layout` (strides were read)
-    int64_t storage_offset = 0;    // only when `layout`
-    bool layout = false;
+    std::vector<int64_t> strides;  // only when `with_strides` (strides were read)
+    int64_t storage_offset = 0;    // only when `with_strides`
+    bool with_strides = false;
     bool requires_grad = false;
     TensorKey key;  // the same facts in C++ form, for the fast check
 };

@@ -4,17 +4,18 @@
 
 namespace magpy {
 
-void tensor_key_of(PyObject* t, TensorKey& key, bool with_layout) {
+void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides) {
     const at::Tensor& x = THPVariable_Unpack(t);
     key.dtype = static_cast<int8_t>(x.scalar_type());
     key.device_type = static_cast<int8_t>(x.device().type());
     key.device_index = x.device().index();
+    key.layout = static_cast<int8_t>(x.layout());
     key.requires_grad = x.requires_grad();
     auto sizes = x.sizes();
     key.sizes.assign(sizes.begin(), sizes.end());
-    key.layout = with_layout;
+    key.with_strides = with_strides;
     key.strides.clear();
-    if (with_layout) {
+    if (with_strides) {
         auto strides = x.strides();
         key.strides.assign(strides.begin(), strides.end());
         key.storage_offset = x.storage_offset();
@@ -28,11 +29,12 @@ bool tensor_key_matches(PyObject* t, const TensorKey& key) {
     if (static_cast<int8_t>(d.type()) != key.device_type || d.index() != key.device_index)
         return false;
     if (x.requires_grad() != key.requires_grad) return false;
+    if (static_cast<int8_t>(x.layout()) != key.layout) return false;
     auto sizes = x.sizes();
     if (sizes.size() != key.sizes.size()) return false;
     for (size_t i = 0; i < sizes.size(); ++i)
         if (sizes[i] != key.sizes[i]) return false;
-    if (key.layout) {
+    if (key.with_strides) {
         if (x.storage_offset() != key.storage_offset) return false;
         auto strides = x.strides();
         for (size_t i = 0; i < strides.size(); ++i)

@@ -13,15 +13,16 @@ struct TensorKey {
     int8_t dtype = -1;        // c10::ScalarType
     int8_t device_type = -1;  // c10::DeviceType
     int8_t device_index = -1;
+    int8_t layout = -1;       // c10::Layout (strided, sparse ...)
     bool requires_grad = false;
     std::vector<int64_t> sizes;
-    bool layout = false;           // strides and storage offset checked
+    bool with_strides = false;     // strides and storage offset checked
     std::vector<int64_t> strides;
     int64_t storage_offset = 0;
 };
 
 // PRECONDITION: `t` is a torch.Tensor (type already checked). Fills `key`.
-void tensor_key_of(PyObject* t, TensorKey& key, bool with_layout);
+void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides);
 bool tensor_key_matches(PyObject* t, const TensorKey& key);
 
 }  // namespace magpy

@@ -27,12 +27,13 @@ bool init_torch_api() {
     api.size_type = get_type(torch.get(), "Size");
     api.dtype_type = get_type(torch.get(), "dtype");
     api.device_type = get_type(torch.get(), "device");
+    api.layout_type = get_type(torch.get(), "layout");
     api.parameter_type = get_type(nn.get(), "Parameter");
     api.module_type = get_type(nn.get(), "Module");
     api.sequential_type = get_type(nn.get(), "Sequential");
     api.module_list_type = get_type(nn.get(), "ModuleList");
     api.module_dict_type = get_type(nn.get(), "ModuleDict");
-    if (!api.tensor_type || !api.size_type || !api.dtype_type || !api.device_type ||
+    if (!api.tensor_type || !api.size_type || !api.dtype_type || !api.device_type || !api.layout_type ||
         !api.parameter_type || !api.module_type || !api.sequential_type ||
         !api.module_list_type || !api.module_dict_type)
         return false;
@@ -42,6 +43,17 @@ bool init_torch_api() {
     py::Ref c = py::Ref::steal(PyObject_GetAttrString(torch.get(), "_C"));
     if (c) api.tensor_base_type = py::Ref::steal(PyObject_GetAttrString(c.get(), "_TensorBase"));
     if (!api.is_grad_enabled || !api.module_call || !api.tensor_base_type) return false;
+    py::Ref mm = py::Ref::steal(PyImport_ImportModule("torch.nn.modules.module"));
+    if (!mm) return false;
+    PyObject* mdict = PyModule_GetDict(mm.get());
+    Py_ssize_t pos = 0;
+    PyObject *name, *value;
+    while (PyDict_Next(mdict, &pos, &name, &value)) {
+        std::string n = py::str_of(name);
+        if (n.rfind("_global_", 0) == 0 && n.find("hooks") != std::string::npos &&
+            PyDict_Check(value))
+            api.global_hooks.emplace_back("torch.nn.modules.module." + n, py::Ref::borrow(value));
+    }
     api.torch_module = torch;
     g_api = std::move(api);
     return true;

@@ -3,6 +3,10 @@
 
 #include "python/py_ref.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace magpy {
 
 struct TorchApi {
@@ -15,6 +19,10 @@ struct TorchApi {
     PyTypeObject* size_type = nullptr;    // torch.Size
     PyTypeObject* dtype_type = nullptr;   // torch.dtype
     PyTypeObject* device_type = nullptr;  // torch.device
+    PyTypeObject* layout_type = nullptr;  // torch.layout
+    // torch.nn.modules.module's global hook dicts (forward, pre-forward, backward ...): a hook
+    // there runs around every module call.
+    std::vector<std::pair<std::string, py::Ref>> global_hooks;
     py::Ref is_grad_enabled;              // torch.is_grad_enabled
     py::Ref torch_module;                 // torch
     py::Ref module_call;                  // torch.nn.Module.__call__ (the function)
