@@ -319,14 +319,6 @@ static bool tensor_matches(const TensorMeta& want, PyObject* v, std::string* why
     return true;
 }
 
-static bool grad_mode_enabled() {
-    PyObject* r = PyObject_CallNoArgs(torch_api().is_grad_enabled.get());
-    bool on = r == Py_True;
-    Py_XDECREF(r);
-    if (!r) PyErr_Clear();
-    return on;
-}
-
 static bool in_instance_dict(PyObject* obj, PyObject* key) {
     PyObject** dictptr = _PyObject_GetDictPtr(obj);
     if (!dictptr || !*dictptr) return false;

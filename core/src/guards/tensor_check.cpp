@@ -1,5 +1,6 @@
 #include "guards/tensor_check.h"
 
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 namespace magpy {
@@ -43,4 +44,8 @@ bool tensor_key_matches(PyObject* t, const TensorKey& key) {
     return true;
 }
 
+}  // namespace magpy
+
+namespace magpy {
+bool grad_mode_enabled() { return c10::GradMode::is_enabled(); }
 }  // namespace magpy

@@ -24,5 +24,7 @@ struct TensorKey {
 // PRECONDITION: `t` is a torch.Tensor (type already checked). Fills `key`.
 void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides);
 bool tensor_key_matches(PyObject* t, const TensorKey& key);
+// torch.is_grad_enabled() for this thread, read in C++.
+bool grad_mode_enabled();
 
 }  // namespace magpy

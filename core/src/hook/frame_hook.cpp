@@ -32,6 +32,24 @@ int64_t now_ns() {
 
 PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame);
 
+// The guard tree's fetched values for one call. Buffers are reused (no allocation on a cache
+// hit) and leased, so a compiled function called while another replays gets its own.
+thread_local std::vector<std::vector<PyObject*>*> t_value_buffers;
+struct ValuesLease {
+    std::vector<PyObject*>* values;
+    ValuesLease() {
+        if (t_value_buffers.empty()) {
+            values = new std::vector<PyObject*>();
+        } else {
+            values = t_value_buffers.back();
+            t_value_buffers.pop_back();
+        }
+    }
+    ~ValuesLease() { t_value_buffers.push_back(values); }
+    ValuesLease(const ValuesLease&) = delete;
+    ValuesLease& operator=(const ValuesLease&) = delete;
+};
+
 PyObject* magpy_eval_frame(PyThreadState* ts, py::IFrame* frame, int throwflag) {
     ActiveCall* a = t_active;
     if (a && !a->entered && !throwflag && py::frame_code(frame) == a->code &&
@@ -93,7 +111,8 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
     PyCodeObject* code = py::frame_code(frame);
     CodeCache* cc = code_cache(code, true);
     if (!cc) return run_eagerly(st, ts, frame);
-    std::vector<PyObject*> values;
+    ValuesLease lease;
+    std::vector<PyObject*>& values = *lease.values;
     for (auto it = cc->entries.begin(); it != cc->entries.end(); ++it) {
         bool ok = it->guards->check(frame, values);
         if (!ok) {

@@ -3,6 +3,8 @@
 
 #include "python/compat.h"
 
+#include <algorithm>
+
 namespace magpy {
 
 size_t Plan::graph_op_count() const {
@@ -62,12 +64,21 @@ const char* compare_symbol(int op) {
     return op >= 0 && op < 6 ? kSym[op] : "?";
 }
 
+// The plan's slots for one run: on the stack for small plans (no allocation per call).
 struct Slots {
-    explicit Slots(int n) : v(static_cast<size_t>(n), nullptr) {}
-    ~Slots() {
-        for (PyObject* o : v) Py_XDECREF(o);
+    explicit Slots(int n) : n(static_cast<size_t>(n)) {
+        if (this->n > kSmall) big.assign(this->n, nullptr);
+        v = this->n > kSmall ? big.data() : small;
+        std::fill(v, v + this->n, nullptr);
     }
-    std::vector<PyObject*> v;
+    ~Slots() {
+        for (size_t i = 0; i < n; ++i) Py_XDECREF(v[i]);
+    }
+    static constexpr size_t kSmall = 64;
+    size_t n;
+    PyObject* small[kSmall];
+    std::vector<PyObject*> big;
+    PyObject** v;
 };
 
 }  // namespace
@@ -78,7 +89,7 @@ PyObject* Plan::run(PyObject* const* inputs) const {
         switch (a.kind) {
         case Arg::Kind::Input: return inputs[a.index];
         case Arg::Kind::Const: return a.constant.get();
-        case Arg::Kind::Slot: return slots.v[static_cast<size_t>(a.index)];
+        case Arg::Kind::Slot: return slots.v[a.index];
         }
         return nullptr;
     };
@@ -158,7 +169,7 @@ PyObject* Plan::run(PyObject* const* inputs) const {
         }
         if (!r) return nullptr;
         if (s.out >= 0) {
-            Py_XSETREF(slots.v[static_cast<size_t>(s.out)], r);
+            Py_XSETREF(slots.v[s.out], r);
         } else {
             Py_DECREF(r);
         }
