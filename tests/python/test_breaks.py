@@ -131,16 +131,9 @@ def test_break_runs_eagerly_with_reason(name):
     assert f"[{reason_id}]" in str(e)
 
 
-FULLGRAPH_XFAIL = {
-    "exception": "engine bug: with fullgraph=True the GraphBreakError (a RuntimeError) is raised "
-                 "inside the user's frame and swallowed by the user's `except RuntimeError`; the "
-                 "call returns normally and an eager entry is cached",
-}
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=FULLGRAPH_XFAIL[n]))
-    if n in FULLGRAPH_XFAIL else n for n in sorted(CASES)])
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_fullgraph_raises_graph_break_error(name):
     fn, reason_id = CASES[name]
     magpy.reset()
@@ -277,9 +270,6 @@ def test_report_json_round_trip():
     assert data["cache_entries"][0]["kind"] == "eager"
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: caches are per code object, so a fullgraph=True "
-                   "wrapper hits the eager (break) entry made by a non-fullgraph wrapper of the "
-                   "same function and runs eagerly instead of raising GraphBreakError")
 def test_fullgraph_raises_even_after_eager_entry_from_other_wrapper():
     magpy.reset()
     magpy.compile(uses_item)(torch.ones(2))

@@ -15,6 +15,11 @@ struct CompileOptions {
     bool fullgraph = false;
     int dynamic = -1;  // -1 None (automatic), 0 False, 1 True
     size_t cache_limit = 8;
+    // Entries made under other options (another backend, fullgraph) are not used: a fullgraph
+    // wrapper must not hit an eager entry left by a plain one.
+    std::string key() const {
+        return backend + (fullgraph ? "/fullgraph" : "") + "/dynamic=" + std::to_string(dynamic);
+    }
 };
 
 struct CallStats {

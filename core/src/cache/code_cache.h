@@ -16,6 +16,7 @@ namespace magpy {
 
 struct CacheEntry {
     uint64_t id = 0;
+    std::string options_key;  // CompileOptions::key() of the wrapper that made it
     std::unique_ptr<GuardTree> guards;
     std::shared_ptr<const Plan> plan;       // null: the capture broke; the frame runs eagerly
     std::unique_ptr<CompiledGraph> graph;

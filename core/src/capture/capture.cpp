@@ -229,12 +229,26 @@ void Capture::guard_equals(int id) {
 int Capture::record(Step step, PyObject* real_result, const std::string& label, bool graph_op) {
     step.out = m_plan->add_slot();
     step.graph_op = graph_op;
-    step.line = m_line;
     int id = new_value(ValueKind::OpResult, real_result, label);
     v(id).slot = step.out;
     m_graph_ops += graph_op ? 1 : 0;
-    m_plan->add_step(std::move(step));
+    add_step(std::move(step));
     return id;
+}
+
+// Every step is stamped with the user's line, file and function (for tracebacks at replay).
+void Capture::add_step(Step step) {
+    step.line = m_line;
+    if (m_code) {
+        auto it = m_locations.find(m_code);
+        if (it == m_locations.end())
+            it = m_locations
+                     .emplace(m_code, m_plan->add_location({py::str_of(m_code->co_filename),
+                                                            py::str_of(m_code->co_name)}))
+                     .first;
+        step.loc = it->second;
+    }
+    m_plan->add_step(std::move(step));
 }
 
 void Capture::record_effect(Step step, const std::vector<int>& values) {
@@ -243,8 +257,7 @@ void Capture::record_effect(Step step, const std::vector<int>& values) {
         if (!escape_arg(value, a)) return;
         step.args.push_back(std::move(a));
     }
-    step.line = m_line;
-    m_plan->add_step(std::move(step));
+    add_step(std::move(step));
     m_writes = true;
 }
 
@@ -345,10 +358,9 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
             s.args.push_back(std::move(a));
         }
         s.out = m_plan->add_slot();
-        s.line = m_line;
         out = Arg::slot(s.out);
         if (escape) v(id).built = s.out;
-        m_plan->add_step(std::move(s));
+        add_step(std::move(s));
         return true;
     }
     default:

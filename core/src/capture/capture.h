@@ -156,6 +156,7 @@ private:
     void add_type_guards(int value, PyObject* real);
     bool build_arg(int value, Arg& out, bool escape, int depth);
     bool guard_contents(int value, int depth);
+    void add_step(Step step);
     int register_input(int node, PyObject* real);
     void describe_graph(CaptureResult& r);
 
@@ -170,6 +171,7 @@ private:
     std::unordered_map<int, int> m_node_values;  // guard node -> value (one value per path)
     std::unordered_map<PyObject*, int> m_input_objects;  // object -> its Input value (aliasing)
     std::vector<BreakInfo> m_breaks;
+    std::unordered_map<PyCodeObject*, int> m_locations;  // code -> plan location index
     bool m_failed = false;
     bool m_internal = false;
     bool m_writes = false;  // an effect was recorded

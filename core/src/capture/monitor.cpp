@@ -256,8 +256,11 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
     default: break;
     }
     if (PyErr_Occurred()) PyErr_Clear();  // an engine-side error must not leak into the program
-    if (m->m_fullgraph && m->m_cap.failed() && !m->m_raised && what != PyTrace_RETURN) {
-        // fullgraph=True: stop the program at the break, before it runs further.
+    bool again = m->m_raised && what != PyTrace_EXCEPTION;
+    if (m->m_fullgraph && m->m_cap.failed() && (!m->m_raised || again) && what != PyTrace_RETURN) {
+        // fullgraph=True: stop the program at the break, before it runs further. A handler
+        // of the user's that catches the error is stopped at its first instruction the same
+        // way, so the error always reaches the caller.
         m->m_raised = true;
         Py_XDECREF(et);
         Py_XDECREF(ev);
@@ -271,6 +274,7 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
 
 void Monitor::stop_tracing() {
     m_stopped = true;
+    if (m_fullgraph) return;  // keep seeing the frames: see trace()
     for (ShadowFrame& f : m_frames)
         if (f.frame_obj) py::frame_set_trace_opcodes(f.frame_obj, false);
 }
@@ -1126,6 +1130,15 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
             m_cap.guard_len(hv, 0);
         }
         p.in.insert(p.in.begin(), callable);  // self is the forward's first argument
+    }
+    if (p.callee.kind == CallKind::ListMethod && !p.in.empty()) {
+        // The call has not run yet: a list passed in that it may reorder or shrink is read
+        // now, as the caller passed it (appends are followed after the fact, see mutate_list).
+        const Value& l = m_cap.v(p.in[0]);
+        const std::string& op = p.callee.op;
+        if (l.kind == ValueKind::Input && PyList_CheckExact(l.real.get()) && !l.shadow &&
+            op != "append" && op != "extend" && op != "clear" && !m_cap.shadow(p.in[0]))
+            return;
     }
     switch (p.callee.kind) {
     case CallKind::IO:

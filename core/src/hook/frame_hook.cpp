@@ -88,6 +88,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
 
     CacheEntry e;
     e.id = next_entry_id();
+    e.options_key = st.options.key();
     e.guards = std::move(r.guards);
     e.breaks = r.breaks;
     e.refgraph_nodes = std::move(r.refgraph_nodes);
@@ -113,7 +114,13 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
     if (!cc) return run_eagerly(st, ts, frame);
     ValuesLease lease;
     std::vector<PyObject*>& values = *lease.values;
+    const std::string key = st.options.key();
+    size_t own_entries = 0;
+    CacheEntry* last_own = nullptr;  // most recently used entry of these options
     for (auto it = cc->entries.begin(); it != cc->entries.end(); ++it) {
+        if (it->options_key != key) continue;
+        if (!last_own) last_own = &*it;
+        ++own_entries;
         bool ok = it->guards->check(frame, values);
         if (!ok) {
             GuardTree::release_values(values);
@@ -133,15 +140,15 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
         return result;
     }
     st.stats.misses++;
-    if (!cc->entries.empty()) {
-        std::string why = cc->entries.front().guards->check_verbose(frame);
+    if (last_own) {
+        std::string why = last_own->guards->check_verbose(frame);
         if (PyErr_Occurred()) PyErr_Clear();
         st.stats.recompile_reasons.push_back(why.empty() ? "guard failed" : why);
     }
-    if (cc->entries.size() >= st.options.cache_limit) {
+    if (own_entries >= st.options.cache_limit) {
         BreakInfo b;
         b.reason_id = breaks::kCacheLimit;
-        b.reason = "`" + st.name + "` was recompiled " + std::to_string(cc->entries.size()) +
+        b.reason = "`" + st.name + "` was recompiled " + std::to_string(own_entries) +
                    " times (cache limit " + std::to_string(st.options.cache_limit) +
                    "); further new inputs run eagerly";
         b.hint = "see recompile_reasons: mark changing sizes dynamic or keep Python values fixed";

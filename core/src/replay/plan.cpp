@@ -83,6 +83,14 @@ struct Slots {
 
 }  // namespace
 
+PyObject* Plan::add_user_frame(const Step& s) const {
+    if (s.loc >= 0 && s.loc < static_cast<int>(m_locations.size()) && PyErr_Occurred()) {
+        const SourceLocation& l = m_locations[static_cast<size_t>(s.loc)];
+        _PyTraceback_Add(l.function.c_str(), l.filename.c_str(), s.line);
+    }
+    return nullptr;
+}
+
 PyObject* Plan::run(PyObject* const* inputs) const {
     Slots slots(m_num_slots);
     auto get = [&](const Arg& a) -> PyObject* {  // borrowed
@@ -160,14 +168,15 @@ PyObject* Plan::run(PyObject* const* inputs) const {
                             s.args.size() > 2 ? get(s.args[2]) : nullptr);
             break;
         case StepKind::SetAttr:
-            if (PyObject_SetAttr(get(s.args[0]), s.name.get(), get(s.args[1])) < 0) return nullptr;
+            if (PyObject_SetAttr(get(s.args[0]), s.name.get(), get(s.args[1])) < 0)
+                return add_user_frame(s);
             continue;
         case StepKind::SetItem:
             if (PyObject_SetItem(get(s.args[0]), get(s.args[1]), get(s.args[2])) < 0)
-                return nullptr;
+                return add_user_frame(s);
             continue;
         }
-        if (!r) return nullptr;
+        if (!r) return add_user_frame(s);
         if (s.out >= 0) {
             Py_XSETREF(slots.v[s.out], r);
         } else {

@@ -45,6 +45,12 @@ struct Step {
     py::Ref name;     // GetAttr / SetAttr
     bool graph_op = false;  // part of the operator graph (tensor computation)
     int line = 0;           // source line of the user's code, for messages
+    int loc = -1;           // Plan::location(): the file and function of that line
+};
+
+struct SourceLocation {
+    std::string filename;
+    std::string function;
 };
 
 class Plan {
@@ -52,6 +58,10 @@ public:
     int add_slot() { return m_num_slots++; }
     void add_step(Step s) { m_steps.push_back(std::move(s)); }
     void set_result(Arg a) { m_result = std::move(a); }
+    int add_location(SourceLocation loc) {
+        m_locations.push_back(std::move(loc));
+        return static_cast<int>(m_locations.size() - 1);
+    }
     // Input names for rendering, one per guard node (the accessor's source text).
     void set_input_names(std::vector<std::string> names) { m_input_names = std::move(names); }
 
@@ -61,7 +71,8 @@ public:
     size_t graph_op_count() const;
 
     // Runs the plan. `inputs` are the guard tree's fetched values (borrowed). Returns a new
-    // reference, or NULL with the Python error raised by the failing step.
+    // reference, or NULL with the Python error raised by the failing step; its traceback then
+    // ends at the user's line that step came from, as if the function had run.
     // PRECONDITION: GIL held.
     PyObject* run(PyObject* const* inputs) const;
 
@@ -70,10 +81,12 @@ public:
     std::string render_arg(const Arg& a) const;
 
 private:
+    PyObject* add_user_frame(const Step& s) const;  // always NULL
     int m_num_slots = 0;
     std::vector<Step> m_steps;
     Arg m_result;
     std::vector<std::string> m_input_names;
+    std::vector<SourceLocation> m_locations;
 };
 
 // The callable's display name, e.g. torch.add, torch.Tensor.relu, F.linear.
