@@ -338,3 +338,27 @@ def test_grad_mode_query_is_guarded():
         assert torch.equal(cf(x), x * 3)
     assert_stats(cf, graphs=2, misses=2)
     assert break_ids(cf) == []
+
+
+def test_refgraph_records_each_write_as_a_new_version():
+    import json
+
+    def f(b, xs, x):
+        b.t = x * 2
+        b.t = x * 3
+        xs.append(b.t)
+        return xs[0]
+
+    b = Box()
+    cf = magpy.compile(f)
+    cf(b, [torch.ones(1)], torch.ones(1))
+    g = json.loads(magpy.explain(cf).to_json())["cache_entries"][0]["refgraph"]
+    label = {n["id"]: n["label"] for n in g["nodes"]}
+    writes = [(label[e["src"]], e["label"], label[e["dst"]]) for e in g["edges"]
+              if e["label"].startswith("write")]
+    assert writes == [("L['b']", "write .t (version 1)", "(L['x'] * 2)"),
+                      ("L['b']", "write .t (version 2)", "(L['x'] * 3)"),
+                      ("L['xs']", "write .append() (version 1)", "(L['x'] * 3)")]
+    # the read after the append is the caller's first item, reached by its access path
+    assert ("L['xs']", "[0]", "L['xs'][0]") in [
+        (label[e["src"]], e["label"], label[e["dst"]]) for e in g["edges"]]

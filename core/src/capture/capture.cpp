@@ -236,6 +236,11 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
     return id;
 }
 
+static std::string method_name(const std::string& label) {  // "list.append" -> "append"
+    size_t dot = label.rfind('.');
+    return dot == std::string::npos ? label : label.substr(dot + 1);
+}
+
 // Every step is stamped with the user's line, file and function (for tracebacks at replay).
 void Capture::add_step(Step step) {
     step.line = m_line;
@@ -252,6 +257,18 @@ void Capture::add_step(Step step) {
 }
 
 void Capture::record_effect(Step step, const std::vector<int>& values) {
+    // The RefGraph gets a write edge: target -> new value, with a version per written place.
+    if (values.size() >= 2) {
+        bool call = step.kind == StepKind::Call;
+        int target = call ? values[1] : values[0];
+        std::string place =
+            step.kind == StepKind::SetAttr  ? "." + py::str_of(step.name.get())
+            : step.kind == StepKind::SetItem ? "[" + py::repr_string(v(values[1]).real.get()) + "]"
+                                             : "." + method_name(v(values[0]).label) + "()";
+        int version = ++m_versions[{target, place}];
+        m_write_edges.push_back({target, values.size() > (call ? 2u : 1u) ? values.back() : target,
+                                 "write " + place + " (version " + std::to_string(version) + ")"});
+    }
     for (int value : values) {
         Arg a;
         if (!escape_arg(value, a)) return;
@@ -432,16 +449,23 @@ void Capture::describe_graph(CaptureResult& r) {
         for (int item : val.items)
             r.refgraph_edges.push_back(std::to_string(i) + "\t" + std::to_string(item) +
                                        "\titem");
-        if (val.node >= 0) {
-            const Accessor& a = m_guards->node(val.node);
-            if (a.parent >= 0)
-                for (size_t j = 1; j < m_values.size(); ++j)
-                    if (m_values[j].node == a.parent) {
-                        r.refgraph_edges.push_back(std::to_string(j) + "\t" + std::to_string(i) +
-                                                   "\t" + a.source.substr(m_values[j].label.size()));
-                        break;
-                    }
-        }
+    }
+    for (const WriteEdge& w : m_write_edges)
+        r.refgraph_edges.push_back(std::to_string(w.target) + "\t" + std::to_string(w.value) +
+                                   "\t" + w.label);
+    for (size_t i = 1; i < m_values.size(); ++i) {  // access-path edges: parent -> child
+        const Value& val = m_values[i];
+        if (val.node < 0 || m_node_values.count(val.node) == 0 ||
+            m_node_values.at(val.node) != static_cast<int>(i))
+            continue;
+        const Accessor& a = m_guards->node(val.node);
+        auto parent = m_node_values.find(a.parent);
+        if (a.parent < 0 || parent == m_node_values.end()) continue;
+        const std::string& plabel = m_values[static_cast<size_t>(parent->second)].label;
+        std::string step = a.source.rfind(plabel, 0) == 0 ? a.source.substr(plabel.size())
+                                                           : a.source;
+        r.refgraph_edges.push_back(std::to_string(parent->second) + "\t" + std::to_string(i) +
+                                   "\t" + step);
     }
 }
 

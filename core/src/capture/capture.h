@@ -172,6 +172,12 @@ private:
     std::unordered_map<PyObject*, int> m_input_objects;  // object -> its Input value (aliasing)
     std::vector<BreakInfo> m_breaks;
     std::unordered_map<PyCodeObject*, int> m_locations;  // code -> plan location index
+    struct WriteEdge {
+        int target, value;
+        std::string label;
+    };
+    std::vector<WriteEdge> m_write_edges;                   // RefGraph: writes, in order
+    std::map<std::pair<int, std::string>, int> m_versions;  // (object, place) -> last version
     bool m_failed = false;
     bool m_internal = false;
     bool m_writes = false;  // an effect was recorded

@@ -24,6 +24,12 @@ PyObject* interned(const char* name) {
 }
 }  // namespace
 
+// How a computed value reads in messages: "(x * 2)", shortened when operands are long.
+static std::string op_label(const std::string& a, const char* op, const std::string& b) {
+    auto brief = [](const std::string& s) { return s.size() <= 24 ? s : s.substr(0, 21) + "..."; };
+    return a.empty() ? std::string(op) + brief(b) : "(" + brief(a) + " " + op + " " + brief(b) + ")";
+}
+
 // The `_modules` dict of an identity-guarded Sequential/ModuleList/ModuleDict, as an input.
 int Monitor::modules_dict(int container) {
     PyObject* mods = PyObject_GetAttrString(m_cap.v(container).real.get(), "_modules");
@@ -910,7 +916,8 @@ void Monitor::complete(ShadowFrame& f) {
             Arg x, y;
             if (!m_cap.arg_of(p.in[0], x) || !m_cap.arg_of(p.in[1], y)) return;
             s.args = {x, y};
-            int r = m_cap.record(std::move(s), tos, "compare", true);
+            std::string label = op_label(a.label, compare_symbol(p.oparg), b.label);
+            int r = m_cap.record(std::move(s), tos, label, true);
             m_cap.v(r).dyn_shape = a.dyn_shape || b.dyn_shape;
             out(r);
             return;
@@ -966,7 +973,9 @@ void Monitor::complete(ShadowFrame& f) {
             Arg x;
             if (!m_cap.arg_of(p.in[0], x)) return;
             s.args = {x};
-            out(m_cap.record(std::move(s), tos, "unary", true));
+            static const char* kUnary[] = {"-", "+", "~"};
+            std::string label = op_label("", kUnary[s.op], a.label);
+            out(m_cap.record(std::move(s), tos, label, true));
             return;
         }
         if (p.opcode == UNARY_NOT ? !truthiness_known(p.in[0]) : !require_const(p.in, "an operator"))
@@ -1582,7 +1591,8 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         Arg p, q;
         if (!m_cap.arg_of(a, p) || !m_cap.arg_of(b, q)) return -1;
         s.args = {p, q};
-        int r = m_cap.record(std::move(s), real, "binop", true);
+        std::string label = op_label(x.label, binary_symbol(op), y.label);
+        int r = m_cap.record(std::move(s), real, label, true);
         m_cap.v(r).dyn_shape = m_cap.v(a).dyn_shape || m_cap.v(b).dyn_shape;
         return r;
     }

@@ -15,6 +15,19 @@ size_t Plan::graph_op_count() const {
 
 // [SECTION] running ----------------------------------------------------------------------------
 
+const char* binary_symbol(int op) {
+    static const char* kSym[] = {"+",  "&",  "//",  "<<",  "@",  "*",  "%",  "|",  "**",
+                                 ">>", "-",  "/",   "^",   "+=", "&=", "//=", "<<=", "@=",
+                                 "*=", "%=", "|=",  "**=", ">>=", "-=", "/=", "^="};
+    return op >= 0 && op < 26 ? kSym[op] : "?";
+}
+
+const char* compare_symbol(int op) {
+    static const char* kSym[] = {"<", "<=", "==", "!=", ">", ">="};
+    return op >= 0 && op < 6 ? kSym[op] : "?";
+}
+
+
 namespace {
 
 using BinaryFn = PyObject* (*)(PyObject*, PyObject*);
@@ -51,18 +64,6 @@ BinaryFn binary_fn(int op) {
 
 PyObject* power(PyObject* a, PyObject* b) { return PyNumber_Power(a, b, Py_None); }
 PyObject* inplace_power(PyObject* a, PyObject* b) { return PyNumber_InPlacePower(a, b, Py_None); }
-
-const char* binary_symbol(int op) {
-    static const char* kSym[] = {"+",  "&",  "//",  "<<",  "@",  "*",  "%",  "|",  "**",
-                                 ">>", "-",  "/",   "^",   "+=", "&=", "//=", "<<=", "@=",
-                                 "*=", "%=", "|=",  "**=", ">>=", "-=", "/=", "^="};
-    return op >= 0 && op < 26 ? kSym[op] : "?";
-}
-
-const char* compare_symbol(int op) {
-    static const char* kSym[] = {"<", "<=", "==", "!=", ">", ">="};
-    return op >= 0 && op < 6 ? kSym[op] : "?";
-}
 
 // The plan's slots for one run: on the stack for small plans (no allocation per call).
 struct Slots {

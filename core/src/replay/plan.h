@@ -89,6 +89,10 @@ private:
     std::vector<SourceLocation> m_locations;
 };
 
+// Python spelling of a Binary / Compare step's operator ("+", "<=").
+const char* binary_symbol(int op);
+const char* compare_symbol(int op);
+
 // The callable's display name, e.g. torch.add, torch.Tensor.relu, F.linear.
 std::string callable_name(PyObject* f);
 
