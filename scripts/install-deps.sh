@@ -10,7 +10,7 @@ PACKAGES=(
     python3 python3.11-dev python3-torch libtorch-dev pybind11-dev python3-pybind11
     nlohmann-json3-dev
     # tests
-    googletest libgtest-dev python3-pytest python3-numpy
+    googletest libgtest-dev python3-pytest python3-numpy python3-jsonschema
     # notebook side (IPython extension, peers)
     python3-ipython python3-ipykernel python3-jupyter-client
     # real models for tests and benchmarks

@@ -217,6 +217,7 @@ def test_cache_limit_then_eager_with_mb013():
     assert break_ids(cf) == ["MB013"]
     assert "cache limit 8" in e.breaks[0].reason
     assert len(e.recompile_reasons) == 10
+    assert [n for n in e.notes if n.startswith("cache limit reached")] != []
 
 
 @pytest.mark.parametrize("limit", [1, 3])

@@ -153,6 +153,7 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
                    "); further new inputs run eagerly";
         b.hint = "see recompile_reasons: mark changing sizes dynamic or keep Python values fixed";
         st.add_break(b);
+        st.add_note("cache limit reached: " + b.reason);
         return run_eagerly(st, ts, frame);
     }
     if (py::thread_has_tracer(ts)) {

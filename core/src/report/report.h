@@ -1,5 +1,5 @@
 // The report: one versioned JSON document with everything the engine can tell about a compiled
-// callable. Schema: share/magpy/report.schema.json. Consumers: explain(), the kernel views,
+// callable. Schema: share/magpy-report.schema.json. Consumers: explain(), the kernel views,
 // the profiler GUI, the tests.
 #pragma once
 
