@@ -143,6 +143,7 @@ PyObject* make_compiled_function(PyObject* target, const CompileOptions& options
     CompiledState& st = *cf->state;
     st.target = py::Ref::borrow(target);
     st.options = options;
+    st.options_key = options.key();
     st.backend = backend;
     st.name = qualname_of(target);
 

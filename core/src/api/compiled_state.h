@@ -41,6 +41,7 @@ struct CompiledState {
     PyObject* expect_self = nullptr;  // module or bound-method self (owned by target)
     std::string name;
     CompileOptions options;
+    std::string options_key;  // options.key(), computed once (compared on every call)
     const Backend* backend = nullptr;
     CallStats stats;
 

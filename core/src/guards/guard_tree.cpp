@@ -126,6 +126,10 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
     if (!parent) return nullptr;
     switch (a.kind) {
     case AccessKind::Attr:
+        if (PyModule_CheckExact(parent)) {  // torch.sin: one dict lookup, no type walk
+            PyObject* hit = PyDict_GetItemWithError(PyModule_GetDict(parent), a.key.get());
+            if (hit || PyErr_Occurred()) return new_ref_or_null(hit);
+        }
         return PyObject_GetAttr(parent, a.key.get());
     case AccessKind::ModuleAttr:
         return module_attr(parent, a.key.get());

@@ -88,7 +88,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
 
     CacheEntry e;
     e.id = next_entry_id();
-    e.options_key = st.options.key();
+    e.options_key = st.options_key;
     e.guards = std::move(r.guards);
     e.breaks = r.breaks;
     e.refgraph_nodes = std::move(r.refgraph_nodes);
@@ -114,7 +114,7 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
     if (!cc) return run_eagerly(st, ts, frame);
     ValuesLease lease;
     std::vector<PyObject*>& values = *lease.values;
-    const std::string key = st.options.key();
+    const std::string& key = st.options_key;
     size_t own_entries = 0;
     CacheEntry* last_own = nullptr;  // most recently used entry of these options
     for (auto it = cc->entries.begin(); it != cc->entries.end(); ++it) {

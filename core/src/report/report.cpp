@@ -43,7 +43,7 @@ nlohmann::json make_report(const CompiledState& st) {
         st.code ? code_cache(reinterpret_cast<PyCodeObject*>(st.code.get()), false) : nullptr;
     if (cc) {
         for (const CacheEntry& e : cc->entries) {
-            if (e.options_key != st.options.key()) continue;  // another wrapper's
+            if (e.options_key != st.options_key) continue;  // another wrapper's
             nlohmann::json entry;
             entry["id"] = e.id;
             entry["kind"] = e.plan ? "graph" : "eager";
