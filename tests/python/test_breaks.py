@@ -56,8 +56,8 @@ def no_grad_block(x):
     return y
 
 
-def list_comprehension(x):
-    return [x * i for i in range(3)]
+def generator_expression(x):
+    return sum(x * i for i in range(3))
 
 
 def import_inside(x):
@@ -101,7 +101,7 @@ CASES = {
     "exception": (catches_exception, "MB006"),
     "raise": (raises_and_catches, "MB003"),
     "no_grad": (no_grad_block, "MB003"),
-    "comprehension": (list_comprehension, "MB004"),
+    "generator": (generator_expression, "MB003"),
     "import": (import_inside, "MB004"),
     "unknown_callee": (unknown_callee, "MB003"),
     "nonzero_shape": (nonzero_shape, "MB010"),

@@ -151,13 +151,75 @@ def test_nonlocal_assignment_breaks_and_is_correct():
     assert break_ids(cf) == ["MB004"]
 
 
-def test_inner_function_definition_breaks():
+def test_inner_function_definition_is_traced():
     def f(x):
         def inner(t):
             return t * 2
         return inner(x) + 1
 
     cf = check(f, [torch.randn(2), torch.randn(2)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_inner_function_reads_changing_closure_cell():
+    def f(x, k):
+        scale = k * 2
+
+        def inner(t):
+            return t * scale
+        return inner(x)
+
+    cf = check(f, [(torch.ones(2), 1.0), (torch.ones(2), 1.0), (torch.ones(2), 3.0)])
+    e = assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+    assert e.recompile_reasons == ["`L['k']`: expected 1.0, got 3.0"]
+
+
+def test_list_comprehensions_and_lambdas_are_traced():
+    def f(xs, k):
+        ys = [x * k for x in xs]
+        g = lambda t: t + 1  # noqa: E731
+        return torch.stack([g(y) for y in ys if y.dim() == 1]).sum(0)
+
+    xs = [torch.ones(2), torch.ones(2) * 2]
+    cf = check(f, [(xs, 3.0), (xs, 3.0), ([torch.ones(2)] * 3, 3.0)])
+    e = assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+    assert e.recompile_reasons == ["len(L['xs']): expected 2, got 3"]
+
+
+def test_dict_comprehension_over_module_list():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(3)])
+
+        def forward(self, x):
+            outs = {str(i): self.heads[i](x) for i in range(3)}
+            return outs["0"] + outs["2"]
+
+    m = M()
+    cf = check(m, [torch.randn(1, 2), torch.randn(1, 2)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_inner_function_with_defaults_breaks():
+    def f(x):
+        def inner(t, k=2):
+            return t * k
+        return inner(x) + 1
+
+    cf = check(f, [torch.randn(2), torch.randn(2)])
     assert_stats(cf, graphs=0, breaks=1, hits=1, misses=1)
     assert break_ids(cf) == ["MB004"]
-    assert "MAKE_FUNCTION" in magpy.explain(cf).breaks[0].reason
+    assert "default arguments" in magpy.explain(cf).breaks[0].reason
+
+
+def test_inner_function_returned_breaks():
+    def f(x):
+        def inner(t):
+            return t * 2
+        return inner
+
+    cf = magpy.compile(f)
+    g = cf(torch.randn(2))
+    assert torch.equal(g(torch.ones(1)), torch.ones(1) * 2)
+    assert break_ids(cf) == ["MB009"]

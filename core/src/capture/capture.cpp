@@ -439,7 +439,8 @@ void set_graph_break_error(PyObject* type) {
 
 void Capture::describe_graph(CaptureResult& r) {
     static const char* kKinds[] = {"null",        "input",      "const",    "op",      "list",
-                                   "tuple",       "dict",       "iterator", "cell"};
+                                   "tuple",       "dict",       "iterator", "cell",
+                                   "function"};
     for (size_t i = 1; i < m_values.size(); ++i) {
         const Value& val = m_values[i];
         std::string kind = kKinds[static_cast<int>(val.kind)];

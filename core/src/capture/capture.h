@@ -37,6 +37,7 @@ enum class ValueKind : uint8_t {
     FreshDict,
     Iterator,
     Cell,        // a closure cell object (LOAD_CLOSURE)
+    Function,    // a function made during the call (MAKE_FUNCTION: lambdas, comprehensions)
 };
 
 enum class IterKind : uint8_t { ConstSeq, FreshSeq, InputSeq, ModuleSeq, OpSeq };

@@ -794,6 +794,16 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         for (size_t j = 0; j + 1 < pairs.size(); j += 2) dict_set(target, pairs[j], pairs[j + 1]);
         return;
     }
+    case MAKE_FUNCTION: {
+        // An inner function, lambda or comprehension: traced into when called. Its closure
+        // cells are the ones this capture follows; defaults would need their own values.
+        if (ins.oparg & ~0x08)
+            return m_cap.fail(breaks::kUnsupportedOpcode,
+                              "an inner function with default arguments or annotations is made",
+                              "define it at module level, or without defaults");
+        defer((ins.oparg & 0x08) ? 2 : 1, 1);
+        return;
+    }
     case LOAD_ATTR: defer(1, 1); return;
     case LOAD_METHOD: defer(1, 2); return;
     case BINARY_OP: case COMPARE_OP: case BINARY_SUBSCR: case IS_OP: case CONTAINS_OP:
@@ -1022,6 +1032,10 @@ void Monitor::complete(ShadowFrame& f) {
         out(it);
         return;
     }
+    case MAKE_FUNCTION:
+        out(m_cap.new_value(ValueKind::Function, tos,
+                            "function " + py::str_of(reinterpret_cast<PyFunctionObject*>(tos)->func_qualname)));
+        return;
     case BUILD_TUPLE: case BUILD_LIST:
         out(m_cap.fresh(p.opcode == BUILD_TUPLE ? ValueKind::FreshTuple : ValueKind::FreshList,
                         p.in, tos));
@@ -1690,7 +1704,7 @@ static const char* opname(int op) {
 #define MAGPY_OPNAME(x) names[x] = #x;
         MAGPY_OPNAME(RAISE_VARARGS) MAGPY_OPNAME(RERAISE) MAGPY_OPNAME(PUSH_EXC_INFO)
         MAGPY_OPNAME(POP_EXCEPT) MAGPY_OPNAME(CHECK_EXC_MATCH) MAGPY_OPNAME(BEFORE_WITH)
-        MAGPY_OPNAME(MAKE_FUNCTION) MAGPY_OPNAME(IMPORT_NAME) MAGPY_OPNAME(IMPORT_FROM)
+        MAGPY_OPNAME(IMPORT_NAME) MAGPY_OPNAME(IMPORT_FROM)
         MAGPY_OPNAME(YIELD_VALUE) MAGPY_OPNAME(DELETE_ATTR) MAGPY_OPNAME(DELETE_SUBSCR)
         MAGPY_OPNAME(BUILD_SET) MAGPY_OPNAME(SET_ADD) MAGPY_OPNAME(DICT_UPDATE)
         MAGPY_OPNAME(DICT_MERGE) MAGPY_OPNAME(UNPACK_EX) MAGPY_OPNAME(LOAD_ASSERTION_ERROR)
