@@ -85,10 +85,10 @@ def set_literal(x):
     return x * len({1, 2})
 
 
-def enumerate_loop(x):
+def set_iteration(x):
     out = x
-    for i, row in enumerate(x):
-        out = out + row * i
+    for k in set([1, 2]):
+        out = out + k
     return out
 
 
@@ -108,7 +108,7 @@ CASES = {
     "tensor_attribute": (tensor_attribute, "MB007"),
     "format": (format_tensor, "MB002"),
     "set": (set_literal, "MB004"),
-    "enumerate": (enumerate_loop, "MB003"),
+    "set_iteration": (set_iteration, "MB003"),
 }
 
 

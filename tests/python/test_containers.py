@@ -199,7 +199,7 @@ def test_varargs_tuple_passed_whole_then_len_of_result():
     check(f, [(a, a), (a, a, a, a)])
 
 
-def test_dict_iteration_breaks_but_is_correct():
+def test_dict_iteration_guards_key_order():
     def f(d):
         out = 0
         for k in d:
@@ -207,6 +207,6 @@ def test_dict_iteration_breaks_but_is_correct():
         return out
 
     x = torch.randn(2)
-    cf = check(f, [{"a": x, "b": x * 2}, {"a": x, "b": x * 3}])
-    assert_stats(cf, graphs=0, breaks=1, hits=1, misses=1)
-    assert break_ids(cf) == ["MB004"]
+    cf = check(f, [{"a": x, "b": x * 2}, {"a": x, "b": x * 3}, {"b": x, "a": x * 3}])
+    e = assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+    assert e.recompile_reasons == ["`L['d'].keys()`: expected ('a', 'b'), got ('b', 'a')"]

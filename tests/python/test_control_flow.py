@@ -178,9 +178,9 @@ def test_loop_over_tensor_rows_with_python_index():
             out.append(row * i)
         return torch.stack(out)
 
-    cf = check(f, [torch.randn(3, 2), torch.randn(3, 2)])
-    # zip has no capture rule: the function runs eagerly but correctly
-    assert_stats(cf, graphs=0, breaks=1, hits=1, misses=1)
+    cf = check(f, [torch.randn(3, 2), torch.randn(3, 2), torch.randn(4, 2)])
+    e = assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+    assert e.recompile_reasons == ["tensor `L['x']` dim 0: expected 3, got 4"]
 
 
 def test_loop_over_tensor_rows_with_counter():

@@ -144,6 +144,9 @@ CalleeInfo classify_callee(PyObject* f) {
         } else if (owner == &PyList_Type) {
             info.kind = CallKind::ListMethod;
             info.name = py::str_of(PyDescr_NAME(f));
+        } else if (PyType_IsSubtype(owner, &PyDict_Type)) {
+            info.kind = CallKind::DictMethod;
+            info.name = py::str_of(PyDescr_NAME(f));
         } else if (owner == &PyUnicode_Type) {
             info.kind = CallKind::PureBuiltin;
         }
@@ -152,6 +155,11 @@ CalleeInfo classify_callee(PyObject* f) {
     if (PyType_Check(f)) {
         auto* t = reinterpret_cast<PyTypeObject*>(f);
         info.name = t->tp_name;
+        if (t == &PyZip_Type || t == &PyEnum_Type || t == &PyReversed_Type) {
+            info.kind = CallKind::Iteration;
+            info.op = info.name;
+            return info;
+        }
         if (t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type || t == &PyUnicode_Type ||
             t == &PyTuple_Type || t == &PyList_Type || t == &PyRange_Type ||
             t == &PySlice_Type || t == api.size_type || t == api.device_type)

@@ -17,6 +17,8 @@ enum class CallKind : uint8_t {
     Len,
     IsInstance,
     ListMethod,      // list.append & co
+    DictMethod,      // dict.items / keys / values / get
+    Iteration,       // zip, enumerate, reversed
     TypeCtor,        // int(), float(), tuple(), list(), range(), slice() ...
     IO,              // print, input, open
     Unsupported,

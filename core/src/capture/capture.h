@@ -40,7 +40,12 @@ enum class ValueKind : uint8_t {
     Function,    // a function made during the call (MAKE_FUNCTION: lambdas, comprehensions)
 };
 
-enum class IterKind : uint8_t { ConstSeq, FreshSeq, InputSeq, ModuleSeq, OpSeq };
+enum class IterKind : uint8_t {
+    ConstSeq, FreshSeq, InputSeq, ModuleSeq, OpSeq,
+    Flat,       // `items` in order, `iter_width` at a time (dict views, reversed)
+    Zip,        // `items`: one iterator per input
+    Enumerate,  // `items`: the one inner iterator; the count comes from the yielded tuple
+};
 
 struct Value {
     ValueKind kind = ValueKind::Null;
@@ -51,6 +56,8 @@ struct Value {
     IterKind iter_kind = IterKind::ConstSeq;
     int iter_source = -1;
     int iter_pos = 0;
+    int iter_width = 1;      // Flat: items per step (2 for dict.items())
+    bool iter_view = false;  // a dict view or similar: iter() of it starts a new iterator
     bool tensor = false;
     bool identity = false;  // identity-guarded (modules, functions, classes)
     bool dyn_shape = false; // tensor whose shape depends on data (nonzero, masks)

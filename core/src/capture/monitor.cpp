@@ -64,6 +64,37 @@ bool Monitor::items_of(int seq, std::vector<int>& out) {
         out = m_cap.v(seq).items;
         return true;
     }
+    const TorchApi& api = torch_api();
+    if (s.kind == ValueKind::Input && s.identity &&
+        (Py_TYPE(o) == api.sequential_type || Py_TYPE(o) == api.module_list_type)) {
+        int mv = modules_dict(seq);
+        if (mv < 0) return false;
+        py::Ref mods = m_cap.v(mv).real;
+        m_cap.guard_len(mv, PyDict_Size(mods.get()));
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *k, *val;
+        out.clear();
+        while (PyDict_Next(mods.get(), &pos, &k, &val)) {
+            int item = m_cap.input_child(mv, AccessKind::DictValueAt, static_cast<int>(i), nullptr,
+                                         "[" + std::to_string(i) + "]", val);
+            if (item < 0) return false;
+            out.push_back(item);
+            ++i;
+        }
+        return true;
+    }
+    if (s.kind == ValueKind::Const && PyRange_Check(o)) {
+        py::Ref items = py::Ref::steal(PySequence_Tuple(o));
+        if (!items) {
+            PyErr_Clear();
+            m_cap.internal_error("range items");
+            return false;
+        }
+        out.clear();
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items.get()); ++i)
+            out.push_back(m_cap.const_value(PyTuple_GET_ITEM(items.get(), i)));
+        return true;
+    }
     m_cap.fail(breaks::kUnsupportedOpcode,
                "the items of `" + s.label + "` (" + py::type_name(o) + ") are unpacked",
                "unpack lists or tuples");
@@ -848,41 +879,12 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     case FOR_ITER: {
         int it = f.stack.back();
-        Value& iter = m_cap.v(it);
         if (depth == p.depth_after - 1) {  // exhausted
             pop(f);
-            // The trip count came from the container's length: guard it.
-            if ((iter.iter_kind == IterKind::InputSeq && !m_cap.v(iter.iter_source).shadow) ||
-                iter.iter_kind == IterKind::ModuleSeq)
-                m_cap.guard_len(iter.iter_source, iter.iter_pos);
+            iter_done(it);
             return;
         }
-        int pos = iter.iter_pos++;
-        int src = iter.iter_source;
-        int item = -1;
-        bool shadowed = m_cap.v(src).shadow;
-        switch (iter.iter_kind) {
-        case IterKind::ConstSeq: item = m_cap.const_value(tos); break;
-        case IterKind::FreshSeq:
-        case IterKind::InputSeq:
-            if (iter.iter_kind == IterKind::FreshSeq || shadowed) {
-                // The container's items as they are now: Python's list iterator sees changes.
-                const std::vector<int>& items = m_cap.v(src).items;
-                item = pos < static_cast<int>(items.size()) ? items[static_cast<size_t>(pos)] : -1;
-                if (item < 0 || m_cap.v(item).real.get() != tos)
-                    m_cap.internal_error("iteration over a container out of step");
-                break;
-            }
-            item = m_cap.input_child(src, AccessKind::Item, pos, nullptr,
-                                     "[" + std::to_string(pos) + "]", tos);
-            break;
-        case IterKind::ModuleSeq:
-            item = m_cap.input_child(src, AccessKind::DictValueAt, pos, nullptr,
-                                     "[" + std::to_string(pos) + "]", tos);
-            break;
-        case IterKind::OpSeq: item = item_of(src, pos, tos); break;
-        }
-        out(item);
+        out(next_item(it, tos));
         return;
     }
     case LOAD_ATTR:
@@ -993,45 +995,9 @@ void Monitor::complete(ShadowFrame& f) {
         out(m_cap.const_value(tos));
         return;
     }
-    case GET_ITER: {
-        Value& s = m_cap.v(p.in[0]);
-        const TorchApi& api = torch_api();
-        IterKind kind;
-        if (s.kind == ValueKind::Const) kind = IterKind::ConstSeq;
-        else if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple)
-            kind = IterKind::FreshSeq;
-        else if (s.kind == ValueKind::Input && !s.tensor &&
-                 (PyList_CheckExact(s.real.get()) || PyTuple_CheckExact(s.real.get()))) {
-            kind = IterKind::InputSeq;
-            if (s.mutated && !m_cap.shadow(p.in[0])) return;
-        }
-        else if (s.kind == ValueKind::Input && s.identity &&
-                 (Py_TYPE(s.real.get()) == api.sequential_type ||
-                  Py_TYPE(s.real.get()) == api.module_list_type))
-            kind = IterKind::ModuleSeq;
-        else if (s.tensor || s.kind == ValueKind::OpResult) {
-            if (s.dyn_shape)
-                return m_cap.fail(breaks::kDynamicShape,
-                                  "iteration over a tensor whose length depends on data",
-                                  "iterate over a fixed-size tensor");
-            kind = IterKind::OpSeq;
-        } else {
-            return m_cap.fail(breaks::kUnsupportedOpcode, "iteration over " + s.label + " (" +
-                                                              py::type_name(s.real.get()) + ")",
-                              "iterate over lists, tuples, ranges, tensors or module lists");
-        }
-        int it = m_cap.new_value(ValueKind::Iterator, tos, "iter(" + s.label + ")");
-        Value& iv = m_cap.v(it);
-        iv.iter_kind = kind;
-        iv.iter_source = p.in[0];
-        if (kind == IterKind::ModuleSeq) {
-            int mv = modules_dict(p.in[0]);
-            if (mv < 0) return;
-            m_cap.v(it).iter_source = mv;
-        }
-        out(it);
+    case GET_ITER:
+        out(make_iter(p.in[0], tos));
         return;
-    }
     case MAKE_FUNCTION:
         out(m_cap.new_value(ValueKind::Function, tos,
                             "function " + py::str_of(reinterpret_cast<PyFunctionObject*>(tos)->func_qualname)));
@@ -1234,33 +1200,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                               "keep the value as a tensor (e.g. use torch.where instead of an "
                               "if), or move this outside the compiled function");
         }
-        Step s;
-        s.kind = StepKind::Call;
-        Arg callee;
-        if (!m_cap.arg_of(p.callee_value, callee)) return;
-        s.args.push_back(callee);
-        for (int a : p.in) {
-            Arg x;
-            if (!m_cap.arg_of(a, x)) return;
-            s.args.push_back(std::move(x));
-        }
-        s.kwnames = py::Ref::borrow(p.kwnames);
-        if (p.callee.kind == CallKind::LeafModule && m_cap.v(p.callee_value).kind == ValueKind::Input) {
-            PyObject* tr = PyObject_GetAttrString(m_cap.v(p.callee_value).real.get(), "training");
-            if (tr) {
-                m_cap.input_child(p.callee_value, AccessKind::ModuleAttr, 0,
-                                  interned("training"), ".training", tr);
-                Py_DECREF(tr);
-            } else {
-                PyErr_Clear();
-            }
-        }
-        std::string label = p.callee.kind == CallKind::LeafModule
-                                ? m_cap.v(p.callee_value).label + "(...)"
-                                : name + "(...)";
-        int r = m_cap.record(std::move(s), result, label, true);
-        m_cap.v(r).dyn_shape = dyn || has_data_dependent_shape(p.callee.op, nargs);
-        push_out(r);
+        push_out(record_call(p, result, dyn || has_data_dependent_shape(p.callee.op, nargs)));
         return;
     }
     case CallKind::Len: {
@@ -1320,6 +1260,11 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                 return;
             }
         }
+        if (p.callee.kind == CallKind::PureBuiltin && !all_const && result && is_tensor(result)) {
+            // sum(losses), max(a, b), abs(t): run at replay on the values of that call.
+            push_out(record_call(p, result, dyn));
+            return;
+        }
         if (any_tensor)
             return m_cap.fail(breaks::kTensorToPython,
                               "`" + name + "()` is applied to a tensor",
@@ -1334,9 +1279,295 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::ListMethod:
         push_out(mutate_list(p.callee_value, name, p.in));
         return;
+    case CallKind::Iteration:
+    case CallKind::DictMethod:
+        if (p.kwnames && PyTuple_GET_SIZE(p.kwnames) > 0)
+            return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` with keyword arguments",
+                              "pass the arguments by position");
+        push_out(iter_call(name, p.in, result));
+        return;
     default:
         return m_cap.internal_error("call completion for " + name);
     }
+}
+
+// A call replayed as it is (a torch op, a leaf module, a pure builtin on tensors).
+int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape) {
+    Step s;
+    s.kind = StepKind::Call;
+    Arg callee;
+    if (!m_cap.arg_of(p.callee_value, callee)) return -1;
+    s.args.push_back(callee);
+    for (int a : p.in) {
+        Arg x;
+        if (!m_cap.arg_of(a, x)) return -1;
+        s.args.push_back(std::move(x));
+    }
+    s.kwnames = py::Ref::borrow(p.kwnames);
+    if (p.callee.kind == CallKind::LeafModule && m_cap.v(p.callee_value).kind == ValueKind::Input) {
+        PyObject* tr = PyObject_GetAttrString(m_cap.v(p.callee_value).real.get(), "training");
+        if (tr) {
+            m_cap.input_child(p.callee_value, AccessKind::ModuleAttr, 0,
+                              interned("training"), ".training", tr);
+            Py_DECREF(tr);
+        } else {
+            PyErr_Clear();
+        }
+    }
+    std::string label = p.callee.kind == CallKind::LeafModule
+                            ? m_cap.v(p.callee_value).label + "(...)"
+                            : p.callee.name + "(...)";
+    int r = m_cap.record(std::move(s), result, label, true);
+    m_cap.v(r).dyn_shape = dyn_shape;
+    return r;
+}
+
+// [SECTION] iteration --------------------------------------------------------------------------
+// An iterator value knows where its items come from; FOR_ITER asks next_item() for each one and
+// iter_done() at the end, which guards what decided the trip count.
+
+int Monitor::make_iter(int src, PyObject* real_iter) {
+    Value& s = m_cap.v(src);
+    const TorchApi& api = torch_api();
+    if (s.kind == ValueKind::Iterator) {
+        if (!s.iter_view) return src;  // iter(iterator) is the iterator itself
+        int it = m_cap.new_value(ValueKind::Iterator, real_iter, s.label);
+        Value& iv = m_cap.v(it);
+        const Value& view = m_cap.v(src);
+        iv.iter_kind = view.iter_kind;
+        iv.iter_width = view.iter_width;
+        iv.items = view.items;
+        return it;
+    }
+    IterKind kind;
+    int source = src;
+    std::vector<int> flat;
+    if (s.kind == ValueKind::Const) {
+        kind = IterKind::ConstSeq;
+    } else if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
+        kind = IterKind::FreshSeq;
+    } else if (s.kind == ValueKind::Input && !s.tensor &&
+               (PyList_CheckExact(s.real.get()) || PyTuple_CheckExact(s.real.get()))) {
+        kind = IterKind::InputSeq;
+        if (s.mutated && !m_cap.shadow(src)) return -1;
+    } else if (s.kind == ValueKind::Input && s.identity &&
+               (Py_TYPE(s.real.get()) == api.sequential_type ||
+                Py_TYPE(s.real.get()) == api.module_list_type)) {
+        kind = IterKind::ModuleSeq;
+        source = modules_dict(src);
+        if (source < 0) return -1;
+    } else if (s.tensor || s.kind == ValueKind::OpResult) {
+        if (s.dyn_shape) {
+            m_cap.fail(breaks::kDynamicShape, "iteration over a tensor whose length depends on data",
+                       "iterate over a fixed-size tensor");
+            return -1;
+        }
+        kind = IterKind::OpSeq;
+    } else if (s.kind == ValueKind::FreshDict || (s.kind == ValueKind::Input && PyDict_Check(s.real.get()))) {
+        if (!dict_view(src, DictView::Keys, flat)) return -1;  // for k in d: its keys
+        kind = IterKind::Flat;
+    } else {
+        m_cap.fail(breaks::kUnsupportedOpcode,
+                   "iteration over " + s.label + " (" + py::type_name(s.real.get()) + ")",
+                   "iterate over lists, tuples, dicts, ranges, tensors or module lists");
+        return -1;
+    }
+    int it = m_cap.new_value(ValueKind::Iterator, real_iter, "iter(" + m_cap.v(src).label + ")");
+    Value& iv = m_cap.v(it);
+    iv.iter_kind = kind;
+    iv.iter_source = source;
+    iv.items = std::move(flat);
+    return it;
+}
+
+int Monitor::next_item(int it, PyObject* real) {
+    Value& iter = m_cap.v(it);
+    int pos = iter.iter_pos++;
+    int src = iter.iter_source;
+    switch (iter.iter_kind) {
+    case IterKind::ConstSeq: return m_cap.const_value(real);
+    case IterKind::FreshSeq:
+    case IterKind::InputSeq: {
+        if (iter.iter_kind == IterKind::InputSeq && !m_cap.v(src).shadow)
+            return m_cap.input_child(src, AccessKind::Item, pos, nullptr,
+                                     "[" + std::to_string(pos) + "]", real);
+        // The container's items as they are now: Python's list iterator sees changes.
+        const std::vector<int>& items = m_cap.v(src).items;
+        int item = pos < static_cast<int>(items.size()) ? items[static_cast<size_t>(pos)] : -1;
+        if (item < 0 || m_cap.v(item).real.get() != real) {
+            m_cap.internal_error("iteration over a container out of step");
+            return -1;
+        }
+        return item;
+    }
+    case IterKind::ModuleSeq:
+        return m_cap.input_child(src, AccessKind::DictValueAt, pos, nullptr,
+                                 "[" + std::to_string(pos) + "]", real);
+    case IterKind::OpSeq: return item_of(src, pos, real);
+    case IterKind::Flat: {
+        size_t w = static_cast<size_t>(iter.iter_width), at = static_cast<size_t>(pos) * w;
+        if (at + w > iter.items.size()) {
+            m_cap.internal_error("iteration past the known items");
+            return -1;
+        }
+        if (w == 1) return iter.items[at];
+        return m_cap.fresh(ValueKind::FreshTuple,
+                           std::vector<int>(iter.items.begin() + static_cast<long>(at),
+                                            iter.items.begin() + static_cast<long>(at + w)),
+                           real);
+    }
+    case IterKind::Zip:
+    case IterKind::Enumerate: {
+        // `real` is the tuple this step yields; each part comes from its own iterator.
+        if (!PyTuple_Check(real)) {
+            m_cap.internal_error("zip/enumerate did not yield a tuple");
+            return -1;
+        }
+        std::vector<int> inner = m_cap.v(it).items;
+        std::vector<int> parts;
+        Py_ssize_t k = 0;
+        if (m_cap.v(it).iter_kind == IterKind::Enumerate)
+            parts.push_back(m_cap.const_value(PyTuple_GET_ITEM(real, k++)));
+        for (int sub : inner) {
+            int part = next_item(sub, PyTuple_GET_ITEM(real, k++));
+            if (part < 0) return -1;
+            parts.push_back(part);
+        }
+        return m_cap.fresh(ValueKind::FreshTuple, parts, real);
+    }
+    }
+    return -1;
+}
+
+void Monitor::iter_done(int it) {
+    Value& iter = m_cap.v(it);
+    switch (iter.iter_kind) {
+    case IterKind::InputSeq:
+        if (!m_cap.v(iter.iter_source).shadow) m_cap.guard_len(iter.iter_source, iter.iter_pos);
+        return;
+    case IterKind::ModuleSeq:
+        m_cap.guard_len(iter.iter_source, iter.iter_pos);
+        return;
+    case IterKind::Zip:
+    case IterKind::Enumerate: {
+        // zip stops at its shortest input: pin the length of every input container.
+        std::vector<int> inner = iter.items;
+        for (int sub : inner) {
+            const Value& sv = m_cap.v(sub);
+            if (sv.iter_kind == IterKind::Zip || sv.iter_kind == IterKind::Enumerate) {
+                iter_done(sub);
+            } else if ((sv.iter_kind == IterKind::InputSeq && !m_cap.v(sv.iter_source).shadow) ||
+                       sv.iter_kind == IterKind::ModuleSeq) {
+                PyObject* o = m_cap.v(sv.iter_source).real.get();
+                Py_ssize_t n = PyObject_Length(o);
+                if (n < 0) PyErr_Clear();
+                m_cap.guard_len(sv.iter_source, n);
+            }
+        }
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+// The keys, values or (key, value) items of a dict made here or passed in (then its length,
+// the values read and the order of its keys are guarded).
+bool Monitor::dict_view(int dict, DictView view, std::vector<int>& out) {
+    std::vector<int> pairs;
+    if (!pairs_of(dict, pairs)) return false;
+    const Value& d = m_cap.v(dict);
+    if (d.kind == ValueKind::Input) {
+        int keys = m_cap.input_child(dict, AccessKind::DictKeys, 0, nullptr, ".keys()",
+                                     py::Ref::steal(PySequence_Tuple(py::Ref::steal(
+                                         PyDict_Keys(d.real.get())).get())).get());
+        if (keys < 0) return false;
+    }
+    out.clear();
+    for (size_t j = 0; j + 1 < pairs.size(); j += 2) {
+        if (view != DictView::Values) out.push_back(pairs[j]);
+        if (view != DictView::Keys) out.push_back(pairs[j + 1]);
+    }
+    return true;
+}
+
+// zip(...), enumerate(x[, start]), reversed(x), d.items() / keys() / values() / get(k[, v]).
+int Monitor::iter_call(const std::string& name, const std::vector<int>& args, PyObject* result) {
+    auto fail = [&](const std::string& what) {
+        m_cap.fail(breaks::kUnsupportedCallee, what, "iterate over lists, tuples, dicts or ranges");
+        return -1;
+    };
+    if (name == "zip" || name == "enumerate") {
+        if (args.empty() || (name == "enumerate" && (args.size() > 2 ||
+                                                     (args.size() == 2 &&
+                                                      m_cap.v(args[1]).kind != ValueKind::Const))))
+            return fail("`" + name + "` with these arguments");
+        std::vector<int> inner;
+        size_t n = name == "zip" ? args.size() : 1;
+        for (size_t i = 0; i < n; ++i) {
+            int sub = make_iter(args[i], m_cap.v(args[i]).real.get());
+            if (sub < 0) return -1;
+            if (m_cap.v(sub).iter_pos != 0)
+                return fail("`" + name + "` of an iterator that is already in use");
+            inner.push_back(sub);
+        }
+        int it = m_cap.new_value(ValueKind::Iterator, result, name + "(...)");
+        m_cap.v(it).iter_kind = name == "zip" ? IterKind::Zip : IterKind::Enumerate;
+        m_cap.v(it).items = std::move(inner);
+        return it;
+    }
+    if (name == "reversed") {
+        std::vector<int> items;
+        if (args.size() != 1 || !items_of(args[0], items)) return -1;
+        std::reverse(items.begin(), items.end());
+        int it = m_cap.new_value(ValueKind::Iterator, result, "reversed(" + m_cap.v(args[0]).label + ")");
+        m_cap.v(it).iter_kind = IterKind::Flat;
+        m_cap.v(it).items = std::move(items);
+        return it;
+    }
+    // dict methods: args[0] is the dict
+    if (args.empty()) return fail("dict method without a dict");
+    int d = args[0];
+    bool known = m_cap.v(d).kind == ValueKind::FreshDict ||
+                 (m_cap.v(d).kind == ValueKind::Input && PyDict_Check(m_cap.v(d).real.get()));
+    if (!known) return fail("dict." + name + "() on " + m_cap.v(d).label);
+    if ((name == "items" || name == "keys" || name == "values") && args.size() == 1) {
+        std::vector<int> items;
+        if (!dict_view(d, name == "items" ? DictView::Items
+                          : name == "keys" ? DictView::Keys
+                                           : DictView::Values,
+                       items))
+            return -1;
+        int view = m_cap.new_value(ValueKind::Iterator, result, m_cap.v(d).label + "." + name + "()");
+        Value& vv = m_cap.v(view);
+        vv.iter_kind = IterKind::Flat;
+        vv.iter_width = name == "items" ? 2 : 1;
+        vv.iter_view = true;
+        vv.items = std::move(items);
+        return view;
+    }
+    if (name == "get" && (args.size() == 2 || args.size() == 3) &&
+        m_cap.v(args[1]).kind == ValueKind::Const) {
+        PyObject* key = m_cap.v(args[1]).real.get();
+        int fallback = args.size() == 3 ? args[2] : m_cap.const_value(Py_None);
+        if (m_cap.v(d).kind == ValueKind::FreshDict) {
+            const std::vector<int>& items = m_cap.v(d).items;
+            for (size_t j = 0; j + 1 < items.size(); j += 2) {
+                int eq = PyObject_RichCompareBool(m_cap.v(items[j]).real.get(), key, Py_EQ);
+                if (eq < 0) PyErr_Clear();
+                if (eq == 1) return items[j + 1];
+            }
+            return fallback;
+        }
+        if (m_cap.v(d).mutated) return fail("dict.get() after this function changed " + m_cap.v(d).label);
+        PyObject* hit = PyDict_GetItemWithError(m_cap.v(d).real.get(), key);
+        if (hit)
+            return m_cap.input_child(d, AccessKind::DictItem, 0, key, "[" + py::repr_string(key) + "]", hit);
+        PyErr_Clear();
+        m_cap.guard_no_key(d, key);
+        return fallback;
+    }
+    return fail("dict." + name + "() on " + m_cap.v(d).label);
 }
 
 // [SECTION] annotation rules -------------------------------------------------------------------

@@ -62,6 +62,7 @@ private:
     void dispatch(ShadowFrame& f, const py::Instruction& ins);
     void dispatch_call(ShadowFrame& f, int callable, std::vector<int> args, PyObject* kwnames);
     void complete_call(ShadowFrame& f, Pending& p, PyObject* result);
+    int record_call(Pending& p, PyObject* result, bool dyn_shape);
 
     // Annotation helpers: each returns a value id, or -1 after calling m_cap.fail().
     int load_global(ShadowFrame& f, PyObject* name);
@@ -74,6 +75,12 @@ private:
     bool require_const(const std::vector<int>& values, const std::string& what);
     void guard_all_strides();
     int modules_dict(int container);
+    enum class DictView { Keys, Values, Items };
+    int make_iter(int source, PyObject* real_iter);
+    int next_item(int iter, PyObject* real);
+    void iter_done(int iter);
+    bool dict_view(int dict, DictView view, std::vector<int>& out);
+    int iter_call(const std::string& name, const std::vector<int>& args, PyObject* result);
     int class_attr(int obj, PyObject* name, PyObject* real);
     bool items_of(int seq, std::vector<int>& out);
     bool pairs_of(int dict, std::vector<int>& out);

@@ -174,6 +174,14 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
         return d && PyDict_Check(d) ? new_ref_or_null(PyDict_GetItemWithError(d, a.key.get()))
                                     : nullptr;
     }
+    case AccessKind::DictKeys: {
+        if (!PyDict_Check(parent)) return nullptr;
+        PyObject* keys = PyDict_Keys(parent);
+        if (!keys) return nullptr;
+        PyObject* t = PyList_AsTuple(keys);
+        Py_DECREF(keys);
+        return t;
+    }
     case AccessKind::DictValueAt: {
         if (!PyDict_Check(parent)) return nullptr;
         Py_ssize_t pos = 0, i = 0;
@@ -396,9 +404,8 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
             if (!hit && PyErr_Occurred()) PyErr_Clear();
             ok = hit == nullptr;
             if (!ok && why)
-                *why = "`" + src + "[" + py::repr_string(c.key.get()) +
-                       "]`: expected no such key (it would shadow the builtin), got " +
-                       short_repr(hit);
+                *why = "`" + src + "`: expected no key " + py::repr_string(c.key.get()) +
+                       ", found one (" + short_repr(hit) + ")";
             break;
         }
         case CheckKind::NoInstanceAttr:

@@ -35,6 +35,7 @@ enum class AccessKind : uint8_t {
     TypeOf,        // type(parent)
     TypeLookup,    // the attribute `key` found on the class parent (no binding)
     FuncKwDefault, // parent.__kwdefaults__[key]
+    DictKeys,      // tuple(parent.keys()): the keys in iteration order
 };
 
 enum class CheckKind : uint8_t {

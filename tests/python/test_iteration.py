@@ -1,0 +1,131 @@
+"""Iteration: zip, enumerate, reversed, dicts and their views, module containers.
+
+Loops are unrolled along the executed path; what decided the trip count (lengths, key order)
+is guarded, and every result is compared with eager.
+"""
+
+import torch
+from torch import nn
+
+from conftest import Call, assert_stats, break_ids, check
+
+
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Linear(3, 3) for _ in range(3)])
+        self.norms = nn.ModuleList([nn.LayerNorm(3) for _ in range(3)])
+        self.heads = nn.ModuleDict({"a": nn.Linear(3, 1), "b": nn.Linear(3, 2)})
+
+    def forward(self, x):
+        for i, (c, n) in enumerate(zip(self.convs, self.norms)):
+            x = n(c(x)) * (i + 1)
+        for layer in reversed(self.convs):
+            x = layer(x)
+        out = {k: h(x) for k, h in self.heads.items()}
+        return out["a"] + out["b"].sum(-1, keepdim=True)
+
+
+def test_module_containers_zip_enumerate_reversed_items():
+    m = Stack()
+    cf = check(m, [torch.randn(2, 3), torch.randn(2, 3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_module_list_grown_after_capture_recompiles():
+    m = Stack()
+
+    def mutate(i):
+        if i == 2:
+            m.convs.append(nn.Linear(3, 3))
+            m.norms.append(nn.LayerNorm(3))
+
+    x = torch.randn(2, 3)
+    cf = check(m, [x, x, x], mutate=mutate)
+    e = assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+    assert e.recompile_reasons[0].startswith("len(L['self'].convs._modules)")
+
+
+def test_zip_of_lists_of_different_lengths():
+    def f(xs, ys):
+        return [a * b for a, b in zip(xs, ys)]
+
+    t = torch.ones(2)
+    cf = check(f, [([t, t * 2], [t, t, t]), ([t, t * 3], [t, t, t]), ([t, t * 3], [t, t])])
+    assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+
+
+def test_enumerate_with_start_and_tensor_rows():
+    def f(x):
+        total = x[0] * 0
+        for i, row in enumerate(x, 1):
+            total = total + row * i
+        return total
+
+    cf = check(f, [torch.randn(3, 2), torch.randn(3, 2)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_dict_items_keys_values_get():
+    def f(losses, w):
+        total = 0
+        for name, value in losses.items():
+            total = total + value * w.get(name, 1.0)
+        n = len([k for k in losses.keys()])
+        return total / n + sum([v.sum() for v in losses.values()])
+
+    a, b = torch.ones(1), torch.ones(1) * 2
+    cf = check(f, [({"ce": a, "l1": b}, {"ce": 0.5}), ({"ce": b, "l1": a}, {"ce": 0.5}),
+                   ({"ce": a, "l1": b}, {"ce": 0.5, "l1": 3.0})])
+    e = assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+    assert e.recompile_reasons == ["`L['w']`: expected no key 'l1', found one (3.0)"]
+
+
+def test_fresh_dict_iteration_in_insertion_order():
+    def f(x):
+        d = {"b": x * 2}
+        d["a"] = x + 1
+        return torch.stack([v for v in d.values()] + [d[k] for k in d])
+
+    cf = check(f, [torch.randn(2), torch.randn(2)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_reversed_range_and_list():
+    def f(x, xs):
+        out = x
+        for i in reversed(range(3)):
+            out = out * (i + 1)
+        for t in reversed(xs):
+            out = out - t
+        return out
+
+    t = torch.ones(2)
+    cf = check(f, [Call(t, [t, t * 2]), Call(t * 3, [t, t * 2])])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_zip_with_keyword_breaks_and_is_correct():
+    def f(xs, ys):
+        return [a + b for a, b in zip(xs, ys, strict=True)]
+
+    t = torch.ones(2)
+    cf = check(f, [([t], [t]), ([t], [t * 2])])
+    assert break_ids(cf) == ["MB003"]
+
+
+def test_sum_and_max_of_tensors_replay_the_builtin():
+    def f(losses, a, b):
+        return sum(losses.values()) + max(a, b) + abs(a - b)
+
+    x, y = torch.ones(1), torch.full((1,), 3.0)
+    cf = check(f, [({"a": x, "b": y}, x, y), ({"a": y, "b": x}, y, x)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_builtin_turning_tensor_into_python_value_breaks():
+    def f(x):
+        return x * 2 if any(x > 0) else x
+
+    cf = check(f, [torch.ones(2), -torch.ones(2)])
+    assert break_ids(cf) == ["MB002"]
