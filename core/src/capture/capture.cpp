@@ -380,6 +380,38 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         add_step(std::move(s));
         return true;
     }
+    case ValueKind::Iterator:
+        if (!escape && val.iter_view) {
+            // A dict view consumed by a call (sum(d.values())): a list of its items is the same
+            // to any function that only iterates it.
+            Step s;
+            s.kind = StepKind::BuildList;
+            std::vector<int> items = val.items;
+            size_t w = static_cast<size_t>(std::max(1, val.iter_width));
+            for (size_t j = 0; j + w <= items.size(); j += w) {
+                Arg a;
+                if (w == 1) {
+                    if (!build_arg(items[j], a, false, depth + 1)) return false;
+                } else {
+                    Step pair;
+                    pair.kind = StepKind::BuildTuple;
+                    for (size_t k = 0; k < w; ++k) {
+                        Arg part;
+                        if (!build_arg(items[j + k], part, false, depth + 1)) return false;
+                        pair.args.push_back(std::move(part));
+                    }
+                    pair.out = m_plan->add_slot();
+                    a = Arg::slot(pair.out);
+                    add_step(std::move(pair));
+                }
+                s.args.push_back(std::move(a));
+            }
+            s.out = m_plan->add_slot();
+            out = Arg::slot(s.out);
+            add_step(std::move(s));
+            return true;
+        }
+        [[fallthrough]];
     default:
         fail(breaks::kEscapingObject,
              "`" + val.label + "` (" + py::type_name(val.real.get()) +
