@@ -219,3 +219,15 @@ def recursive_root(x, n):
 def test_recursion_into_the_compiled_function_itself(n):
     cf = check(recursive_root, [(torch.randn(2), n), (torch.randn(2), n), (torch.randn(2), n + 1)])
     assert_stats(cf, graphs=2, hits=1, misses=2)
+
+
+def test_torchscript_helpers_fold_in_eager_code():
+    # torchvision-style guards around TorchScript-only code paths
+    def f(x):
+        if not torch.jit.is_scripting() and not torch.jit.is_tracing():
+            x = x + 1
+        y = torch.jit.annotate(torch.Tensor, x * 2)
+        return y if torch._C._get_tracing_state() is None else x
+
+    cf = check(f, [torch.randn(2), torch.randn(2)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)

@@ -28,6 +28,12 @@ bool starts_with(const std::string& s, const char* prefix) {
 
 bool is_torch_module_name(const std::string& m) { return m == "torch" || starts_with(m, "torch."); }
 
+// TorchScript helpers that eager code calls: their answer is fixed when not scripting/tracing.
+bool is_eager_fact(const std::string& op) {
+    return op == "is_scripting" || op == "is_tracing" || op == "_get_tracing_state" ||
+           op == "annotate" || op == "_unwrap_optional";
+}
+
 const std::unordered_set<std::string> kPureBuiltins = {
     "abs", "min", "max", "round", "divmod", "pow", "ord", "chr", "repr", "hash", "callable",
     "sum", "any", "all", "sorted", "format", "ascii", "bin", "hex", "oct"};
@@ -90,6 +96,10 @@ CalleeInfo classify_callee(PyObject* f) {
         info.op = py::str_of(fn->func_name);
         if (starts_with(m, "torch.nn.modules")) {
             info.kind = CallKind::InlineFunction;  // e.g. super().forward(x)
+        } else if (is_torch_module_name(m) && starts_with(m, "torch.") &&
+                   (starts_with(m, "torch.jit") || starts_with(m, "torch._jit")) &&
+                   is_eager_fact(info.op)) {
+            info.kind = CallKind::EagerFact;
         } else if (is_torch_module_name(m)) {
             info.kind = CallKind::TorchOp;  // F.relu, torch.functional.*, Tensor python methods
             info.name = m == "torch.nn.functional" ? "F." + info.name : m + "." + info.name;
@@ -118,7 +128,7 @@ CalleeInfo classify_callee(PyObject* f) {
         if (m.empty() && self && PyType_Check(self))
             m = module_of(self);  // torch._C._VariableFunctions methods
         if (is_torch_module_name(m)) {
-            info.kind = CallKind::TorchOp;
+            info.kind = info.op == "_get_tracing_state" ? CallKind::EagerFact : CallKind::TorchOp;
             return info;
         }
         if (m == "builtins") {

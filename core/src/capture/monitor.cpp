@@ -1276,6 +1276,20 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         push_out(m_cap.const_value(result));
         return;
     }
+    case CallKind::EagerFact: {
+        // is_scripting()/is_tracing() are False and _get_tracing_state() is None whenever this
+        // code runs eagerly (capture and replay alike); annotate(T, x) and _unwrap_optional(x)
+        // are x.
+        const std::string& op = p.callee.op;
+        if (op == "annotate" && p.in.size() == 2) return push_out(p.in[1]);
+        if (op == "_unwrap_optional" && p.in.size() == 1) return push_out(p.in[0]);
+        if ((op == "is_scripting" || op == "is_tracing") && result == Py_False)
+            return push_out(m_cap.const_value(result));
+        if (op == "_get_tracing_state" && result == Py_None)
+            return push_out(m_cap.const_value(result));
+        return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` while scripting or tracing",
+                          "compile the eager model, not a scripted or traced one");
+    }
     case CallKind::ListMethod:
         push_out(mutate_list(p.callee_value, name, p.in));
         return;
