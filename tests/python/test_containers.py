@@ -210,3 +210,50 @@ def test_dict_iteration_guards_key_order():
     cf = check(f, [{"a": x, "b": x * 2}, {"a": x, "b": x * 3}, {"b": x, "a": x * 3}])
     e = assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
     assert e.recompile_reasons == ["`L['d'].keys()`: expected ('a', 'b'), got ('b', 'a')"]
+
+
+def test_ordered_dict_made_in_function_is_returned_as_ordered_dict():
+    import collections
+
+    def f(x):
+        r = collections.OrderedDict()
+        r["out"] = x * 2
+        r["aux"] = x + 1
+        d = dict()
+        d["k"] = x
+        return r, d
+
+    cf = check(f, [torch.randn(2), torch.randn(2)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+    r, d = cf(torch.ones(2))
+    assert type(r) is collections.OrderedDict and list(r) == ["out", "aux"]
+    assert type(d) is dict
+
+
+def test_list_copy_is_a_new_list():
+    def f(xs, y):
+        ys = xs.copy()
+        ys.append(y)
+        return torch.stack(ys), len(xs)
+
+    t = torch.ones(2)
+    cf = check(f, [([t, t * 2], t), ([t * 3, t], t)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_sequential_subclass_is_iterated_like_sequential():
+    class ConvBlock(torch.nn.Sequential):
+        def __init__(self):
+            super().__init__(torch.nn.Linear(3, 3), torch.nn.ReLU())
+
+    class CustomIter(torch.nn.Sequential):
+        def __iter__(self):
+            return iter(list(self._modules.values())[::-1])
+
+    m = torch.nn.Sequential(ConvBlock(), ConvBlock())
+    cf = check(m, [torch.randn(2, 3), torch.randn(2, 3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+    # a subclass with its own __iter__ is not assumed to iterate like Sequential
+    c = CustomIter(torch.nn.Linear(3, 4), torch.nn.Linear(4, 3))
+    cf2 = check(c, [torch.randn(2, 4), torch.randn(2, 4)])
+    assert break_ids(cf2) != []

@@ -172,7 +172,8 @@ CalleeInfo classify_callee(PyObject* f) {
         }
         if (t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type || t == &PyUnicode_Type ||
             t == &PyTuple_Type || t == &PyList_Type || t == &PyRange_Type ||
-            t == &PySlice_Type || t == api.size_type || t == api.device_type)
+            t == &PySlice_Type || t == api.size_type || t == api.device_type ||
+            t == api.ordered_dict_type || t == &PyDict_Type)
             info.kind = CallKind::TypeCtor;
         return info;
     }

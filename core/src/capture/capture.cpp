@@ -368,6 +368,8 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         s.kind = val.kind == ValueKind::FreshList    ? StepKind::BuildList
                  : val.kind == ValueKind::FreshTuple ? StepKind::BuildTuple
                                                      : StepKind::BuildDict;
+        if (s.kind == StepKind::BuildDict && val.real && !PyDict_CheckExact(val.real.get()))
+            s.name = py::Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(val.real.get())));
         std::vector<int> items = val.items;
         for (int item : items) {
             Arg a;

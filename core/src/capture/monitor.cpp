@@ -30,6 +30,20 @@ static std::string op_label(const std::string& a, const char* op, const std::str
     return a.empty() ? std::string(op) + brief(b) : "(" + brief(a) + " " + op + " " + brief(b) + ")";
 }
 
+// A Sequential / ModuleList (/ ModuleDict) or a subclass (Conv2dNormActivation, ...) whose
+// `dunder` is the base class's: iterating, indexing or len() of it reads its _modules in order.
+static bool plain_module_container(PyObject* o, const char* dunder, bool dict_too = false) {
+    const TorchApi& api = torch_api();
+    PyTypeObject* base = PyObject_TypeCheck(o, api.sequential_type)    ? api.sequential_type
+                         : PyObject_TypeCheck(o, api.module_list_type) ? api.module_list_type
+                         : dict_too && PyObject_TypeCheck(o, api.module_dict_type)
+                             ? api.module_dict_type
+                             : nullptr;
+    if (!base) return false;
+    PyObject* name = interned(dunder);
+    return _PyType_Lookup(Py_TYPE(o), name) == _PyType_Lookup(base, name);
+}
+
 // The `_modules` dict of an identity-guarded Sequential/ModuleList/ModuleDict, as an input.
 int Monitor::modules_dict(int container) {
     PyObject* mods = PyObject_GetAttrString(m_cap.v(container).real.get(), "_modules");
@@ -64,9 +78,8 @@ bool Monitor::items_of(int seq, std::vector<int>& out) {
         out = m_cap.v(seq).items;
         return true;
     }
-    const TorchApi& api = torch_api();
     if (s.kind == ValueKind::Input && s.identity &&
-        (Py_TYPE(o) == api.sequential_type || Py_TYPE(o) == api.module_list_type)) {
+        plain_module_container(o, "__iter__")) {
         int mv = modules_dict(seq);
         if (mv < 0) return false;
         py::Ref mods = m_cap.v(mv).real;
@@ -164,6 +177,7 @@ int Monitor::mutate_list(int callee, const std::string& name, const std::vector<
     // Appending to a list passed in needs nothing of its contents (a log growing every call
     // must not be guarded by its length); anything else follows the contents from here on.
     bool append_only = name == "append" || name == "extend";
+    if (input && name == "copy" && !m_cap.shadow(lst)) return -1;
     if (input && name == "clear" && in.size() == 1 && !l.shadow) {
         l.items.clear();
         l.mutated = false;
@@ -180,6 +194,10 @@ int Monitor::mutate_list(int callee, const std::string& name, const std::vector<
         i = PyLong_AsSsize_t(v.real.get());
         return true;
     };
+    if (name == "copy" && in.size() == 1) {  // not a mutation: a new list of the same items
+        std::vector<int> copy = items;
+        return m_cap.fresh(ValueKind::FreshList, copy, nullptr);
+    }
     Py_ssize_t size = static_cast<Py_ssize_t>(items.size()), i = 0;
     size_t n = in.size();
     int result = m_cap.const_value(Py_None);
@@ -1212,10 +1230,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                               "avoid len() of nonzero()/mask results");
         if (v.kind == ValueKind::Input && !v.tensor) {
             PyObject* o = v.real.get();
-            const TorchApi& api = torch_api();
-            if (v.identity && (Py_TYPE(o) == api.sequential_type ||
-                               Py_TYPE(o) == api.module_list_type ||
-                               Py_TYPE(o) == api.module_dict_type)) {
+            if (v.identity && plain_module_container(o, "__len__", true)) {
                 int mv = modules_dict(a);
                 if (mv < 0) return;
                 m_cap.guard_len(mv, PyLong_AsSsize_t(result));
@@ -1251,6 +1266,11 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     }
     case CallKind::PureBuiltin:
     case CallKind::TypeCtor: {
+        if (p.callee.kind == CallKind::TypeCtor && p.in.empty() &&
+            (name == "dict" || name == "collections.OrderedDict")) {
+            push_out(m_cap.fresh(ValueKind::FreshDict, {}, result));  // built as its own type
+            return;
+        }
         if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 &&
             (name == "list" || name == "tuple")) {
             Value& s = m_cap.v(p.in[0]);
@@ -1342,7 +1362,6 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape) {
 
 int Monitor::make_iter(int src, PyObject* real_iter) {
     Value& s = m_cap.v(src);
-    const TorchApi& api = torch_api();
     if (s.kind == ValueKind::Iterator) {
         if (!s.iter_view) return src;  // iter(iterator) is the iterator itself
         int it = m_cap.new_value(ValueKind::Iterator, real_iter, s.label);
@@ -1365,8 +1384,7 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
         kind = IterKind::InputSeq;
         if (s.mutated && !m_cap.shadow(src)) return -1;
     } else if (s.kind == ValueKind::Input && s.identity &&
-               (Py_TYPE(s.real.get()) == api.sequential_type ||
-                Py_TYPE(s.real.get()) == api.module_list_type)) {
+               plain_module_container(s.real.get(), "__iter__")) {
         kind = IterKind::ModuleSeq;
         source = modules_dict(src);
         if (source < 0) return -1;
@@ -1800,7 +1818,6 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
     }
     if (c.kind == ValueKind::Input) {
         PyObject* o = c.real.get();
-        const TorchApi& api = torch_api();
         if ((PyList_CheckExact(o) || PyTuple_CheckExact(o)) &&
             (PyLong_Check(kr) || PySlice_Check(kr))) {
             if (c.shadow || c.mutated || PySlice_Check(kr)) {
@@ -1822,7 +1839,7 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
             return m_cap.input_child(cont, AccessKind::DictItem, 0, kr,
                                      "[" + py::repr_string(kr) + "]", real);
         if (c.identity && PyLong_Check(kr) &&
-            (Py_TYPE(o) == api.sequential_type || Py_TYPE(o) == api.module_list_type)) {
+            plain_module_container(o, "__getitem__")) {
             int mv = modules_dict(cont);
             if (mv < 0) return -1;
             Py_ssize_t n = PyDict_Size(m_cap.v(mv).real.get());

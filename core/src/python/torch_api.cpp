@@ -43,6 +43,10 @@ bool init_torch_api() {
     py::Ref c = py::Ref::steal(PyObject_GetAttrString(torch.get(), "_C"));
     if (c) api.tensor_base_type = py::Ref::steal(PyObject_GetAttrString(c.get(), "_TensorBase"));
     if (!api.is_grad_enabled || !api.module_call || !api.tensor_base_type) return false;
+    py::Ref collections = py::Ref::steal(PyImport_ImportModule("collections"));
+    if (!collections) return false;
+    api.ordered_dict_type = get_type(collections.get(), "OrderedDict");
+    if (!api.ordered_dict_type) return false;
     py::Ref mm = py::Ref::steal(PyImport_ImportModule("torch.nn.modules.module"));
     if (!mm) return false;
     PyObject* mdict = PyModule_GetDict(mm.get());

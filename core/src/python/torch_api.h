@@ -20,6 +20,7 @@ struct TorchApi {
     PyTypeObject* dtype_type = nullptr;   // torch.dtype
     PyTypeObject* device_type = nullptr;  // torch.device
     PyTypeObject* layout_type = nullptr;  // torch.layout
+    PyTypeObject* ordered_dict_type = nullptr;  // collections.OrderedDict
     // torch.nn.modules.module's global hook dicts (forward, pre-forward, backward ...): a hook
     // there runs around every module call.
     std::vector<std::pair<std::string, py::Ref>> global_hooks;

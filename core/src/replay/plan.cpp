@@ -159,9 +159,11 @@ PyObject* Plan::run(PyObject* const* inputs) const {
             break;
         }
         case StepKind::BuildDict: {
-            r = PyDict_New();
+            // `name` holds the dict type when it is not dict (OrderedDict keeps its own order,
+            // so items go in through its __setitem__).
+            r = s.name ? PyObject_CallNoArgs(s.name.get()) : PyDict_New();
             for (size_t i = 0; r && i + 1 < s.args.size(); i += 2)
-                if (PyDict_SetItem(r, get(s.args[i]), get(s.args[i + 1])) < 0) Py_CLEAR(r);
+                if (PyObject_SetItem(r, get(s.args[i]), get(s.args[i + 1])) < 0) Py_CLEAR(r);
             break;
         }
         case StepKind::BuildSlice:
@@ -282,6 +284,7 @@ std::string Plan::render(const std::string& fn_name) const {
             for (size_t i = 0; i + 1 < s.args.size(); i += 2)
                 rhs += (i ? ", " : "") + a(i) + ": " + a(i + 1);
             rhs += "}";
+            if (s.name) rhs = callable_name(s.name.get()) + "(" + rhs + ")";
             break;
         case StepKind::BuildSlice:
             rhs = "slice(" + a(0) + ", " + a(1) + (s.args.size() > 2 ? ", " + a(2) : "") + ")";

@@ -30,7 +30,7 @@ enum class StepKind : uint8_t {
     GetAttr,     // out = getattr(args[0], name)
     BuildList,   // out = [args...]
     BuildTuple,  // out = (args...)
-    BuildDict,   // out = {args[0]: args[1], ...}
+    BuildDict,   // out = {args[0]: args[1], ...}, or name() filled item by item (OrderedDict)
     BuildSlice,  // out = slice(*args)
     SetAttr,     // setattr(args[0], name, args[1])
     SetItem,     // args[0][args[1]] = args[2]
