@@ -223,3 +223,31 @@ def test_inner_function_returned_breaks():
     g = cf(torch.randn(2))
     assert torch.equal(g(torch.ones(1)), torch.ones(1) * 2)
     assert break_ids(cf) == ["MB009"]
+
+
+def test_comprehension_in_another_module_reads_its_globals_and_builtins():
+    import types
+
+    mod = types.ModuleType("other_mod")
+    exec("import torch\nFACTOR = 2.0\n"
+         "def g(xs):\n    return torch.stack([x * FACTOR * len(xs) for x in xs])\n",
+         mod.__dict__)
+
+    def f(xs):
+        return mod.g(xs)
+
+    t = torch.ones(2)
+
+    def mutate(i):
+        if i == 2:
+            mod.FACTOR = 5.0
+        if i == 3:
+            mod.len = lambda s: 100  # a module global now shadows the builtin
+
+    try:
+        cf = check(f, [[t, t], [t, t * 2], [t, t], [t, t]], mutate=mutate)
+        e = assert_stats(cf, graphs=3, breaks=0, hits=1, misses=3)
+        assert e.recompile_reasons[0] == "`sys.modules['other_mod'].__dict__['FACTOR']`: expected 2.0, got 5.0"
+        assert "expected no key 'len'" in e.recompile_reasons[1]
+    finally:
+        mod.__dict__.pop("len", None)

@@ -1604,6 +1604,21 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
 
 // [SECTION] annotation rules -------------------------------------------------------------------
 
+// The globals dict of a frame as a value: the entry frame's `G`, a traced function's
+// `.__globals__`, or (code reached without a path, e.g. a function made during the call) the
+// module dict itself, held by the guard tree (module dicts live as long as their modules).
+int Monitor::frame_globals_value(ShadowFrame& f) {
+    PyObject* globals = py::frame_globals(f.frame);
+    if (globals == py::frame_globals(m_frames.front().frame))
+        return m_cap.input_root(AccessKind::GlobalsDict, 0, nullptr, "G", globals);
+    if (f.func_value >= 0 && m_cap.v(f.func_value).node >= 0)
+        return m_cap.input_child(f.func_value, AccessKind::Attr, 0, interned("__globals__"),
+                                 ".__globals__", globals);
+    PyObject* mod = PyDict_GetItemString(globals, "__name__");
+    std::string name = mod && PyUnicode_Check(mod) ? str(mod) : std::string("<module>");
+    return m_cap.constant_root(globals, "sys.modules['" + name + "'].__dict__");
+}
+
 int Monitor::load_global(ShadowFrame& f, PyObject* name) {
     bool root_globals = py::frame_globals(f.frame) == py::frame_globals(m_frames.front().frame);
     if (root_globals) {
@@ -1617,10 +1632,9 @@ int Monitor::load_global(ShadowFrame& f, PyObject* name) {
         if (f.func_value >= 0 && m_cap.v(f.func_value).node >= 0)
             return m_cap.input_child(f.func_value, AccessKind::FuncGlobal, 0, name,
                                      ".__globals__['" + str(name) + "']", real);
-        m_cap.fail(breaks::kUnsupportedOpcode,
-                   "global `" + str(name) + "` of another module is read from a method",
-                   "pass it as an argument");
-        return -1;
+        int g = frame_globals_value(f);
+        if (g < 0) return -1;
+        return m_cap.input_child(g, AccessKind::DictItem, 0, name, "['" + str(name) + "']", real);
     }
     PyErr_Clear();
     real = PyDict_GetItemWithError(py::frame_builtins(f.frame), name);
@@ -1631,19 +1645,7 @@ int Monitor::load_global(ShadowFrame& f, PyObject* name) {
         return -1;
     }
     // A builtin: guard that no global of that name appears later and shadows it.
-    PyObject* globals = py::frame_globals(f.frame);
-    int g = -1;
-    if (root_globals) {
-        g = m_cap.input_root(AccessKind::GlobalsDict, 0, nullptr, "G", globals);
-    } else if (f.func_value >= 0 && m_cap.v(f.func_value).node >= 0) {
-        g = m_cap.input_child(f.func_value, AccessKind::Attr, 0, interned("__globals__"),
-                              ".__globals__", globals);
-    } else {
-        m_cap.fail(breaks::kUnsupportedOpcode,
-                   "builtin `" + str(name) + "` is read by code magpy reached without a path",
-                   "call it from the compiled function itself");
-        return -1;
-    }
+    int g = frame_globals_value(f);
     if (g < 0) return -1;
     m_cap.guard_no_key(g, name);
     return m_cap.input_root(AccessKind::Builtin, 0, name, "__builtins__['" + str(name) + "']",

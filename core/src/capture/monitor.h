@@ -66,6 +66,7 @@ private:
 
     // Annotation helpers: each returns a value id, or -1 after calling m_cap.fail().
     int load_global(ShadowFrame& f, PyObject* name);
+    int frame_globals_value(ShadowFrame& f);
     int load_deref(ShadowFrame& f, int index);
     int load_attr(int obj, PyObject* name, PyObject* real);
     int subscript(int container, int key, PyObject* real);
