@@ -257,3 +257,43 @@ def test_sequential_subclass_is_iterated_like_sequential():
     c = CustomIter(torch.nn.Linear(3, 4), torch.nn.Linear(4, 3))
     cf2 = check(c, [torch.randn(2, 4), torch.randn(2, 4)])
     assert break_ids(cf2) != []
+
+
+def test_membership_tests_on_guarded_containers():
+    class Getter(torch.nn.Module):  # IntermediateLayerGetter-style
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.ModuleDict({"a": torch.nn.Linear(2, 2), "b": torch.nn.ReLU()})
+            self.return_layers = {"a": "feat"}
+
+        def forward(self, x):
+            out = dict()
+            for name, m in self.body.items():
+                x = m(x)
+                if name in self.return_layers:
+                    out[self.return_layers[name]] = x
+            return out, ("b" in ["a", "b"]), sum([1, 2, x.dim()])
+
+    m = Getter()
+
+    def mutate(i):
+        if i == 2:
+            m.return_layers = {"a": "feat", "b": "out"}
+
+    cf = check(m, [torch.randn(1, 2)] * 3, mutate=mutate)
+    e = assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+    assert e.recompile_reasons == ["`L['self'].return_layers`: expected no key 'b', found one ('out')"]
+
+
+def test_dict_and_list_built_from_items():
+    import collections
+
+    def f(x):
+        od = collections.OrderedDict([("x", x), ("y", x * 2)])
+        idx = list(range(3))
+        return dict(od), idx, [x * i for i in idx]
+
+    cf = check(f, [torch.randn(2), torch.randn(2)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+    od_out = cf(torch.ones(1))[0]
+    assert type(od_out) is dict

@@ -969,27 +969,52 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     }
     case CONTAINS_OP: {
-        Value& c = m_cap.v(p.in[1]);
-        if (m_cap.v(p.in[0]).kind == ValueKind::Const && c.kind == ValueKind::Const) {
+        // `x in c` is a constant when x is known and so is what it is compared with: the
+        // keys of a dict (present ones read, absent ones guarded absent) or the items of a
+        // sequence.
+        int needle = p.in[0], hay = p.in[1];
+        if (!known(needle)) {
+            require_const({needle}, "an `in` test");
+            return;
+        }
+        Value& c = m_cap.v(hay);
+        if (c.kind == ValueKind::Input && PyDict_Check(c.real.get()) && !c.mutated &&
+            m_cap.v(needle).kind == ValueKind::Const) {
+            PyObject* key = m_cap.v(needle).real.get();
+            PyObject* val = PyDict_GetItemWithError(c.real.get(), key);
+            if (val) {
+                if (m_cap.input_child(hay, AccessKind::DictItem, 0, key,
+                                      "[" + py::repr_string(key) + "]", val) < 0)
+                    return;
+            } else {
+                PyErr_Clear();
+                m_cap.guard_no_key(hay, key);
+            }
             out(m_cap.const_value(tos));
             return;
         }
-        if (m_cap.v(p.in[0]).kind == ValueKind::Const && c.kind == ValueKind::Input &&
-            PyDict_Check(c.real.get())) {
-            // `key in d`: guard the presence through a read of the key (or its absence).
-            PyObject* key = m_cap.v(p.in[0]).real.get();
-            PyObject* val = PyDict_GetItemWithError(c.real.get(), key);
-            if (val) {
-                if (m_cap.input_child(p.in[1], AccessKind::DictItem, 0, key,
-                                      "[" + py::repr_string(key) + "]", val) < 0)
+        if (c.kind == ValueKind::FreshDict) {
+            for (size_t j = 0; j < c.items.size(); j += 2)
+                if (!known(c.items[j])) {
+                    require_const({c.items[j]}, "an `in` test");
                     return;
-                out(m_cap.const_value(tos));
+                }
+            out(m_cap.const_value(tos));
+            return;
+        }
+        if (c.kind == ValueKind::Const) {
+            out(m_cap.const_value(tos));
+            return;
+        }
+        std::vector<int> items;
+        if (!items_of(hay, items)) return;
+        for (int it : items)
+            if (!known(it)) {
+                require_const({it}, "an `in` test");
                 return;
             }
-            PyErr_Clear();
-        }
-        return m_cap.fail(breaks::kUnsupportedOpcode, "an `in` test on " + c.label,
-                          "test membership in constants");
+        out(m_cap.const_value(tos));
+        return;
     }
     case BINARY_SUBSCR:
         out(subscript(p.in[0], p.in[1], tos));
@@ -1266,9 +1291,38 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     }
     case CallKind::PureBuiltin:
     case CallKind::TypeCtor: {
-        if (p.callee.kind == CallKind::TypeCtor && p.in.empty() &&
+        if (p.callee.kind == CallKind::TypeCtor && p.in.size() <= 1 &&
             (name == "dict" || name == "collections.OrderedDict")) {
-            push_out(m_cap.fresh(ValueKind::FreshDict, {}, result));  // built as its own type
+            // Built as its own type at replay; dict(pairs) / dict(other_dict) take the items.
+            std::vector<int> pairs;
+            if (!p.in.empty()) {
+                const Value& src = m_cap.v(p.in[0]);
+                if (src.kind == ValueKind::FreshDict ||
+                    (src.kind == ValueKind::Input && PyDict_Check(src.real.get()))) {
+                    if (!pairs_of(p.in[0], pairs)) return;
+                } else {
+                    std::vector<int> seq;
+                    if (!items_of(p.in[0], seq)) return;
+                    for (int pair : seq) {
+                        std::vector<int> kv;
+                        if (!items_of(pair, kv)) return;
+                        if (kv.size() != 2 || !known(kv[0]))
+                            return m_cap.fail(breaks::kUnsupportedCallee,
+                                              name + "() of items that are not (constant key, value) pairs",
+                                              "build the dict from (constant key, value) pairs");
+                        pairs.push_back(kv[0]);
+                        pairs.push_back(kv[1]);
+                    }
+                }
+            }
+            push_out(m_cap.fresh(ValueKind::FreshDict, pairs, result));
+            return;
+        }
+        if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 && name == "list" &&
+            m_cap.v(p.in[0]).kind == ValueKind::Const) {
+            std::vector<int> items;  // list(range(n)), list(a_constant_tuple)
+            if (!items_of(p.in[0], items)) return;
+            push_out(m_cap.fresh(ValueKind::FreshList, items, result));
             return;
         }
         if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 &&
@@ -1898,10 +1952,25 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
     return -1;
 }
 
+// Determined by the guards: a constant, an identity-guarded object, or a container made here
+// of such values.
+bool Monitor::known(int id, int depth) {
+    const Value& v = m_cap.v(id);
+    if (v.kind == ValueKind::Const || v.identity) return true;
+    if ((v.kind == ValueKind::FreshList || v.kind == ValueKind::FreshTuple ||
+         v.kind == ValueKind::FreshDict) && depth < 8) {
+        std::vector<int> items = v.items;
+        for (int it : items)
+            if (!known(it, depth + 1)) return false;
+        return true;
+    }
+    return false;
+}
+
 bool Monitor::require_const(const std::vector<int>& values, const std::string& what) {
     for (int id : values) {
         Value& v = m_cap.v(id);
-        if (v.kind != ValueKind::Const && !v.identity) {
+        if (!known(id)) {
             m_cap.fail(v.tensor ? breaks::kTensorToPython : breaks::kUnsupportedOpcode,
                        what + " uses " + v.label + ", which is not a constant",
                        v.tensor ? "keep tensor values in tensors" : "use constants here");

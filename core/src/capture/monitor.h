@@ -74,6 +74,7 @@ private:
     int item_of(int seq, Py_ssize_t i, PyObject* real);
     bool truthiness_known(int value);
     bool require_const(const std::vector<int>& values, const std::string& what);
+    bool known(int value, int depth = 0);
     void guard_all_strides();
     int modules_dict(int container);
     enum class DictView { Keys, Values, Items };
