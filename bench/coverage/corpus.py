@@ -58,6 +58,9 @@ class Program:
     timeout: float = 300.0
     # if set, the program is listed as skipped with this reason and not run
     skip: Optional[str] = None
+    # if set, the program takes long (the reason says how long): it is listed as skipped
+    # unless run.py gets --slow
+    slow: Optional[str] = None
     # shown in the output next to the program (e.g. "input 16x224x224: the model needs it")
     note: str = ""
     tags: tuple = field(default_factory=tuple)

@@ -11,13 +11,14 @@ image), `det/<model>.backbone` and `det/<model>.head` (the parts, on batched ten
 `video/<model>`, `flow/<model>`, `quant/<model>`.
 
 Inputs are as small as each model allows (batch 1): 3x64x64 by default, more where the model
-needs it (noted per program). `OVERRIDES` holds the per-model exceptions; `QUICK` names the
+needs it (noted per program). `OVERRIDES` holds the per-model exceptions, `SLOW` the programs
+that run only with `--slow` (over ~5 s per call here), and `QUICK` names the
 representative subset that `run.py --quick` runs.
 """
 
 import torch
 
-from corpus import Args, Program
+from corpus import Program
 
 try:
     import torchvision
@@ -55,8 +56,8 @@ OVERRIDES = {
     "cls/vit_b_32": dict(kwargs=dict(image_size=64), note="image_size=64"),
     "cls/vit_l_16": dict(kwargs=dict(image_size=64), note="image_size=64"),
     "cls/vit_l_32": dict(kwargs=dict(image_size=64), note="image_size=64"),
-    "cls/vit_h_14": dict(kwargs=dict(image_size=56), inputs=_image(1, 3, 56, 56), calls=2,
-                         note="image_size=56"),
+    "cls/vit_h_14": dict(kwargs=dict(image_size=28), inputs=_image(1, 3, 28, 28), calls=2,
+                         note="image_size=28"),
     "cls/regnet_y_128gf": dict(calls=2),
     "cls/convnext_large": dict(calls=2),
     # video: (batch, channels, frames, height, width)
@@ -68,11 +69,17 @@ OVERRIDES = {
                             note="input 16x224x224 (fixed positional embedding)"),
 }
 
-# Whole detection models that are too slow for this benchmark on a small CPU. They are listed
-# as skipped (their backbones still run).
-DETECTION_SKIP = {
-    "ssd300_vgg16": "whole model skipped: fixed 300x300 VGG16 input, several seconds per call "
-                    "on CPU (its backbone runs as det/ssd300_vgg16.backbone)",
+# Programs that take more than about 5 s per call on a 2-core CPU (times measured with one
+# torch thread). They are listed as skipped unless run.py gets --slow; the backbones and heads
+# of the detection models still run.
+SLOW = {
+    "det/fasterrcnn_resnet50_fpn": "~6 s per call",
+    "det/fasterrcnn_resnet50_fpn_v2": "~11 s per call",
+    "det/keypointrcnn_resnet50_fpn": "~7 s per call",
+    "det/maskrcnn_resnet50_fpn": "~15 s per call (masks pasted per detection)",
+    "det/maskrcnn_resnet50_fpn_v2": "~14 s per call (masks pasted per detection)",
+    "video/mvit_v1_b": "~50 s per call at the fixed 16x224x224",
+    "video/mvit_v2_s": "~45 s per call at the fixed 16x224x224",
 }
 
 
@@ -146,14 +153,10 @@ def _detection(names):
     for n in names:
         size = _det_image_size(n)
         key = f"det/{n}"
-        if n in DETECTION_SKIP:
-            out.append(Program(key, None, None, skip=DETECTION_SKIP[n],
-                               tags=("torchvision", "detection")))
-        else:
-            out.append(Program(key, _make(n, **_det_kwargs(n)),
-                               (lambda s: lambda: ([torch.rand(3, s, s)],))(size),
-                               quick=key in QUICK, note=f"one {size}x{size} image",
-                               tags=("torchvision", "detection")))
+        out.append(Program(key, _make(n, **_det_kwargs(n)),
+                           (lambda s: lambda: ([torch.rand(3, s, s)],))(size),
+                           quick=key in QUICK, calls=2, note=f"one {size}x{size} image",
+                           slow=SLOW.get(key), tags=("torchvision", "detection")))
         out.append(Program(f"{key}.backbone", _det_part(n, "backbone"), _image(1, 3, size, size),
                            quick=f"{key}.backbone" in QUICK, note=f"input {size}x{size}",
                            tags=("torchvision", "detection", "part")))
@@ -177,8 +180,9 @@ def _video(names):
         key = f"video/{n}"
         ov = OVERRIDES.get(key, {})
         out.append(Program(key, _make(n, **_builder_kwargs("video", n)),
-                           ov.get("inputs", _image(1, 3, 8, 64, 64)), quick=key in QUICK,
-                           calls=ov.get("calls", 3), note=ov.get("note", "input 8x64x64"),
+                           ov.get("inputs", _image(1, 3, 4, 32, 32)), quick=key in QUICK,
+                           calls=ov.get("calls", 3), note=ov.get("note", "input 4x32x32"),
+                           slow=SLOW.get(key),
                            tags=("torchvision", "video")))
     return out
 

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import platform
+import re
 import select
 import signal
 import subprocess
@@ -217,6 +218,9 @@ def run_program(prog, opts):
              calls=prog.calls, grad=not opts.no_grad, times={}, warnings=[], explain="")
     if prog.skip:
         r.update(status="skipped", detail=prog.skip)
+        return r
+    if prog.slow and not opts.slow:
+        r.update(status="skipped", detail=f"slow: {prog.slow} (run with --slow)")
         return r
     t_start = time.perf_counter()
     magpy.reset()
@@ -454,12 +458,22 @@ def totals(results):
     return t
 
 
+_ACCESS_PATH = re.compile(r"\b[LG]\[[^\]]*\](?:\.\w+|\[[^\]]*\])*")
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+
+
+def reason_kind(text):
+    """A break reason without its program-specific parts (access paths, addresses)."""
+    text = _ACCESS_PATH.sub("<path>", text.replace("\n", " "))
+    return _ADDRESS.sub("0x...", text)
+
+
 def reason_table(results):
-    """[(id, reason text, breaks, programs, examples)] by programs, then breaks."""
+    """[(id, reason kind, breaks, programs, examples)] by programs, then breaks."""
     by_key = collections.OrderedDict()
     for r in results:
         for b in r["break_list"]:
-            key = (b["reason_id"], b["reason"].replace("\n", " "))
+            key = (b["reason_id"], reason_kind(b["reason"]))
             ent = by_key.setdefault(key, dict(breaks=0, programs=[]))
             ent["breaks"] += 1
             if r["name"] not in ent["programs"]:
@@ -519,7 +533,7 @@ def print_summary(results, out=sys.stdout):
             ex = ", ".join(progs[:3]) + (f", +{len(progs) - 3}" if len(progs) > 3 else "")
             p(f"  {i:<6} {len(progs):>8} {n:>7}  {REASON_TITLES.get(i, '?'):<38} {ex}")
         p()
-        p("break reasons by text:")
+        p("break reasons by text (access paths shown as <path>):")
         p(f"  {'id':<6} {'programs':>8} {'breaks':>7}  reason  [examples]")
         for i, text, nb, npg, progs in reason_table(results):
             text = text if len(text) <= 110 else text[:107] + "..."
@@ -689,12 +703,36 @@ class Supervisor:
 # main
 
 
+def engine_identity():
+    """The git commit of the checkout (and whether core/ has uncommitted changes) and the build
+    time of the _magpy extension: the engine changes often, so results name the engine."""
+    out = dict(commit="?", core_dirty=None, extension_built="?")
+    try:
+        import _magpy
+        out["extension_built"] = time.strftime(
+            "%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(_magpy.__file__)))
+    except Exception:
+        pass
+    try:
+        git = ["git", "-C", ROOT]
+        out["commit"] = subprocess.run(git + ["rev-parse", "--short", "HEAD"], text=True,
+                                       capture_output=True, timeout=10).stdout.strip() or "?"
+        status = subprocess.run(git + ["status", "--porcelain", "--", "core", "CMakeLists.txt"],
+                                text=True, capture_output=True, timeout=10).stdout
+        out["core_dirty"] = bool(status.strip())
+    except Exception:
+        pass
+    return out
+
+
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the representative subset only")
     ap.add_argument("--filter", action="append", default=[], metavar="SUBSTR",
                     help="only programs whose name contains SUBSTR (repeat for any of several)")
     ap.add_argument("--json", metavar="OUT", help="write every result and the totals here")
+    ap.add_argument("--slow", action="store_true",
+                    help="also run the programs marked slow (listed as skipped otherwise)")
     ap.add_argument("--no-grad", action="store_true",
                     help="run eager and compiled calls under torch.no_grad()")
     ap.add_argument("--corpus", action="append", default=None, metavar="MODULE",
@@ -724,18 +762,23 @@ def main(argv=None):
     programs = select_programs(load_programs(opts.corpus), opts.quick, opts.filter)
     if opts.list:
         for p in programs:
-            flags = ("quick " if p.quick else "") + ("SKIP " if p.skip else "")
+            flags = ("quick " if p.quick else "") + ("SKIP " if p.skip else "") + \
+                ("slow " if p.slow else "")
             print(f"{p.name:<50} {flags}{p.note}")
         print(f"{len(programs)} programs")
         return 0
 
     import torchvision
+    engine = engine_identity()
     print(f"magpy coverage: {len(programs)} programs ({'quick' if opts.quick else 'full'}"
           f"{', filter ' + '|'.join(opts.filter) if opts.filter else ''}), "
           f"grad {'off (torch.no_grad)' if opts.no_grad else 'on'}, "
           f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
           f"magpy {magpy.__version__}, {torch.get_num_threads()} threads, "
           f"{'in-process' if opts.in_process else 'worker subprocess'}")
+    print(f"engine: commit {engine['commit']}"
+          f"{' + uncommitted core/ changes' if engine['core_dirty'] else ''}, "
+          f"_magpy built {engine['extension_built']}")
     print(f"{'program':<50} full  graphs/breaks cache   result         time  break ids, first reason")
     print("-" * 100)
     sys.stdout.flush()
@@ -761,6 +804,8 @@ def main(argv=None):
             argv_opts += ["--corpus", c]
         if opts.no_grad:
             argv_opts.append("--no-grad")
+        if opts.slow:
+            argv_opts.append("--slow")
         if opts.verbose:
             argv_opts.append("--verbose")
         sup = Supervisor(opts, argv_opts, programs, on_result)
@@ -779,7 +824,8 @@ def main(argv=None):
         meta = dict(torch=torch.__version__, torchvision=torchvision.__version__,
                     magpy=magpy.__version__, python=platform.python_version(),
                     threads=torch.get_num_threads(), quick=opts.quick, filter=opts.filter,
-                    grad=not opts.no_grad, corpora=opts.corpus, wall_s=wall,
+                    grad=not opts.no_grad, slow=opts.slow, corpora=opts.corpus, wall_s=wall,
+                    engine=engine,
                     date=time.strftime("%Y-%m-%d %H:%M:%S"))
         by_text = [dict(reason_id=i, reason=text, breaks=nb, programs=npg, examples=progs[:5])
                    for i, text, nb, npg, progs in reason_table(results)]
