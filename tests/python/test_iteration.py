@@ -129,3 +129,15 @@ def test_builtin_turning_tensor_into_python_value_breaks():
 
     cf = check(f, [torch.ones(2), -torch.ones(2)])
     assert break_ids(cf) == ["MB002"]
+
+
+def test_list_and_tuple_of_views_and_iterators():
+    def f(d, xs):
+        keys = list(d.keys())
+        pairs = list(zip(keys, xs))
+        numbered = tuple(enumerate(xs))
+        return [d[k] * x for k, x in pairs], len(numbered), list(d.items())[0][1]
+
+    t = torch.ones(2)
+    cf = check(f, [({"a": t, "b": t * 2}, [t, t * 3]), ({"a": t * 5, "b": t}, [t, t])])
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)

@@ -1318,6 +1318,24 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             push_out(m_cap.fresh(ValueKind::FreshDict, pairs, result));
             return;
         }
+        if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 &&
+            (name == "list" || name == "tuple") && m_cap.v(p.in[0]).kind == ValueKind::Iterator &&
+            result && (PyList_CheckExact(result) || PyTuple_CheckExact(result))) {
+            // list(d.keys()), list(zip(a, b)), tuple(enumerate(xs)): run the iteration the
+            // call just did, item by item, against the items it produced.
+            int it = make_iter(p.in[0], nullptr);
+            if (it < 0) return;
+            std::vector<int> items;
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(result); ++i) {
+                int item = next_item(it, PySequence_Fast_GET_ITEM(result, i));
+                if (item < 0) return;
+                items.push_back(item);
+            }
+            iter_done(it);
+            push_out(m_cap.fresh(name == "list" ? ValueKind::FreshList : ValueKind::FreshTuple,
+                                 items, result));
+            return;
+        }
         if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 && name == "list" &&
             m_cap.v(p.in[0]).kind == ValueKind::Const) {
             std::vector<int> items;  // list(range(n)), list(a_constant_tuple)
