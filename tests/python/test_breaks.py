@@ -308,3 +308,29 @@ def test_targets_without_capturable_code_run_eagerly(target, args):
             assert torch.equal(next(out), next(ref))
     assert_stats(cf, graphs=0, breaks=1, entries=0, hits=0, misses=0)
     assert break_ids(cf) == ["MB011"]
+
+
+def test_break_inside_library_code_is_reported_at_the_users_call():
+    class Block(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    class OddSeq(torch.nn.Sequential):  # its own __iter__: not iterated like a Sequential
+        def __iter__(self):
+            return iter(list(self._modules.values()))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seq = torch.nn.Sequential(Block(), Block(), OddSeq(Block()))
+
+        def forward(self, x):
+            return self.seq(x) * 2
+
+    m = Net()
+    cf = check(m, [torch.randn(2), torch.randn(2)])
+    b = magpy.explain(cf).breaks[0]
+    # the break happens in torch's Sequential.forward, after Block.forward returned: it is
+    # reported at the user's line that called the Sequential
+    assert b.function.endswith("Net.forward"), str(b)
+    assert b.lineno == Net.forward.__code__.co_firstlineno + 1

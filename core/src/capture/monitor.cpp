@@ -573,7 +573,18 @@ void Monitor::on_opcode(PyFrameObject* fo) {
         return stop_tracing();
     }
     py::Instruction ins = py::frame_current_instruction(f.frame);
-    if (!f.library_code) m_cap.set_location(f.code, py::code_line_of(f.code, ins.offset));
+    if (!f.library_code) {
+        m_cap.set_location(f.code, py::code_line_of(f.code, ins.offset));
+    } else {
+        // Inside torch's own Python (Sequential.forward): report the user's innermost frame,
+        // at the call it is making now (not a line of a callee that already returned).
+        for (auto it = m_frames.rbegin(); it != m_frames.rend(); ++it)
+            if (!it->library_code) {
+                py::Instruction at = py::frame_current_instruction(it->frame);
+                m_cap.set_location(it->code, py::code_line_of(it->code, at.offset));
+                break;
+            }
+    }
     m_cap.instructions++;
     dispatch(f, ins);
     if (m_cap.failed()) stop_tracing();
