@@ -282,28 +282,28 @@ def _run_program(prog, opts, r, grad_ctx):
         magpy_in = copy.deepcopy(raw)
         ea, ek = split_args(eager_in)
         ma, mk = split_args(magpy_in)
-        torch.manual_seed(prog.seed + 1000 + i)
-        _stage(f"eager call {i + 1}")
-        t = time.perf_counter()
-        try:
-            with grad_ctx():
-                expected = fn(*ea, **ek)
-        except Exception as exc:
-            r.update(status="eager-error", stage=f"eager call {i + 1}", error=_short_exc(exc),
-                     error_where=_user_frame(exc))
+        def timed_call(who, callee, args, kwargs, times_out):
+            """Runs one call with this call's seed; (True, result) or (False, None) after
+            recording the error in `r`."""
+            torch.manual_seed(prog.seed + 1000 + i)
+            _stage(f"{who} call {i + 1}")
+            t = time.perf_counter()
+            try:
+                with grad_ctx():
+                    out = callee(*args, **kwargs)
+            except Exception as exc:
+                r.update(status=f"{who}-error", stage=f"{who} call {i + 1}",
+                         error=_short_exc(exc), error_where=_user_frame(exc))
+                return False, None
+            times_out.append(time.perf_counter() - t)
+            return True, out
+
+        ok, expected = timed_call("eager", fn, ea, ek, eager_t)
+        if not ok:
             break
-        eager_t.append(time.perf_counter() - t)
-        torch.manual_seed(prog.seed + 1000 + i)
-        _stage(f"magpy call {i + 1}")
-        t = time.perf_counter()
-        try:
-            with grad_ctx():
-                actual = cf(*ma, **mk)
-        except Exception as exc:
-            r.update(status="magpy-error", stage=f"magpy call {i + 1}", error=_short_exc(exc),
-                     error_where=_user_frame(exc))
+        ok, actual = timed_call("magpy", cf, ma, mk, magpy_t)
+        if not ok:
             break
-        magpy_t.append(time.perf_counter() - t)
         _stage(f"compare {i + 1}")
         cmp.compare(actual, expected, f"call {i + 1}: result")
         cmp.compare((ma, mk), (ea, ek), f"call {i + 1}: arguments after the call")

@@ -290,7 +290,6 @@ bool Capture::shadow(int id) {
     // list are still the ones the caller passed in.
     std::vector<int> tail = std::move(val.items);
     val.mutated = false;
-    py::Ref keep = val.real;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(o) - static_cast<Py_ssize_t>(tail.size());
     if (n < 0) {
         internal_error("list shorter than the items appended to it");

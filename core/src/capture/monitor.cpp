@@ -123,15 +123,13 @@ bool Monitor::pairs_of(int dict, std::vector<int>& out) {
         return true;
     }
     if (d.kind == ValueKind::Input && PyDict_Check(d.real.get()) && !d.mutated) {
-        py::Ref keep = d.real;
-        PyObject* o = keep.get();
+        PyObject* o = d.real.get();
         m_cap.guard_len(dict, PyDict_GET_SIZE(o));
         Py_ssize_t pos = 0;
         PyObject *key, *val;
         out.clear();
         while (PyDict_Next(o, &pos, &key, &val)) {
-            int kv = m_cap.input_child(dict, AccessKind::DictItem, 0, key,
-                                       "[" + py::repr_string(key) + "]", val);
+            int kv = dict_item(dict, key, val);
             if (kv < 0) return false;
             out.push_back(m_cap.const_value(key));
             out.push_back(kv);
@@ -143,19 +141,42 @@ bool Monitor::pairs_of(int dict, std::vector<int>& out) {
     return false;
 }
 
-void Monitor::dict_set(int dict, int key, int val) {
-    std::vector<int>& items = m_cap.v(dict).items;
-    PyObject* k = m_cap.v(key).real.get();
+// Where `key`'s value sits in a fresh dict's items (key, value, ...), or -1.
+int Monitor::fresh_dict_slot(int dict, PyObject* key) {
+    const std::vector<int>& items = m_cap.v(dict).items;
     for (size_t j = 0; j + 1 < items.size(); j += 2) {
-        int eq = PyObject_RichCompareBool(m_cap.v(items[j]).real.get(), k, Py_EQ);
+        int eq = PyObject_RichCompareBool(m_cap.v(items[j]).real.get(), key, Py_EQ);
         if (eq < 0) PyErr_Clear();
-        if (eq == 1) {
-            items[j + 1] = val;
-            return;
-        }
+        if (eq == 1) return static_cast<int>(j + 1);
+    }
+    return -1;
+}
+
+void Monitor::dict_set(int dict, int key, int val) {
+    int at = fresh_dict_slot(dict, m_cap.v(key).real.get());
+    std::vector<int>& items = m_cap.v(dict).items;
+    if (at >= 0) {
+        items[static_cast<size_t>(at)] = val;
+        return;
     }
     items.push_back(key);
     items.push_back(val);
+}
+
+// d[key] of a dict passed in, as a guarded input value.
+int Monitor::dict_item(int dict, PyObject* key, PyObject* real) {
+    return m_cap.input_child(dict, AccessKind::DictItem, 0, key, "[" + py::repr_string(key) + "]",
+                             real);
+}
+
+// `key` looked up in a dict passed in: its value (guarded), or the null value with the key
+// guarded absent.
+int Monitor::dict_lookup(int dict, PyObject* key) {
+    PyObject* hit = PyDict_GetItemWithError(m_cap.v(dict).real.get(), key);
+    if (hit) return dict_item(dict, key, hit);
+    PyErr_Clear();
+    m_cap.guard_no_key(dict, key);
+    return m_cap.null_value();
 }
 
 // A list method on a list made in the function or passed in. The capture follows the contents;
@@ -991,16 +1012,7 @@ void Monitor::complete(ShadowFrame& f) {
         Value& c = m_cap.v(hay);
         if (c.kind == ValueKind::Input && PyDict_Check(c.real.get()) && !c.mutated &&
             m_cap.v(needle).kind == ValueKind::Const) {
-            PyObject* key = m_cap.v(needle).real.get();
-            PyObject* val = PyDict_GetItemWithError(c.real.get(), key);
-            if (val) {
-                if (m_cap.input_child(hay, AccessKind::DictItem, 0, key,
-                                      "[" + py::repr_string(key) + "]", val) < 0)
-                    return;
-            } else {
-                PyErr_Clear();
-                m_cap.guard_no_key(hay, key);
-            }
+            if (dict_lookup(hay, m_cap.v(needle).real.get()) < 0) return;
             out(m_cap.const_value(tos));
             return;
         }
@@ -1666,21 +1678,12 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         PyObject* key = m_cap.v(args[1]).real.get();
         int fallback = args.size() == 3 ? args[2] : m_cap.const_value(Py_None);
         if (m_cap.v(d).kind == ValueKind::FreshDict) {
-            const std::vector<int>& items = m_cap.v(d).items;
-            for (size_t j = 0; j + 1 < items.size(); j += 2) {
-                int eq = PyObject_RichCompareBool(m_cap.v(items[j]).real.get(), key, Py_EQ);
-                if (eq < 0) PyErr_Clear();
-                if (eq == 1) return items[j + 1];
-            }
-            return fallback;
+            int at = fresh_dict_slot(d, key);
+            return at >= 0 ? m_cap.v(d).items[static_cast<size_t>(at)] : fallback;
         }
         if (m_cap.v(d).mutated) return fail("dict.get() after this function changed " + m_cap.v(d).label);
-        PyObject* hit = PyDict_GetItemWithError(m_cap.v(d).real.get(), key);
-        if (hit)
-            return m_cap.input_child(d, AccessKind::DictItem, 0, key, "[" + py::repr_string(key) + "]", hit);
-        PyErr_Clear();
-        m_cap.guard_no_key(d, key);
-        return fallback;
+        int hit = dict_lookup(d, key);
+        return hit == m_cap.null_value() ? fallback : hit;
     }
     return fail("dict." + name + "() on " + m_cap.v(d).label);
 }
@@ -1717,7 +1720,7 @@ int Monitor::load_global(ShadowFrame& f, PyObject* name) {
                                      ".__globals__['" + str(name) + "']", real);
         int g = frame_globals_value(f);
         if (g < 0) return -1;
-        return m_cap.input_child(g, AccessKind::DictItem, 0, name, "['" + str(name) + "']", real);
+        return dict_item(g, name, real);
     }
     PyErr_Clear();
     real = PyDict_GetItemWithError(py::frame_builtins(f.frame), name);
@@ -1839,9 +1842,12 @@ int Monitor::item_of(int seq, Py_ssize_t i, PyObject* real) {
     if (s.kind == ValueKind::Input && (s.shadow || s.mutated) && PyList_CheckExact(s.real.get())) {
         if (!m_cap.shadow(seq)) return -1;
     }
-    if (s.kind == ValueKind::Input && s.shadow)
-        return index_items(s.items, py::Ref::steal(PyLong_FromSsize_t(i)).get(), ValueKind::FreshTuple,
-                           real);
+    if (s.kind == ValueKind::Input && s.shadow) {
+        if (i >= 0 && i < static_cast<Py_ssize_t>(s.items.size()))
+            return s.items[static_cast<size_t>(i)];
+        m_cap.internal_error("index out of the known items");
+        return -1;
+    }
     if (s.kind == ValueKind::Input && !s.tensor)
         return m_cap.input_child(seq, AccessKind::Item, static_cast<int>(i), nullptr,
                                  "[" + std::to_string(i) + "]", real);
@@ -1897,9 +1903,8 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
     if (c.kind == ValueKind::FreshList || c.kind == ValueKind::FreshTuple)
         return index_items(c.items, kr, c.kind, real);
     if (c.kind == ValueKind::FreshDict) {
-        for (size_t j = 0; j + 1 < c.items.size(); j += 2)
-            if (PyObject_RichCompareBool(m_cap.v(c.items[j]).real.get(), kr, Py_EQ) == 1)
-                return c.items[j + 1];
+        int at = fresh_dict_slot(cont, kr);
+        if (at >= 0) return c.items[static_cast<size_t>(at)];
     }
     if (c.kind == ValueKind::Input) {
         PyObject* o = c.real.get();
@@ -1920,9 +1925,7 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
             }
             return item_of(cont, i, real);
         }
-        if (PyDict_Check(o))
-            return m_cap.input_child(cont, AccessKind::DictItem, 0, kr,
-                                     "[" + py::repr_string(kr) + "]", real);
+        if (PyDict_Check(o)) return dict_item(cont, kr, real);
         if (c.identity && PyLong_Check(kr) &&
             plain_module_container(o, "__getitem__")) {
             int mv = modules_dict(cont);

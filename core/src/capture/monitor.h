@@ -87,6 +87,9 @@ private:
     bool items_of(int seq, std::vector<int>& out);
     bool pairs_of(int dict, std::vector<int>& out);
     void dict_set(int dict, int key, int val);
+    int fresh_dict_slot(int dict, PyObject* key);
+    int dict_item(int dict, PyObject* key, PyObject* real);
+    int dict_lookup(int dict, PyObject* key);
     int mutate_list(int callee, const std::string& name, const std::vector<int>& in);
     int index_items(const std::vector<int>& items, PyObject* key, ValueKind kind, PyObject* real);
 
