@@ -1,6 +1,7 @@
-"""Unsupported constructs: the call runs eagerly (same results and effects), a break is
-recorded with a stable reason id and the user's location, later calls reuse the eager entry,
-and fullgraph=True raises magpy.GraphBreakError instead."""
+"""Unsupported constructs: the instruction runs in Python (same results and effects), a break
+is recorded with a stable reason id and the user's location, the code around it is captured in
+segments (test_resume.py checks those in detail), and fullgraph=True raises
+magpy.GraphBreakError instead."""
 
 import sys
 import time
@@ -118,10 +119,11 @@ def inputs():
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_break_runs_eagerly_with_reason(name):
+def test_break_is_reported_with_reason(name):
     fn, reason_id = CASES[name]
     cf = check(fn, inputs())
-    e = assert_stats(cf, graphs=0, breaks=1, hits=2, misses=1, entries=1)
+    e = magpy.explain(cf)
+    assert e.break_count >= 1
     b = e.breaks[0]
     assert b.reason_id == reason_id, str(b)
     assert b.function == fn.__name__
@@ -162,7 +164,7 @@ def test_print_output_happens_every_call(capsys):
     cf = check(f, [torch.randn(2), torch.randn(2), torch.randn(3)])
     out = capsys.readouterr().out
     assert out.splitlines() == ["value 2"] * 4 + ["value 3"] * 2
-    assert_stats(cf, graphs=0, breaks=1, hits=1, misses=2, entries=2)
+    assert_stats(cf, breaks=1)
     assert break_ids(cf) == ["MB005"]
 
 
@@ -187,7 +189,7 @@ def test_break_inside_callee_reports_callee_location():
         return helper_that_breaks(y)
 
     cf = check(f, inputs())
-    e = assert_stats(cf, graphs=0, breaks=1, hits=2, misses=1)
+    e = assert_stats(cf, breaks=1)
     assert e.breaks[0].reason_id == "MB002"
     assert e.breaks[0].function == "helper_that_breaks"
     assert e.breaks[0].lineno == helper_that_breaks.__code__.co_firstlineno + 1
@@ -200,10 +202,14 @@ def test_break_depends_on_guarded_path():
         return x * 2
 
     x = torch.randn(2)
-    cf = check(f, [(x, False), (x, True), (x, False), (x, True)])
-    e = assert_stats(cf, graphs=1, breaks=1, hits=2, misses=2, entries=2)
-    kinds = [entry["kind"] for entry in e.report["cache_entries"]]
-    assert sorted(kinds) == ["eager", "graph"]
+    cf = check(f, [(x, False), (x, True), (x, False), (x, True), (x, True), (x, False)])
+    e = assert_stats(cf, breaks=1)
+    entries = e.report["cache_entries"]
+    # debug=False: one whole graph; debug=True: a segment ending at the print, and the rest
+    # (from the return) resumed after it.
+    assert [x.get("ends_at_line") for x in entries].count(f.__code__.co_firstlineno + 2) == 1
+    assert sum(1 for x in entries if "starts_at_line" in x) == 1
+    assert all(x["kind"] == "graph" for x in entries)
 
 
 def test_cache_limit_then_eager_with_mb013():
@@ -258,17 +264,18 @@ def test_active_tracer_prevents_capture():
 
 def test_break_count_deduplicated_across_calls():
     cf = check(uses_item, [torch.randn(3) for _ in range(5)])
-    assert_stats(cf, graphs=0, breaks=1, hits=4, misses=1)
+    assert_stats(cf, breaks=1)
 
 
 def test_report_json_round_trip():
     import json
-    cf = check(branch_on_data, inputs())
+    cf = check(catches_exception, inputs())
     e = magpy.explain(cf)
     data = json.loads(e.to_json())
     assert data["break_count"] == 1 and data["graph_count"] == 0
-    assert data["breaks"][0]["reason_id"] == "MB001"
+    assert data["breaks"][0]["reason_id"] == "MB006"
     assert data["cache_entries"][0]["kind"] == "eager"
+    assert json.loads(magpy.explain(cf).to_json()) == data
 
 
 def test_fullgraph_raises_even_after_eager_entry_from_other_wrapper():

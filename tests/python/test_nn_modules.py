@@ -229,9 +229,10 @@ def test_forward_hook_on_submodule_added_later():
     finally:
         for h in handle:
             h.remove()
-    e = assert_stats(cf, graphs=1, breaks=1, hits=2, misses=2)
+    e = assert_stats(cf, breaks=1)
     assert break_ids(cf) == ["MB003"]
     assert "len(L['self'].blocks" in e.recompile_reasons[0]
+    assert seen == [1] * 4  # calls 2 and 3, once in each world
     assert len(seen) == 4  # eager and compiled, calls 2 and 3
 
 
@@ -369,7 +370,7 @@ def test_compiled_function_called_inside_compiled_function():
 
     cf = check(outer, [torch.randn(2), torch.randn(2), torch.randn(2)])
     # a CompiledFunction is not a callee the monitor knows: the outer function runs eagerly
-    assert_stats(cf, graphs=0, breaks=1, hits=2, misses=1)
+    assert_stats(cf, breaks=1)
     assert break_ids(cf) == ["MB003"]
     assert magpy.explain(inner).graph_count == 1
 

@@ -146,13 +146,32 @@ def uses_item(x):
 
 
 def graph_break():
-    cf = check(uses_item, [torch.randn(3) for _ in range(3)])
+    """A break that resumes: a segment ending at the break, and the rest resumed after it."""
+    x = torch.randn(3)
+    cf = check(uses_item, [x, x, x, x])
     r = report(cf)
     assert r["break_count"] >= 1
-    assert any(e["kind"] == "eager" for e in r["cache_entries"])
-    assert r["eager_calls"] >= 1
+    assert any("ends_at_line" in e for e in r["cache_entries"])
+    assert any("starts_at_line" in e for e in r["cache_entries"])
     b = r["breaks"][0]
     assert b["function"] == "uses_item" and b["filename"].endswith("test_report_schema.py")
+    return r
+
+
+def catches(x):
+    try:
+        return x.view(7)
+    except RuntimeError:
+        return x + 1
+
+
+def eager_break():
+    """A break inside a try block: the call runs eagerly (an eager entry)."""
+    cf = check(catches, [torch.randn(3) for _ in range(3)])
+    r = report(cf)
+    assert r["break_count"] == 1
+    assert any(e["kind"] == "eager" for e in r["cache_entries"])
+    assert r["eager_calls"] >= 1
     return r
 
 
@@ -202,6 +221,7 @@ SHAPES = {
     "plain_tensor_fn_with_recompile": plain_tensor_fn,
     "module_with_sequential": module_with_sequential,
     "graph_break": graph_break,
+    "eager_break": eager_break,
     "attribute_write_and_append": attribute_write_and_append,
     "fullgraph_after_error": fullgraph_after_error,
     "cache_limit": cache_limit,
@@ -227,7 +247,7 @@ def test_report_of_uncalled_function_matches_schema():
 
 @pytest.fixture
 def good_report():
-    r = graph_break()
+    r = eager_break()
     r2 = plain_tensor_fn()
     # one report with a graph entry, an eager entry and a break, so every part can be broken
     r["cache_entries"] += r2["cache_entries"]

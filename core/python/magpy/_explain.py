@@ -31,6 +31,9 @@ class Explanation:
         self.cache_entries = len(r["cache_entries"])
         self.cache_hits = r["cache_hits"]
         self.cache_misses = r["cache_misses"]
+        # calls of the code after a graph break (resume functions), counted apart
+        self.resume_hits = r["resume_hits"]
+        self.resume_misses = r["resume_misses"]
         self.recompile_reasons = list(r["recompile_reasons"])
         self.guards = [g for e in r["cache_entries"] for g in e["guards"]]
         self.notes = list(r["notes"])
@@ -49,7 +52,9 @@ class Explanation:
                  f"  graphs: {self.graph_count}   breaks: {self.break_count}   "
                  f"ops: {self.op_count}",
                  f"  cache: {self.cache_entries} entries, {self.cache_hits} hits, "
-                 f"{self.cache_misses} misses"]
+                 f"{self.cache_misses} misses" +
+                 (f" (after breaks: {self.resume_hits} hits, {self.resume_misses} misses)"
+                  if self.resume_hits or self.resume_misses else "")]
         for b in self.breaks:
             lines.append("  break " + str(b).replace("\n", "\n  "))
         for why in self.recompile_reasons:
@@ -59,8 +64,16 @@ class Explanation:
         if self.guards:
             lines.append("  guards:")
             lines.extend("    " + g for g in self.guards)
-        for code in self.replay_code():
-            lines.append("  replay plan:")
+        entries = {e["id"]: e for e in self.report["cache_entries"]}
+        for g in self.graphs:
+            e = entries.get(g["entry"], {})
+            code = g["replay_python"]
+            where = []
+            if "starts_at_line" in e:
+                where.append(f"resumes at line {e['starts_at_line']}")
+            if "ends_at_line" in e:
+                where.append(f"ends at the break on line {e['ends_at_line']}")
+            lines.append("  replay plan" + (f" ({', '.join(where)})" if where else "") + ":")
             lines.extend("    " + l for l in code.rstrip().splitlines())
         return "\n".join(lines)
 

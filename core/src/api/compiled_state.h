@@ -26,6 +26,8 @@ struct CallStats {
     uint64_t calls = 0;
     uint64_t hits = 0;
     uint64_t misses = 0;
+    uint64_t resume_hits = 0;  // lookups of resume functions (segments after graph breaks)
+    uint64_t resume_misses = 0;
     uint64_t captures = 0;
     uint64_t eager_calls = 0;  // ran without capture (break entries, cache limit)
     int64_t capture_ns = 0;

@@ -19,6 +19,14 @@ void free_code_cache(void* p) {
 
 uint64_t next_entry_id() { return g_next_id++; }
 
+CodeCache::~CodeCache() {
+    // A resume code can outlive this cache (a frame of it is running): it must not point here.
+    for (auto& [key, code] : resumes) {
+        CodeCache* rc = code_cache(reinterpret_cast<PyCodeObject*>(code.get()), false);
+        if (rc) rc->origin = nullptr;
+    }
+}
+
 CodeCache* code_cache(PyCodeObject* code, bool create) {
     if (g_extra_index < 0) {
         g_extra_index = _PyEval_RequestCodeExtraIndex(free_code_cache);
@@ -41,7 +49,10 @@ CodeCache* code_cache(PyCodeObject* code, bool create) {
 }
 
 void clear_all_caches() {
-    for (CodeCache* cc : g_caches) cc->entries.clear();
+    for (CodeCache* cc : g_caches) {
+        cc->entries.clear();
+        cc->sites.clear();
+    }
 }
 
 }  // namespace magpy

@@ -5,9 +5,11 @@
 
 #include "backends/backend.h"
 #include "capture/capture.h"
+#include "replay/resume.h"
 
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +21,9 @@ struct CacheEntry {
     std::string options_key;  // CompileOptions::key() of the wrapper that made it
     std::unique_ptr<GuardTree> guards;
     std::shared_ptr<const Plan> plan;       // null: the capture broke; the frame runs eagerly
+    // Set when the plan is a segment that ends at a graph break: the plan's result is the
+    // frame's live state, and the frame goes on in a resume function (replay/resume.h).
+    std::shared_ptr<const Continuation> cont;
     std::unique_ptr<CompiledGraph> graph;
     std::vector<BreakInfo> breaks;
     std::vector<std::string> refgraph_nodes;
@@ -33,7 +38,17 @@ struct CacheEntry {
 
 struct CodeCache {
     std::list<CacheEntry> entries;  // most recently used first
+    std::vector<BreakSite> sites;
+    // Original code objects: the resume codes made for it, by ResumeKey (see resume.h).
+    std::map<std::string, py::Ref> resumes;
+    // Resume codes: the code they continue (borrowed: it owns this code through `resumes`,
+    // and clears this pointer when it dies) and the prologue's length in code units.
+    PyCodeObject* origin = nullptr;
+    int shift = 0;
+    int target = 0;  // where in the origin it goes on (code units)
+    ~CodeCache();
 };
+
 
 constexpr size_t kDefaultCacheLimit = 8;
 

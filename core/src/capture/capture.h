@@ -27,6 +27,15 @@ struct BreakInfo {
     std::string source_line;
 };
 
+// An instruction where captures of a code object stop, so that a segment ends before it and
+// the frame goes on in Python (found by an earlier capture that broke there).
+struct BreakSite {
+    int offset = 0;                // code units, in the code object that owns the site
+    const void* callee = nullptr;  // CALL: the callable (identity only, never dereferenced)
+    BreakInfo info;                // the break that put it here
+};
+constexpr size_t kMaxBreakSites = 64;  // per code object; past it, breaks stay eager
+
 enum class ValueKind : uint8_t {
     Null,        // the NULL 3.11 pushes before some callables
     Input,       // external: existed before the call, reached by an access path (guard node)
@@ -138,6 +147,10 @@ public:
     void fail(const char* reason_id, std::string reason, std::string hint);
     void internal_error(std::string what);
     bool failed() const { return m_failed; }
+    bool internal() const { return m_internal; }
+    const std::vector<BreakInfo>& breaks() const { return m_breaks; }
+    // The capture failed because of `b` (a break met earlier), whatever failed since.
+    void set_break(BreakInfo b) { m_breaks.assign(1, std::move(b)); }
     std::string break_message() const;  // the first break, formatted for an exception
 
     void set_location(PyCodeObject* code, int line) {

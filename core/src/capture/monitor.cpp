@@ -294,8 +294,11 @@ int Monitor::class_attr(int obj, PyObject* name, PyObject* real) {
     return fn;
 }
 
-Monitor::Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph)
-    : m_cap(capture), m_root_code(root_code), m_fullgraph(fullgraph) {}
+Monitor::Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph,
+                 SegmentOptions segments)
+    : m_cap(capture), m_root_code(root_code), m_fullgraph(fullgraph), m_seg(segments) {
+    if (fullgraph) m_seg.sites = nullptr;  // a break must raise, never end a segment
+}
 
 // [SECTION] tracing ----------------------------------------------------------------------------
 
@@ -349,6 +352,7 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
 }
 
 void Monitor::stop_tracing() {
+    if (!m_stopped) note_site();
     m_stopped = true;
     if (m_fullgraph) return;  // keep seeing the frames: see trace()
     for (ShadowFrame& f : m_frames)
@@ -450,6 +454,10 @@ void Monitor::bind_root(ShadowFrame& f) {
         unsigned char kind = py::code_local_kind(co, i);
         if (i < nargs) {
             PyObject* val = (kind & py::kLocalKindCell) ? PyCell_GET(real) : real;
+            if (!val) {  // a resume function's local with no value at the break
+                if (kind & py::kLocalKindCell) m_cap.cells()[real] = -1;
+                continue;
+            }
             int id = m_cap.input_root(AccessKind::FrameLocal, i, nullptr,
                                       "L['" + local_name(co, i) + "']", val);
             if (kind & py::kLocalKindCell) m_cap.cells()[real] = id;
@@ -605,6 +613,14 @@ void Monitor::on_opcode(PyFrameObject* fo) {
                 m_cap.set_location(it->code, py::code_line_of(it->code, at.offset));
                 break;
             }
+    }
+    if (f.is_root) {
+        if (at_site(f, ins)) {
+            end_segment(f, ins);
+            return stop_tracing();
+        }
+        m_root_ins = ins;
+        m_root_callee = callee_at(f, ins);
     }
     m_cap.instructions++;
     dispatch(f, ins);
@@ -902,6 +918,12 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case FORMAT_VALUE: defer((ins.oparg & 0x04) ? 2 : 1, 1); return;
     case UNPACK_SEQUENCE: defer(1, ins.oparg); return;
     case FOR_ITER:
+        if (m_cap.v(f.stack.back()).kind != ValueKind::Iterator)
+            return m_cap.fail(breaks::kUnsupportedOpcode,
+                              "a loop goes on over " + m_cap.v(f.stack.back()).label +
+                                  ", an iterator made before the capture started",
+                              "the loop runs in Python after a graph break; move the break "
+                              "out of the loop to capture it whole");
         p.depth_after = depth;  // depth + 1 (item) or depth - 1 (exhausted)
         f.pending = std::move(p);
         return;

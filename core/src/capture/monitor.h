@@ -6,14 +6,25 @@
 
 #include "capture/callee_rules.h"
 #include "capture/capture.h"
+#include "replay/resume.h"
+
+#include <memory>
 
 #include <vector>
 
 namespace magpy {
 
+// Where a capture may end a segment (graph breaks that resume): the break sites known for the
+// root code, and the original code it belongs to (a resume code continues another code).
+struct SegmentOptions {
+    std::vector<BreakSite>* sites = nullptr;  // null: no segments (fullgraph=True)
+    PyCodeObject* origin = nullptr;
+    int shift = 0;  // the root code's offset minus the origin's (a resume code's prologue)
+};
+
 class Monitor {
 public:
-    Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph);
+    Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph, SegmentOptions segments);
     // Installs the trace function on this thread, for the duration of one frame evaluation.
     // PRECONDITION: GIL held, no other tracer installed (checked by the caller).
     void install();
@@ -21,6 +32,12 @@ public:
 
     bool root_returned() const { return m_root_returned; }
     int return_value() const { return m_return_value; }
+    // The capture broke at a new site (recorded): the next capture ends a segment there.
+    bool found_site() const { return m_found_site; }
+    // The capture ended a segment at a known site: finish it with live_value() as its result.
+    std::shared_ptr<const Continuation> continuation() const { return m_cont; }
+    int live_value() const { return m_live; }
+    const std::string& note() const { return m_note; }  // why a segment could not end here
 
 private:
     struct Pending {
@@ -55,6 +72,15 @@ private:
     void on_return(PyFrameObject* frame, PyObject* value);
     void on_opcode(PyFrameObject* frame);
     void stop_tracing();
+
+    // Segments (capture/segment.cpp).
+    const void* callee_at(ShadowFrame& f, const py::Instruction& ins);
+    bool at_site(ShadowFrame& f, const py::Instruction& ins);
+    void note_site();
+    void end_segment(ShadowFrame& f, const py::Instruction& ins);
+    bool break_step(ShadowFrame& f, const py::Instruction& ins, std::vector<int>& stack,
+                    Continuation& c);
+    int iterator_state(int iter, int depth = 0);
 
     void bind_root(ShadowFrame& f);
     bool bind_callee(ShadowFrame& f, Pending& call, int func_value);
@@ -106,6 +132,14 @@ private:
     bool m_raised = false;
     bool m_root_returned = false;
     int m_return_value = -1;
+    SegmentOptions m_seg;
+    py::Instruction m_root_ins{-1, 0, 0};  // the root frame's instruction in progress
+    const void* m_root_callee = nullptr;
+    bool m_found_site = false;
+    bool m_ending = false;  // end_segment() is running
+    std::string m_note;
+    std::shared_ptr<Continuation> m_cont;
+    int m_live = -1;
 };
 
 }  // namespace magpy

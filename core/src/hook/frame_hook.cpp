@@ -31,6 +31,7 @@ int64_t now_ns() {
 }
 
 PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame);
+PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, PyObject* live);
 
 // The guard tree's fetched values for one call. Buffers are reused (no allocation on a cache
 // hit) and leased, so a compiled function called while another replays gets its own.
@@ -71,20 +72,30 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     st.stats.captures++;
     int64_t t0 = now_ns();
     Capture cap(py::frame_function(frame));
-    Monitor mon(cap, py::frame_code(frame), st.options.fullgraph);
+    SegmentOptions seg;
+    seg.sites = &cc.sites;
+    seg.origin = cc.shift ? cc.origin : py::frame_code(frame);  // a resume code continues origin
+    seg.shift = cc.shift;
+    Monitor mon(cap, py::frame_code(frame), st.options.fullgraph, seg);
     mon.install();
     PyObject* result = g_prev_eval(ts, frame, 0);
     mon.uninstall();
     int64_t t1 = now_ns();
     st.stats.capture_ns += t1 - t0;
 
-    CaptureResult r = mon.root_returned() && !cap.failed() ? cap.finish(mon.return_value())
+    std::shared_ptr<const Continuation> cont = mon.continuation();
+    int result_value = cont ? mon.live_value() : mon.return_value();
+    CaptureResult r = mon.root_returned() && !cap.failed() ? cap.finish(result_value)
                                                             : cap.finish_failed();
     for (const BreakInfo& b : r.breaks) st.add_break(b);
+    if (!mon.note().empty()) st.add_note(mon.note());
     if (r.internal_error && !r.breaks.empty())
         st.add_note("engine error, the call ran eagerly: " + r.breaks.front().reason);
     if (!result) return nullptr;  // the user's exception (or GraphBreakError): nothing cached
     if (!mon.root_returned()) return result;
+    // A new break site: the next capture ends a segment there instead of caching this call
+    // as eager.
+    if (mon.found_site() && !r.ok) return result;
 
     CacheEntry e;
     e.id = next_entry_id();
@@ -97,6 +108,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     e.instructions = r.instructions;
     if (r.ok) {
         e.plan = r.plan;
+        e.cont = cont;
         int64_t c0 = now_ns();
         e.graph = st.backend->compile(r.plan, e.backend_note);
         e.compile_ns = now_ns() - c0;
@@ -106,6 +118,25 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     }
     cc.entries.push_front(std::move(e));
     return result;
+}
+
+// After a segment: the frame goes on in its resume function, called like any compiled frame (its
+// own cache entries, captured on its first calls). `live` is the segment's result (stolen).
+PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, PyObject* live) {
+    py::Ref state = py::Ref::steal(live);
+    py::Ref fn;
+    std::vector<py::Ref> args;
+    if (!prepare_resume(c, state.get(), py::frame_function(frame), fn, args)) return nullptr;
+    state = py::Ref();
+    std::vector<PyObject*> argv;
+    argv.reserve(args.size());
+    for (const py::Ref& a : args) argv.push_back(a.get());
+    PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.get()));
+    ActiveCall a{&st, code, nullptr, false, t_active};
+    t_active = &a;
+    PyObject* r = PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr);
+    t_active = a.prev;
+    return r;
 }
 
 PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) {
@@ -126,20 +157,22 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
             GuardTree::release_values(values);
             continue;
         }
-        st.stats.hits++;
+        (reinterpret_cast<PyObject*>(code) == st.code.get() ? st.stats.hits : st.stats.resume_hits)++;
         it->hits++;
         if (it != cc->entries.begin()) cc->entries.splice(cc->entries.begin(), cc->entries, it);
         CacheEntry& e = cc->entries.front();
         PyObject* result;
         if (e.graph) {
+            std::shared_ptr<const Continuation> cont = e.cont;  // `e` may move while resuming
             result = e.graph->run(values.data());
+            if (result && cont) result = resume(st, *cont, frame, result);
         } else {
             result = run_eagerly(st, ts, frame);
         }
         GuardTree::release_values(values);
         return result;
     }
-    st.stats.misses++;
+    (reinterpret_cast<PyObject*>(code) == st.code.get() ? st.stats.misses : st.stats.resume_misses)++;
     if (last_own) {
         std::string why = last_own->guards->check_verbose(frame);
         if (PyErr_Occurred()) PyErr_Clear();

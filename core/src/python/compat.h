@@ -94,6 +94,47 @@ inline Instruction frame_current_instruction(IFrame* f) {
     return ins;
 }
 
+// Code units taken by an instruction's inline caches.
+inline int instruction_caches(int opcode) { return magpy_opcode_caches[opcode]; }
+
+// Where a jump goes, in code units (3.11: every jump is relative to the next instruction).
+inline int jump_target(const Instruction& ins) {
+    int next = ins.offset + 1 + instruction_caches(ins.opcode);
+    switch (ins.opcode) {
+    case POP_JUMP_BACKWARD_IF_TRUE: case POP_JUMP_BACKWARD_IF_FALSE:
+    case POP_JUMP_BACKWARD_IF_NONE: case POP_JUMP_BACKWARD_IF_NOT_NONE:
+    case JUMP_BACKWARD: case JUMP_BACKWARD_NO_INTERRUPT:
+        return next - ins.oparg;
+    default:
+        return next + ins.oparg;  // FOR_ITER: where an exhausted iterator goes (popped)
+    }
+}
+
+// True when an exception at `offset` (code units) has a handler in this frame: the 3.11
+// exception table (varint entries: start, size, target, depth and lasti) covers it.
+inline bool code_offset_in_handler(PyCodeObject* co, int offset) {
+    const unsigned char* p =
+        reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(co->co_exceptiontable));
+    const unsigned char* end = p + PyBytes_GET_SIZE(co->co_exceptiontable);
+    auto varint = [&]() {
+        int b = *p++;
+        int v = b & 63;
+        while ((b & 64) && p < end) {
+            b = *p++;
+            v = (v << 6) | (b & 63);
+        }
+        return v;
+    };
+    while (p < end) {
+        int start = varint();
+        int size = varint();
+        varint();  // handler
+        varint();  // depth and lasti
+        if (offset >= start && offset < start + size) return true;
+    }
+    return false;
+}
+
 inline int code_line_of(PyCodeObject* co, int offset_units) {
     return PyCode_Addr2Line(co, offset_units * static_cast<int>(sizeof(_Py_CODEUNIT)));
 }

@@ -119,6 +119,13 @@ PyObject* Plan::run(PyObject* const* inputs) const {
             r = PyObject_Vectorcall(argv[0], argv + 1, n - 1 - nkw, s.kwnames.get());
             break;
         }
+        case StepKind::CallEx: {
+            PyObject* kw = get(s.args[2]);
+            py::Ref star = py::Ref::steal(PySequence_Tuple(get(s.args[1])));
+            r = star ? PyObject_Call(get(s.args[0]), star.get(), kw == Py_None ? nullptr : kw)
+                     : nullptr;
+            break;
+        }
         case StepKind::Binary: {
             BinaryFn fn = s.op == NB_POWER           ? power
                           : s.op == NB_INPLACE_POWER ? inplace_power
@@ -293,6 +300,7 @@ std::string Plan::render(const std::string& fn_name) const {
             rhs = a(0) + "." + py::str_of(s.name.get()) + " = " + a(1);
             break;
         case StepKind::SetItem: rhs = a(0) + "[" + a(1) + "] = " + a(2); break;
+        case StepKind::CallEx: rhs = a(0) + "(*" + a(1) + ", **" + a(2) + ")"; break;
         }
         std::string line = "    " + lhs + rhs;
         if (s.line > 0) {

@@ -34,6 +34,7 @@ enum class StepKind : uint8_t {
     BuildSlice,  // out = slice(*args)
     SetAttr,     // setattr(args[0], name, args[1])
     SetItem,     // args[0][args[1]] = args[2]
+    CallEx,      // out = args[0](*args[1], **args[2])   (args[2] may be None)
 };
 
 struct Step {

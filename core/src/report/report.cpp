@@ -1,6 +1,7 @@
 #include "report/report.h"
 
 #include "cache/code_cache.h"
+#include "python/compat.h"
 
 namespace magpy {
 
@@ -30,6 +31,8 @@ nlohmann::json make_report(const CompiledState& st) {
     r["calls"] = s.calls;
     r["cache_hits"] = s.hits;
     r["cache_misses"] = s.misses;
+    r["resume_hits"] = s.resume_hits;
+    r["resume_misses"] = s.resume_misses;
     r["captures"] = s.captures;
     r["eager_calls"] = s.eager_calls;
     r["timings_ns"] = {{"capture", s.capture_ns}, {"compile", s.compile_ns}};
@@ -39,9 +42,9 @@ nlohmann::json make_report(const CompiledState& st) {
     r["notes"] = s.notes;
     r["graphs"] = nlohmann::json::array();
     r["cache_entries"] = nlohmann::json::array();
-    CodeCache* cc =
-        st.code ? code_cache(reinterpret_cast<PyCodeObject*>(st.code.get()), false) : nullptr;
-    if (cc) {
+    // The entries of the compiled code, then those of its resume functions (the segments
+    // after graph breaks), each with where its segment starts and ends.
+    auto add_entries = [&](CodeCache* cc, int starts_at_line) {
         for (const CacheEntry& e : cc->entries) {
             if (e.options_key != st.options_key) continue;  // another wrapper's
             nlohmann::json entry;
@@ -52,6 +55,8 @@ nlohmann::json make_report(const CompiledState& st) {
             entry["capture_ns"] = e.capture_ns;
             entry["compile_ns"] = e.compile_ns;
             entry["instructions"] = e.instructions;
+            if (starts_at_line > 0) entry["starts_at_line"] = starts_at_line;
+            if (e.cont) entry["ends_at_line"] = e.cont->line;
             entry["breaks"] = nlohmann::json::array();
             for (const BreakInfo& b : e.breaks) entry["breaks"].push_back(break_json(b));
             nlohmann::json nodes = nlohmann::json::array(), edges = nlohmann::json::array();
@@ -91,6 +96,15 @@ nlohmann::json make_report(const CompiledState& st) {
                 r["graphs"].push_back(g);
             }
             r["cache_entries"].push_back(entry);
+        }
+    };
+    PyCodeObject* code = reinterpret_cast<PyCodeObject*>(st.code.get());
+    CodeCache* cc = code ? code_cache(code, false) : nullptr;
+    if (cc) {
+        add_entries(cc, 0);
+        for (const auto& [key, resume] : cc->resumes) {
+            CodeCache* rc = code_cache(reinterpret_cast<PyCodeObject*>(resume.get()), false);
+            if (rc) add_entries(rc, py::code_line_of(code, rc->target));
         }
     }
     r["graph_count"] = r["graphs"].size();

@@ -1,0 +1,389 @@
+// Graph breaks that resume, on the capture side: remembering where a capture broke (a break
+// site of the root code), and ending a segment cleanly before that instruction on a later
+// capture. See core/capture/NOTES.md, [Note: graph breaks that resume].
+#include "capture/break_reasons.h"
+#include "capture/monitor.h"
+#include "python/compat.h"
+
+namespace magpy {
+
+namespace {
+PyObject* builtin(const char* name) {  // borrowed
+    return PyDict_GetItemString(PyEval_GetBuiltins(), name);
+}
+}  // namespace
+
+// The callable a CALL at this instruction will call (identity only), so that a site found in
+// one callee (`self.blocks[3](x)`) does not stop the capture at calls of the others.
+const void* Monitor::callee_at(ShadowFrame& f, const py::Instruction& ins) {
+    int depth = static_cast<int>(f.stack.size());
+    if ((ins.opcode == CALL || ins.opcode == PRECALL) && depth >= ins.oparg + 2) {
+        PyObject* below = real_stack(f, ins.oparg + 1);
+        return below ? below : real_stack(f, ins.oparg);
+    }
+    if (ins.opcode == CALL_FUNCTION_EX && depth >= 2 + (ins.oparg & 1))
+        return real_stack(f, 1 + (ins.oparg & 1));
+    return nullptr;
+}
+
+bool Monitor::at_site(ShadowFrame& f, const py::Instruction& ins) {
+    if (!m_seg.sites) return false;
+    const void* callee = nullptr;
+    bool have_callee = false;
+    for (const BreakSite& s : *m_seg.sites) {
+        if (s.offset != ins.offset) continue;
+        if (!have_callee) {
+            callee = callee_at(f, ins);
+            have_callee = true;
+        }
+        if (s.callee == callee) return true;
+    }
+    return false;
+}
+
+// Called once, when the capture stops: a break (not an engine error) in the root frame's
+// current instruction, or in code it calls, becomes a site of the root code.
+void Monitor::note_site() {
+    if (!m_seg.sites || m_cont || m_ending || !m_cap.failed() || m_cap.internal() ||
+        m_root_ins.offset < 0)
+        return;
+    if (m_seg.sites->size() >= kMaxBreakSites) return;
+    // Inside try/with the break instruction could not run outside the frame (its handler
+    // would not see an exception): such a break keeps the whole call eager.
+    if (py::code_offset_in_handler(m_root_code, m_root_ins.offset)) return;
+    for (const BreakSite& s : *m_seg.sites)
+        if (s.offset == m_root_ins.offset && s.callee == m_root_callee) return;
+    BreakSite site;
+    site.offset = m_root_ins.offset;
+    site.callee = m_root_callee;
+    if (!m_cap.breaks().empty()) site.info = m_cap.breaks().front();
+    m_seg.sites->push_back(std::move(site));
+    m_found_site = true;
+}
+
+// The iterator `it` as a real object at replay, positioned where the capture's is: sequences
+// are iterated again from their position (their iterators' __setstate__); the rest become an
+// iterator over their remaining items.
+int Monitor::iterator_state(int it, int depth) {
+    Value& iv = m_cap.v(it);
+    int pos = iv.iter_pos;
+    std::vector<int> rest;
+    auto call = [&](PyObject* fn, std::vector<Arg> args, const std::string& label) {
+        Step s;
+        s.kind = StepKind::Call;
+        s.args.push_back(Arg::value(fn));
+        for (Arg& a : args) s.args.push_back(std::move(a));
+        return m_cap.record(std::move(s), nullptr, label, false);
+    };
+    auto iter_of_list = [&](const std::vector<int>& items) -> int {
+        Step s;
+        s.kind = StepKind::BuildList;
+        for (int item : items) {
+            Arg a;
+            if (!m_cap.escape_arg(item, a)) return -1;
+            s.args.push_back(std::move(a));
+        }
+        int list = m_cap.record(std::move(s), nullptr, "[...]", false);
+        return call(builtin("iter"), {Arg::slot(m_cap.v(list).slot)}, iv.label);
+    };
+    switch (iv.iter_kind) {
+    case IterKind::ConstSeq:
+    case IterKind::FreshSeq:
+    case IterKind::InputSeq: {
+        Arg src;
+        if (!m_cap.escape_arg(iv.iter_source, src)) return -1;
+        int r = call(builtin("iter"), {src}, iv.label);
+        if (pos == 0) return r;
+        Step get;
+        get.kind = StepKind::GetAttr;
+        get.args.push_back(Arg::slot(m_cap.v(r).slot));
+        get.name = py::Ref::steal(PyUnicode_FromString("__setstate__"));
+        int setstate = m_cap.record(std::move(get), nullptr, "__setstate__", false);
+        py::Ref p = py::Ref::steal(PyLong_FromLong(pos));
+        Step s;
+        s.kind = StepKind::Call;
+        s.args = {Arg::slot(m_cap.v(setstate).slot), Arg::value(p.get())};
+        m_cap.record(std::move(s), nullptr, "setstate", false);
+        return r;
+    }
+    case IterKind::ModuleSeq: {
+        PyObject* mods = m_cap.v(iv.iter_source).real.get();
+        Py_ssize_t n = PyDict_Size(mods), i = 0, k = 0;
+        PyObject *key, *mod;
+        while (PyDict_Next(mods, &i, &key, &mod)) {
+            if (k >= pos) {
+                int m = m_cap.input_child(iv.iter_source, AccessKind::DictValueAt,
+                                          static_cast<int>(k), nullptr,
+                                          "[" + std::to_string(k) + "]", mod);
+                if (m < 0) return -1;
+                rest.push_back(m);
+            }
+            ++k;
+        }
+        m_cap.guard_len(iv.iter_source, n);
+        return iter_of_list(rest);
+    }
+    case IterKind::OpSeq: {
+        Py_ssize_t n = PyObject_Length(m_cap.v(iv.iter_source).real.get());
+        if (n < 0) {
+            PyErr_Clear();
+            return -1;
+        }
+        for (Py_ssize_t i = pos; i < n; ++i) {
+            py::Ref real = py::Ref::steal(
+                PySequence_GetItem(m_cap.v(iv.iter_source).real.get(), i));
+            if (!real) {
+                PyErr_Clear();
+                return -1;
+            }
+            int item = item_of(iv.iter_source, i, real.get());
+            if (item < 0) return -1;
+            rest.push_back(item);
+        }
+        return iter_of_list(rest);
+    }
+    case IterKind::Flat: {
+        size_t w = static_cast<size_t>(std::max(1, iv.iter_width));
+        std::vector<int> items = iv.items;
+        for (size_t at = static_cast<size_t>(pos) * w; at + w <= items.size(); at += w) {
+            if (w == 1) {
+                rest.push_back(items[at]);
+            } else {
+                std::vector<int> part(items.begin() + static_cast<long>(at),
+                                      items.begin() + static_cast<long>(at + w));
+                rest.push_back(m_cap.fresh(ValueKind::FreshTuple, part, nullptr));
+            }
+        }
+        return iter_of_list(rest);
+    }
+    case IterKind::Zip:
+    case IterKind::Enumerate: {
+        if (depth > 8) return -1;
+        std::vector<int> inner = iv.items;
+        std::vector<Arg> args;
+        for (int sub : inner) {
+            int state = iterator_state(sub, depth + 1);
+            if (state < 0) return -1;
+            args.push_back(Arg::slot(m_cap.v(state).slot));
+        }
+        if (iv.iter_kind == IterKind::Zip) return call(builtin("zip"), std::move(args), iv.label);
+        // enumerate's next count, read from the real object: enumerate(it, count).
+        py::Ref red = py::Ref::steal(PyObject_CallMethod(m_cap.v(it).real.get(), "__reduce__", nullptr));
+        if (!red || !PyTuple_Check(red.get()) || PyTuple_GET_SIZE(red.get()) < 2) {
+            PyErr_Clear();
+            return -1;
+        }
+        PyObject* count = PyTuple_GET_ITEM(PyTuple_GET_ITEM(red.get(), 1), 1);
+        args.push_back(Arg::value(count));
+        return call(builtin("enumerate"), std::move(args), m_cap.v(it).label);
+    }
+    }
+    return -1;
+}
+
+// The break instruction as the segment's last plan step (calls and operators), or as the
+// continuation's decision (branches, FOR_ITER). `stack` is the shadow stack before it and
+// becomes the stack after it. False: the instruction cannot run outside the frame.
+bool Monitor::break_step(ShadowFrame& f, const py::Instruction& at, std::vector<int>& stack,
+                         Continuation& c) {
+    py::Instruction ins = at;
+    if (ins.opcode == PRECALL) {  // 3.11: PRECALL n; CALL n. Run both as one call.
+        ins.offset += 1 + py::instruction_caches(PRECALL);
+        ins.opcode = CALL;
+    }
+    c.next = ins.offset + 1 + py::instruction_caches(ins.opcode);
+    auto pop = [&]() {
+        int v = stack.back();
+        stack.pop_back();
+        return v;
+    };
+    auto run = [&](Step s, const std::vector<int>& in, int pushes_null) {
+        for (int v : in) {
+            Arg a;
+            if (!m_cap.escape_arg(v, a)) return false;
+            s.args.push_back(std::move(a));
+        }
+        int out = m_cap.record(std::move(s), nullptr, "result", false);
+        if (pushes_null) stack.push_back(m_cap.null_value());
+        stack.push_back(out);
+        return true;
+    };
+    Step s;
+    switch (ins.opcode) {
+    case CALL: {
+        int n = ins.oparg;
+        if (static_cast<int>(stack.size()) < n + 2) return false;
+        std::vector<int> in(stack.end() - n, stack.end());
+        int a = stack[stack.size() - static_cast<size_t>(n) - 2];
+        int b = stack[stack.size() - static_cast<size_t>(n) - 1];
+        if (a == m_cap.null_value()) {
+            in.insert(in.begin(), b);
+        } else {
+            in.insert(in.begin(), b);
+            in.insert(in.begin(), a);
+        }
+        stack.resize(stack.size() - static_cast<size_t>(n) - 2);
+        s.kind = StepKind::Call;
+        s.kwnames = py::Ref::borrow(f.kwnames);
+        return run(std::move(s), in, 0);
+    }
+    case CALL_FUNCTION_EX: {
+        int kw = (ins.oparg & 1) ? pop() : -1;
+        int star = pop();
+        int fn = pop();
+        pop();  // NULL
+        s.kind = StepKind::CallEx;
+        return run(std::move(s), {fn, star, kw >= 0 ? kw : m_cap.const_value(Py_None)}, 0);
+    }
+    case BINARY_SUBSCR: {
+        int key = pop(), obj = pop();
+        s.kind = StepKind::GetItem;
+        return run(std::move(s), {obj, key}, 0);
+    }
+    case BINARY_OP: case COMPARE_OP: {
+        int rhs = pop(), lhs = pop();
+        s.kind = ins.opcode == BINARY_OP ? StepKind::Binary : StepKind::Compare;
+        s.op = ins.oparg;
+        return run(std::move(s), {lhs, rhs}, 0);
+    }
+    case UNARY_NEGATIVE: case UNARY_POSITIVE: case UNARY_INVERT: case UNARY_NOT:
+        s.kind = StepKind::Unary;
+        s.op = ins.opcode == UNARY_NEGATIVE ? 0 : ins.opcode == UNARY_POSITIVE ? 1
+               : ins.opcode == UNARY_INVERT ? 2 : 3;
+        return run(std::move(s), {pop()}, 0);
+    case LOAD_ATTR: case LOAD_METHOD:
+        // LOAD_METHOD pushes (method, self) or (NULL, attribute): the second form is the same
+        // to the CALL that follows.
+        s.kind = StepKind::GetAttr;
+        s.name = py::Ref::borrow(py::code_name(f.code, ins.oparg));
+        return run(std::move(s), {pop()}, ins.opcode == LOAD_METHOD);
+    case GET_ITER:
+        s.kind = StepKind::Call;
+        s.args.push_back(Arg::value(builtin("iter")));
+        return run(std::move(s), {pop()}, 0);
+    case STORE_ATTR: case STORE_SUBSCR: {
+        int obj = pop(), val = -1, key = -1;
+        if (ins.opcode == STORE_SUBSCR) {
+            key = obj;
+            obj = pop();
+        }
+        val = pop();
+        Step w;
+        w.kind = ins.opcode == STORE_ATTR ? StepKind::SetAttr : StepKind::SetItem;
+        if (ins.opcode == STORE_ATTR) w.name = py::Ref::borrow(py::code_name(f.code, ins.oparg));
+        std::vector<int> in = ins.opcode == STORE_ATTR ? std::vector<int>{obj, val}
+                                                       : std::vector<int>{obj, key, val};
+        m_cap.record_effect(std::move(w), in);
+        return !m_cap.failed();
+    }
+    case POP_JUMP_FORWARD_IF_TRUE: case POP_JUMP_BACKWARD_IF_TRUE:
+    case POP_JUMP_FORWARD_IF_FALSE: case POP_JUMP_BACKWARD_IF_FALSE:
+    case POP_JUMP_FORWARD_IF_NONE: case POP_JUMP_BACKWARD_IF_NONE:
+    case POP_JUMP_FORWARD_IF_NOT_NONE: case POP_JUMP_BACKWARD_IF_NOT_NONE:
+    case JUMP_IF_TRUE_OR_POP: case JUMP_IF_FALSE_OR_POP: {
+        c.kind = Continuation::Kind::Branch;
+        c.jump = py::jump_target(ins);
+        switch (ins.opcode) {
+        case POP_JUMP_FORWARD_IF_TRUE: case POP_JUMP_BACKWARD_IF_TRUE: case JUMP_IF_TRUE_OR_POP:
+            c.test = Continuation::Test::IsTrue;
+            break;
+        case POP_JUMP_FORWARD_IF_NONE: case POP_JUMP_BACKWARD_IF_NONE:
+            c.test = Continuation::Test::IsNone;
+            break;
+        case POP_JUMP_FORWARD_IF_NOT_NONE: case POP_JUMP_BACKWARD_IF_NOT_NONE:
+            c.test = Continuation::Test::IsNotNone;
+            break;
+        default:
+            c.test = Continuation::Test::IsFalse;
+        }
+        c.pop_on_jump = ins.opcode != JUMP_IF_TRUE_OR_POP && ins.opcode != JUMP_IF_FALSE_OR_POP;
+        return !stack.empty();
+    }
+    case FOR_ITER:
+        c.kind = Continuation::Kind::ForIter;
+        c.jump = py::jump_target(ins);
+        return !stack.empty();
+    default:
+        return false;
+    }
+}
+
+// Ends the segment before the root frame's instruction `at` (a known break site): the plan
+// gets the break instruction (when it is a call or an operator) and returns the frame's live
+// state; the Continuation says how the frame goes on. On failure the capture fails with the
+// site's original break, and the call is cached as eager.
+void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
+    m_ending = true;  // a failure here is this site's, not a new one
+    BreakInfo why;
+    for (const BreakSite& s : *m_seg.sites)
+        if (s.offset == at.offset) why = s.info;
+    // Not resumable: the capture fails with the site's own break (reported once), the call is
+    // cached as eager, and a note says why the rest did not resume.
+    auto refuse = [&](std::string because) {
+        if (m_cap.failed() && !m_cap.breaks().empty()) because = m_cap.breaks().front().reason;
+        else m_cap.fail(breaks::kUnsupportedOpcode, because, "");
+        if (!why.reason_id.empty()) m_cap.set_break(why);
+        m_note = "the call runs eagerly after the break at line " + std::to_string(why.lineno) +
+                 " (" + because + ")";
+    };
+    PyCodeObject* origin = m_seg.origin;
+    if (!origin || !py::code_is_plain_function(f.code))
+        return refuse("generators are not resumed");
+    auto cont = std::make_shared<Continuation>();
+    cont->origin = origin;
+    cont->line = m_cap.line();
+    std::vector<int> stack = f.stack;
+    if (!break_step(f, at, stack, *cont) || m_cap.failed())
+        return refuse("the instruction cannot run on its own");
+    cont->next -= m_seg.shift;
+    if (cont->jump >= 0) cont->jump -= m_seg.shift;
+
+    // The live state: the original code's varnames, the stack, then cells that are not
+    // arguments. Cell arguments carry their contents (the resume code makes the cell).
+    std::vector<int> live;
+    int nvar = origin->co_nlocals;
+    cont->nvar = nvar;
+    int none = m_cap.const_value(Py_None);
+    auto cell_content = [&](int i) {
+        auto it = m_cap.cells().find(py::frame_local(f.frame, i));
+        return it == m_cap.cells().end() ? -1 : it->second;
+    };
+    for (int i = 0; i < nvar; ++i) {
+        bool is_cell = py::code_local_kind(f.code, i) & py::kLocalKindCell;
+        int id = is_cell ? cell_content(i) : f.locals[static_cast<size_t>(i)];
+        if (id < 0) cont->unbound.push_back(i);
+        live.push_back(id < 0 ? none : id);
+    }
+    for (int id : stack) {
+        cont->stack_nulls.push_back(id == m_cap.null_value());
+        if (id == m_cap.null_value()) continue;
+        if (m_cap.v(id).kind == ValueKind::Iterator) {
+            id = iterator_state(id);
+            if (id < 0) return refuse("an iterator on the stack cannot be rebuilt");
+        }
+        live.push_back(id);
+    }
+    int n = py::code_nlocalsplus(f.code);
+    int k = 0;
+    for (int i = nvar; i < n; ++i) {
+        unsigned char kind = py::code_local_kind(f.code, i);
+        if (!(kind & py::kLocalKindCell) || (kind & py::kLocalKindArg)) continue;
+        int id = cell_content(i);
+        if (id < 0) cont->unbound.push_back(origin->co_nlocals + k);
+        live.push_back(id < 0 ? none : id);
+        ++k;
+    }
+    for (int& id : live)
+        if (m_cap.v(id).kind == ValueKind::Iterator) {
+            id = iterator_state(id);
+            if (id < 0) return refuse("an iterator in a local cannot be rebuilt");
+        }
+    m_live = m_cap.fresh(ValueKind::FreshTuple, live, nullptr);
+    m_cap.v(m_live).label = "live state";
+    Arg built;  // built here, after the break step: it is what the frame holds at this point
+    if (!m_cap.escape_arg(m_live, built) || m_cap.failed())
+        return refuse("its state cannot be rebuilt");
+    m_cont = std::move(cont);
+}
+
+}  // namespace magpy

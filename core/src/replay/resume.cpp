@@ -1,0 +1,118 @@
+#include "replay/resume.h"
+
+#include "cache/code_cache.h"
+#include "python/compat.h"
+
+namespace magpy {
+
+namespace {
+
+std::string resume_key(int target, const std::vector<bool>& nulls, const std::vector<int>& unbound) {
+    std::string k = std::to_string(target) + "|";
+    for (bool n : nulls) k += n ? 'N' : 'v';
+    k += "|";
+    for (int u : unbound) k += std::to_string(u) + ",";
+    return k;
+}
+
+// The resume code continuing `origin` at `target` with this state layout, made once per
+// layout and kept by the origin's cache (so its own cache of entries is shared by every
+// segment that ends there). Borrowed; NULL with a Python error set.
+PyCodeObject* resume_code(PyCodeObject* origin, int target, const std::vector<bool>& nulls,
+                          const std::vector<int>& unbound) {
+    CodeCache* cc = code_cache(origin, true);
+    if (!cc) {
+        PyErr_SetString(PyExc_RuntimeError, "magpy: no cache for the resumed code");
+        return nullptr;
+    }
+    std::string key = resume_key(target, nulls, unbound);
+    auto it = cc->resumes.find(key);
+    if (it != cc->resumes.end()) return reinterpret_cast<PyCodeObject*>(it->second.get());
+    py::Ref mod = py::Ref::steal(PyImport_ImportModule("magpy._resume"));
+    if (!mod) return nullptr;
+    py::Ref py_nulls = py::Ref::steal(PyList_New(static_cast<Py_ssize_t>(nulls.size())));
+    for (size_t i = 0; i < nulls.size(); ++i)
+        PyList_SET_ITEM(py_nulls.get(), static_cast<Py_ssize_t>(i), PyBool_FromLong(nulls[i]));
+    py::Ref py_unbound = py::Ref::steal(PyList_New(static_cast<Py_ssize_t>(unbound.size())));
+    for (size_t i = 0; i < unbound.size(); ++i)
+        PyList_SET_ITEM(py_unbound.get(), static_cast<Py_ssize_t>(i), PyLong_FromLong(unbound[i]));
+    py::Ref r = py::Ref::steal(PyObject_CallMethod(mod.get(), "make_resume", "OiOO", origin,
+                                                   target, py_nulls.get(), py_unbound.get()));
+    if (!r) return nullptr;
+    PyObject* code = PyTuple_GET_ITEM(r.get(), 0);
+    long shift = PyLong_AsLong(PyTuple_GET_ITEM(r.get(), 1));
+    CodeCache* rc = code_cache(reinterpret_cast<PyCodeObject*>(code), true);
+    if (!rc) {
+        PyErr_SetString(PyExc_RuntimeError, "magpy: no cache for a resume code");
+        return nullptr;
+    }
+    rc->origin = origin;
+    rc->shift = static_cast<int>(shift);
+    rc->target = target;
+    cc->resumes.emplace(key, py::Ref::borrow(code));
+    return reinterpret_cast<PyCodeObject*>(code);
+}
+
+}  // namespace
+
+bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_function,
+                    py::Ref& resume_fn, std::vector<py::Ref>& args) {
+    if (!c.origin) {
+        PyErr_SetString(PyExc_RuntimeError, "magpy: the resumed function's code is gone");
+        return false;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(live);
+    size_t nstack = 0;
+    for (bool null : c.stack_nulls) nstack += null ? 0 : 1;
+    size_t nvar = static_cast<size_t>(c.nvar);
+    if (static_cast<size_t>(n) < nvar + nstack) {
+        PyErr_SetString(PyExc_RuntimeError, "magpy: a segment's state does not match its layout");
+        return false;
+    }
+    args.clear();
+    for (Py_ssize_t i = 0; i < n; ++i) args.push_back(py::Ref::borrow(PyTuple_GET_ITEM(live, i)));
+    // args: [locals | stack | cells]; the stack's top is args[nvar + nstack - 1].
+    std::vector<bool> nulls = c.stack_nulls;
+    auto top_index = static_cast<long>(nvar + nstack) - 1;
+    auto pop_top = [&]() {
+        args.erase(args.begin() + top_index);
+        nulls.pop_back();
+    };
+    int target = c.next;
+    if (c.kind == Continuation::Kind::Branch) {
+        PyObject* top = args[static_cast<size_t>(top_index)].get();
+        bool holds;
+        if (c.test == Continuation::Test::IsNone || c.test == Continuation::Test::IsNotNone) {
+            holds = (top == Py_None) == (c.test == Continuation::Test::IsNone);
+        } else {
+            int t = PyObject_IsTrue(top);
+            if (t < 0) return false;
+            holds = (t != 0) == (c.test == Continuation::Test::IsTrue);
+        }
+        if (holds) target = c.jump;
+        if (!holds || c.pop_on_jump) pop_top();
+    } else if (c.kind == Continuation::Kind::ForIter) {
+        PyObject* it = args[static_cast<size_t>(top_index)].get();
+        py::Ref item = py::Ref::steal(PyIter_Next(it));
+        if (item) {
+            args.insert(args.begin() + top_index + 1, std::move(item));
+            nulls.push_back(false);
+        } else {
+            if (PyErr_Occurred()) return false;
+            pop_top();
+            target = c.jump;
+        }
+    }
+    PyCodeObject* code = resume_code(c.origin, target, nulls, c.unbound);
+    if (!code) return false;
+    PyObject* fn = PyFunction_NewWithQualName(reinterpret_cast<PyObject*>(code),
+                                              PyFunction_GET_GLOBALS(frame_function),
+                                              code->co_qualname);
+    if (!fn) return false;
+    resume_fn = py::Ref::steal(fn);
+    PyObject* closure = PyFunction_GET_CLOSURE(frame_function);
+    if (closure && PyFunction_SetClosure(fn, closure) < 0) return false;
+    return true;
+}
+
+}  // namespace magpy

@@ -1,0 +1,47 @@
+// Graph breaks that resume. A capture that stops at a break site ends a segment: its plan
+// returns the frame's live state (locals, cells, value stack) as one tuple, after running the
+// break instruction itself as a plan step when it is a call or an operator. The Continuation
+// says where the frame goes on: a resume function made from the original code (bytecode in
+// magpy/_resume.py) that rebuilds that state and jumps to the next instruction. It is a frame
+// like any other, so the hook captures and caches it by its own code object.
+// See core/capture/NOTES.md, [Note: graph breaks that resume].
+#pragma once
+
+#include "python/py_ref.h"
+
+#include <string>
+#include <vector>
+
+namespace magpy {
+
+struct Continuation {
+    enum class Kind : uint8_t {
+        Next,     // go on at `next` (the break instruction ran as the plan's last step)
+        Branch,   // the stack's top decides: jump to `jump` when `test` holds, else `next`
+        ForIter,  // next(top): the item is pushed and the frame goes on at `next`; when the
+                  // iterator is exhausted it is popped and the frame goes on at `jump`
+    };
+    enum class Test : uint8_t { IsFalse, IsTrue, IsNone, IsNotNone };
+    Kind kind = Kind::Next;
+    Test test = Test::IsFalse;
+    bool pop_on_jump = true;  // false for JUMP_IF_*_OR_POP, which keeps the value
+    int next = 0;             // offsets in code units, in the original code
+    int jump = -1;
+    // The live-state tuple: co_varnames (None where unbound), the non-NULL stack entries
+    // (bottom first), then the contents of the cells that are not arguments.
+    int nvar = 0;
+    std::vector<int> unbound;       // fast-local indices with no value (varnames and cells)
+    std::vector<bool> stack_nulls;  // one per stack entry, bottom first
+    PyCodeObject* origin = nullptr; // borrowed: the entry holding this lives no longer
+    int line = 0;                   // the break's line, for reports
+};
+
+// The resume function that continues the segment, and its positional arguments, from the
+// plan's result (`live`, a tuple). Branch and ForIter decide here (calling bool() / next() on
+// the stack's top, as the instruction would). `frame_function` gives globals and closure.
+// Returns false with a Python error set (a raising bool() or next(), or no resume code).
+// PRECONDITION: GIL held.
+bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_function,
+                    py::Ref& resume_fn, std::vector<py::Ref>& args);
+
+}  // namespace magpy
