@@ -1220,8 +1220,8 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     switch (p.callee.kind) {
     case CallKind::IO:
         return m_cap.fail(breaks::kIO, "`" + p.callee.name + "()` does input or output",
-                          "move printing and I/O outside the compiled function (graph breaks "
-                          "that resume come in a later version)");
+                          "it runs in Python between two graphs; move printing and I/O out "
+                          "of the compiled function to get one graph");
     case CallKind::Unsupported:
         return m_cap.fail(breaks::kUnsupportedCallee,
                           "`" + p.callee.name + "` has no capture rule",

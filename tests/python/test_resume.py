@@ -1,0 +1,343 @@
+"""Graph breaks that resume: the code before a break is a segment replayed from the cache, the
+break instruction runs for real, and the rest of the function goes on in a resume function that
+is captured and cached in turn. Every test compares against eager on every call (results,
+arguments, external state); these also check the segments, the order of effects, and that
+captures stop once every segment is cached."""
+
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import magpy
+from conftest import Call, check
+
+
+def entries(cf):
+    return magpy.explain(cf).report["cache_entries"]
+
+
+def captures(cf):
+    return magpy.explain(cf).report["captures"]
+
+
+def assert_settled(cf, make_call, calls=3):
+    """After warm-up, further calls replay every segment: no new capture."""
+    before = captures(cf)
+    for _ in range(calls):
+        make_call()
+    assert captures(cf) == before, magpy.explain(cf)
+
+
+def test_print_between_ops_prints_once_per_call_in_order(capsys):
+    log = []
+
+    def f(x):
+        y = x * 2 + 1
+        log.append("before")
+        print("y sum", round(float(y.sum()), 3))
+        log.append("after")
+        return y.relu() - x
+
+    x = torch.tensor([1.0, -2.0, 3.0])
+    cf = check(f, [x] * 5, snapshot=lambda: list(log), restore=lambda s: log.__setitem__(slice(None), s))
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["y sum 7.0"] * 10  # eager and compiled, five calls each
+    e = magpy.explain(cf)
+    assert e.break_count >= 1
+    assert e.graph_count >= 2
+    r = e.report
+    assert any("ends_at_line" in x for x in r["cache_entries"])
+    assert any("starts_at_line" in x for x in r["cache_entries"])
+    assert_settled(cf, lambda: cf(x))
+    assert capsys.readouterr().out.splitlines() == ["y sum 7.0"] * 3
+
+
+def test_first_segment_keeps_the_ops_before_the_break():
+    def f(x):
+        a = torch.sin(x) * 3
+        b = a.sum().item()
+        return a + b
+
+    x = torch.randn(4)
+    cf = check(f, [x] * 4)
+    first = [g for g in magpy.explain(cf).graphs
+             if "ends_at_line" in {e["id"]: e for e in entries(cf)}[g["entry"]]]
+    assert first and first[0]["op_count"] >= 2  # sin and mul are in the graph before .item()
+
+
+def test_item_value_used_after_the_break_is_correct_for_new_data():
+    def f(x):
+        s = x.sum().item()
+        return x * s + 1
+
+    cf = check(f, [torch.randn(3) for _ in range(6)])
+    assert magpy.explain(cf).breaks[0].reason_id == "MB002"
+
+
+def test_data_dependent_branch_takes_both_ways():
+    def f(x):
+        y = x * 2
+        if y.sum() > 0:
+            z = y + 1
+        else:
+            z = y - 1
+        return z * 3
+
+    pos, neg = torch.ones(3), -torch.ones(3)
+    cf = check(f, [pos, neg, pos, neg, neg, pos])
+    starts = {e.get("starts_at_line") for e in entries(cf)}
+    first = f.__code__.co_firstlineno
+    assert {first + 3, first + 5} <= starts  # both arms resumed and cached
+    assert_settled(cf, lambda: (cf(pos), cf(neg)))
+
+
+def test_while_loop_on_tensor_data():
+    def f(x):
+        n = 0
+        while x.abs().max() > 1:
+            x = x / 2
+            n += 1
+        return x, n
+
+    cf = check(f, [torch.tensor([5.0, -3.0]), torch.tensor([0.5]), torch.tensor([40.0]),
+                   torch.tensor([5.0, -3.0])])
+    assert magpy.explain(cf).breaks[0].reason_id == "MB001"
+
+
+def test_break_inside_loop_body(capsys):
+    def f(x, n):
+        for i in range(n):
+            x = x * 2
+            print("step", i)
+            x = x + i
+        return x
+
+    x = torch.ones(2)
+    calls = [(x, 3)] * 3 + [(x, 2)] + [(x, 3)] * 10
+    cf = check(f, calls)
+    out = capsys.readouterr().out.split()
+    assert out.count("step") == 2 * sum(n for _, n in calls)
+    # each iteration is a segment after the print and one after the loop's next(): cached
+    # per value of `i` (a guarded Python int), so they settle after a few calls
+    assert_settled(cf, lambda: cf(x, 3))
+
+
+def test_break_inside_loop_over_input_list_and_zip_enumerate():
+    def f(xs, ws):
+        total = 0
+        for i, (x, w) in enumerate(zip(xs, ws)):
+            total = total + x * w
+            if bool(total.sum() > 100):
+                break
+        return total, i
+
+    xs = [torch.full((2,), float(v)) for v in (1, 2, 30, 4)]
+    ws = [torch.full((2,), float(v)) for v in (1, 1, 3, 1)]
+    cf = check(f, [(xs, ws), (xs[:2], ws[:2]), (xs, ws)])
+
+
+def test_break_inside_inlined_callee_keeps_the_callers_graph():
+    def helper(y):
+        print("in helper")
+        return y * 2
+
+    def f(x):
+        a = x.exp()
+        b = helper(a)
+        return b + a
+
+    x = torch.randn(3)
+    cf = check(f, [x] * 4)
+    e = magpy.explain(cf)
+    assert e.breaks[0].function.endswith("helper")
+    ops_before = [g["op_count"] for g in e.graphs
+                  if "ends_at_line" in {x["id"]: x for x in entries(cf)}[g["entry"]]]
+    assert ops_before and ops_before[0] >= 1  # exp stays in the caller's first segment
+
+
+def test_break_in_module_forward_with_submodules(capsys):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.b = nn.Linear(4, 2)
+            self.calls = 0
+
+        def forward(self, x):
+            h = torch.relu(self.a(x))
+            self.calls += 1
+            print("hidden norm", round(float(h.norm()), 4))
+            return self.b(h)
+
+    torch.manual_seed(0)
+    m = Net()
+    x = torch.randn(3, 4)
+    from conftest import module_state, restore_module
+    cf = check(m, [x] * 4, snapshot=lambda: module_state(m),
+               restore=lambda s: restore_module(m, s))
+    assert len(capsys.readouterr().out.splitlines()) == 8
+
+
+def test_two_breaks_make_three_segments(capsys):
+    def f(x):
+        a = x + 1
+        print("one")
+        b = a * 2
+        print("two")
+        return b - 3
+
+    x = torch.randn(2)
+    cf = check(f, [x] * 6)
+    assert capsys.readouterr().out.split() == ["one", "two"] * 12
+    e = magpy.explain(cf)
+    assert e.graph_count == 3
+    assert_settled(cf, lambda: cf(x))
+
+
+def test_locals_unbound_at_the_break_and_deleted_ones():
+    def f(x, flag):
+        if flag:
+            late = x * 5
+        tmp = x + 1
+        del tmp
+        print("break")
+        try:
+            return late + 1
+        except NameError:
+            return x - 1
+
+    x = torch.ones(2)
+    check(f, [(x, True), (x, False), (x, True), (x, False)])
+
+
+def test_closures_and_cells_across_a_break():
+    scale = torch.tensor(3.0)
+
+    def f(x, ks):
+        # `x` is a cell (the comprehension reads it); `scale` is a free variable
+        ys = [x * k for k in ks]
+        print("made", len(ys))
+        zs = [y + x * scale for y in ys]
+        return zs
+
+    check(f, [(torch.ones(2), [1, 2]), (torch.ones(2), [1, 2]), (torch.ones(2) * 2, [1, 2])])
+
+
+def test_varargs_and_kwargs_function():
+    def f(x, *rest, scale=2.0, **opts):
+        y = x * scale
+        print("opts", sorted(opts))
+        for r in rest:
+            y = y + r
+        return y * opts.get("mul", 1)
+
+    x = torch.ones(2)
+    check(f, [Call(x, x, x, scale=3.0, mul=2), Call(x, x, x, scale=3.0, mul=2),
+              Call(x, scale=1.0), Call(x, x, x, scale=3.0, mul=2)])
+
+
+GLOBAL_LOG = []
+
+
+def logs_around_a_break(x):
+    GLOBAL_LOG.append(("start", x.shape[0]))
+    y = x * 2
+    print("middle")
+    GLOBAL_LOG.append(("end", float(y.sum())))
+    return y
+
+
+def test_writes_on_both_sides_happen_once_and_in_order(capsys):
+    x = torch.ones(3)
+    cf = check(logs_around_a_break, [x] * 4, snapshot=lambda: list(GLOBAL_LOG),
+               restore=lambda s: GLOBAL_LOG.__setitem__(slice(None), s))
+    GLOBAL_LOG.clear()
+    cf(x)
+    assert GLOBAL_LOG == [("start", 3), ("end", 6.0)]
+
+
+def test_exception_after_the_break_has_the_users_traceback():
+    def f(x):
+        print("about to fail")
+        return x.view(7)
+
+    cf = magpy.compile(f)
+    x = torch.ones(3)
+    for _ in range(4):
+        with pytest.raises(RuntimeError) as err:
+            cf(x)
+        import traceback
+        frames = [(fr.name, fr.lineno) for fr in traceback.extract_tb(err.value.__traceback__)]
+        assert ("f", f.__code__.co_firstlineno + 2) in frames
+
+
+def test_jump_if_or_pop_on_tensor():
+    def f(x, flag):
+        ok = flag or bool(x.sum() > 0)
+        return x + 1 if ok else x - 1
+
+    check(f, [(torch.ones(2), False), (-torch.ones(2), False), (torch.ones(2), True),
+              (-torch.ones(2), False)])
+
+
+def test_break_inside_try_block_runs_the_call_eagerly():
+    def f(x):
+        try:
+            print("inside try")
+            return x * 2
+        except ValueError:
+            return x
+
+    cf = check(f, [torch.ones(2)] * 3)
+    e = magpy.explain(cf)
+    assert [x["kind"] for x in e.report["cache_entries"]] == ["eager"]
+    assert any("runs eagerly" in n for n in e.notes) or e.report["eager_calls"] >= 1
+
+
+def test_fullgraph_still_raises_at_a_resumable_break():
+    def f(x):
+        print("x")
+        return x
+
+    plain = magpy.compile(f)
+    plain(torch.ones(1))
+    plain(torch.ones(1))  # the break site is known now
+    strict = magpy.compile(f, fullgraph=True)
+    with pytest.raises(magpy.GraphBreakError):
+        strict(torch.ones(1))
+
+
+def test_explain_names_the_segments():
+    def f(x):
+        y = x.cos()
+        print("mid")
+        return y * 2
+
+    cf = check(f, [torch.ones(2)] * 4)
+    text = str(magpy.explain(cf))
+    first = f.__code__.co_firstlineno
+    assert f"ends at the break on line {first + 2}" in text
+    assert "resumes at line" in text
+    assert "after breaks:" in text
+
+
+def test_resume_functions_are_freed_with_the_compiled_function():
+    import gc
+    import weakref
+
+    def make():
+        def f(x):
+            print("mid")
+            return x + 1
+        return f
+
+    f = make()
+    cf = magpy.compile(f)
+    for _ in range(3):
+        cf(torch.ones(1))
+    ref = weakref.ref(f)
+    del f, cf
+    gc.collect()
+    assert ref() is None
