@@ -41,9 +41,10 @@ def test_print_between_ops_prints_once_per_call_in_order(capsys):
         return y.relu() - x
 
     x = torch.tensor([1.0, -2.0, 3.0])
-    cf = check(f, [x] * 5, snapshot=lambda: list(log), restore=lambda s: log.__setitem__(slice(None), s))
+    # float(), round() and print each break: four segments, cached after a few calls
+    cf = check(f, [x] * 8, snapshot=lambda: list(log), restore=lambda s: log.__setitem__(slice(None), s))
     out = capsys.readouterr().out.splitlines()
-    assert out == ["y sum 7.0"] * 10  # eager and compiled, five calls each
+    assert out == ["y sum 7.0"] * 16  # eager and compiled, eight calls each
     e = magpy.explain(cf)
     assert e.break_count >= 1
     assert e.graph_count >= 2
@@ -341,3 +342,29 @@ def test_resume_functions_are_freed_with_the_compiled_function():
     del f, cf
     gc.collect()
     assert ref() is None
+
+
+def test_float_from_item_is_not_specialised_in_the_resumed_code():
+    def f(x):
+        s = x.sum().item()
+        scale = s * 0.5 + 1.0
+        return x * scale, scale
+
+    xs = [torch.randn(3) for _ in range(12)]
+    cf = check(f, xs)
+    e = magpy.explain(cf)
+    assert any("is float" in g for g in e.guards), e
+    assert_settled(cf, lambda: cf(torch.randn(3)), calls=5)  # new values: no recompiles
+
+
+def test_branch_on_float_from_item_resumes_both_ways():
+    def f(x):
+        k = x.mean().item()
+        if k > 0:
+            return x * k
+        return x - k
+
+    xs = [torch.randn(4) + (1 if i % 2 else -1) for i in range(12)]
+    cf = check(f, xs)
+    assert "MB001" in [b.reason_id for b in magpy.explain(cf).breaks]
+    assert_settled(cf, lambda: (cf(torch.ones(4)), cf(-torch.ones(4))), calls=3)

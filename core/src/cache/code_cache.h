@@ -46,6 +46,9 @@ struct CodeCache {
     PyCodeObject* origin = nullptr;
     int shift = 0;
     int target = 0;  // where in the origin it goes on (code units)
+    // Resume codes: arguments that held values computed from tensor data in some segment
+    // ending here (floats among them are guarded by type only).
+    std::vector<bool> dynamic_args;
     ~CodeCache();
 };
 

@@ -136,6 +136,21 @@ int Capture::input_root(AccessKind kind, int index, PyObject* key, const std::st
     return register_input(node, real);
 }
 
+int Capture::input_root_scalar(int index, const std::string& source, PyObject* real) {
+    int node = m_guards->add_accessor(AccessKind::FrameLocal, -1, index, nullptr, source);
+    auto it = m_node_values.find(node);
+    if (it != m_node_values.end()) return it->second;
+    int id = new_value(ValueKind::Input, real, source);
+    v(id).node = node;
+    v(id).dyn_scalar = true;
+    Check c;
+    c.kind = CheckKind::TypeIs;
+    c.expected = py::WeakOrStrong::make(reinterpret_cast<PyObject*>(Py_TYPE(real)));
+    m_guards->add_check(node, std::move(c));
+    m_node_values[node] = id;
+    return id;
+}
+
 int Capture::constant_root(PyObject* obj, const std::string& source) {
     int node = m_guards->add_accessor(AccessKind::Constant, -1, 0, obj, source);
     auto it = m_node_values.find(node);

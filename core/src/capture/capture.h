@@ -70,6 +70,8 @@ struct Value {
     bool tensor = false;
     bool identity = false;  // identity-guarded (modules, functions, classes)
     bool dyn_shape = false; // tensor whose shape depends on data (nonzero, masks)
+    bool dyn_scalar = false; // a float read from tensor data before a break (`.item()`):
+                             // guarded by type only; arithmetic on it is replayed
     bool mutated = false;   // an Input the capture changed: a dict (reads after that are
                             // unsupported) or a list only appended to (`items`: the appended)
     bool shadow = false;    // an Input list/tuple whose items are tracked in `items` (guarded)
@@ -114,6 +116,9 @@ public:
     int input_child(int parent_value, AccessKind kind, int index, PyObject* key,
                     const std::string& suffix, PyObject* real);
     int constant_root(PyObject* obj, const std::string& source);  // held, not guarded by path
+    // A float argument of a resume function that came from tensor data: guarded by its type,
+    // not its value, so new values do not recompile (see Value::dyn_scalar).
+    int input_root_scalar(int index, const std::string& source, PyObject* real);
     int fresh(ValueKind kind, std::vector<int> items, PyObject* real);
 
     // --- guards -------------------------------------------------------------------------

@@ -458,8 +458,11 @@ void Monitor::bind_root(ShadowFrame& f) {
                 if (kind & py::kLocalKindCell) m_cap.cells()[real] = -1;
                 continue;
             }
-            int id = m_cap.input_root(AccessKind::FrameLocal, i, nullptr,
-                                      "L['" + local_name(co, i) + "']", val);
+            bool scalar = m_seg.dynamic_args && static_cast<size_t>(i) < m_seg.dynamic_args->size() &&
+                          (*m_seg.dynamic_args)[static_cast<size_t>(i)] && PyFloat_CheckExact(val);
+            std::string source = "L['" + local_name(co, i) + "']";
+            int id = scalar ? m_cap.input_root_scalar(i, source, val)
+                            : m_cap.input_root(AccessKind::FrameLocal, i, nullptr, source, val);
             if (kind & py::kLocalKindCell) m_cap.cells()[real] = id;
             else f.locals[static_cast<size_t>(i)] = id;
         } else if (kind & py::kLocalKindFree) {
@@ -993,7 +996,8 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     case COMPARE_OP: {
         Value &a = m_cap.v(p.in[0]), &b = m_cap.v(p.in[1]);
-        if (a.tensor || b.tensor) {
+        bool scalar = (a.dyn_scalar || b.dyn_scalar) && number_operands(p.in[0], p.in[1]);
+        if (a.tensor || b.tensor || scalar) {
             Step s;
             s.kind = StepKind::Compare;
             s.op = p.oparg;
@@ -1001,8 +1005,9 @@ void Monitor::complete(ShadowFrame& f) {
             if (!m_cap.arg_of(p.in[0], x) || !m_cap.arg_of(p.in[1], y)) return;
             s.args = {x, y};
             std::string label = op_label(a.label, compare_symbol(p.oparg), b.label);
-            int r = m_cap.record(std::move(s), tos, label, true);
-            m_cap.v(r).dyn_shape = a.dyn_shape || b.dyn_shape;
+            int r = m_cap.record(std::move(s), tos, label, !scalar);
+            m_cap.v(r).dyn_shape = m_cap.v(p.in[0]).dyn_shape || m_cap.v(p.in[1]).dyn_shape;
+            m_cap.v(r).dyn_scalar = scalar && !m_cap.v(r).tensor;
             out(r);
             return;
         }
@@ -1970,7 +1975,8 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
 
 int Monitor::binary(int op, int a, int b, PyObject* real) {
     Value &x = m_cap.v(a), &y = m_cap.v(b);
-    if (x.tensor || y.tensor) {
+    bool scalar = (x.dyn_scalar || y.dyn_scalar) && number_operands(a, b);
+    if (x.tensor || y.tensor || scalar) {
         Step s;
         s.kind = StepKind::Binary;
         s.op = op;
@@ -1978,8 +1984,10 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         if (!m_cap.arg_of(a, p) || !m_cap.arg_of(b, q)) return -1;
         s.args = {p, q};
         std::string label = op_label(x.label, binary_symbol(op), y.label);
-        int r = m_cap.record(std::move(s), real, label, true);
+        bool graph_op = x.tensor || y.tensor;
+        int r = m_cap.record(std::move(s), real, label, graph_op);
         m_cap.v(r).dyn_shape = m_cap.v(a).dyn_shape || m_cap.v(b).dyn_shape;
+        m_cap.v(r).dyn_scalar = !graph_op;
         return r;
     }
     if (x.kind == ValueKind::Const && y.kind == ValueKind::Const) return m_cap.const_value(real);
@@ -2004,6 +2012,18 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
                "an operator is applied to " + x.label + " and " + y.label,
                "apply operators to tensors or constants");
     return -1;
+}
+
+// Both operands are Python numbers (constants or floats read from tensor data): arithmetic on
+// them is replayed.
+bool Monitor::number_operands(int a, int b) {
+    for (int id : {a, b}) {
+        const Value& v = m_cap.v(id);
+        PyObject* o = v.real.get();
+        if (v.dyn_scalar) continue;
+        if (v.kind != ValueKind::Const || !o || !(PyFloat_Check(o) || PyLong_Check(o))) return false;
+    }
+    return true;
 }
 
 // Determined by the guards: a constant, an identity-guarded object, or a container made here
@@ -2036,6 +2056,13 @@ bool Monitor::require_const(const std::vector<int>& values, const std::string& w
 
 bool Monitor::truthiness_known(int id) {
     Value& v = m_cap.v(id);
+    if (v.dyn_scalar) {
+        m_cap.fail(breaks::kDataDependentBranch,
+                   "a branch depends on " + v.label + ", a number read from tensor data",
+                   "use torch.where / masking instead of `if`, or move the decision outside the "
+                   "compiled function");
+        return false;
+    }
     if (v.tensor) {
         m_cap.fail(breaks::kDataDependentBranch,
                    "a branch depends on the values inside tensor " + v.label,

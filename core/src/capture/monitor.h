@@ -20,6 +20,7 @@ struct SegmentOptions {
     std::vector<BreakSite>* sites = nullptr;  // null: no segments (fullgraph=True)
     PyCodeObject* origin = nullptr;
     int shift = 0;  // the root code's offset minus the origin's (a resume code's prologue)
+    const std::vector<bool>* dynamic_args = nullptr;  // resume codes: see Value::dyn_scalar
 };
 
 class Monitor {
@@ -101,6 +102,7 @@ private:
     bool truthiness_known(int value);
     bool require_const(const std::vector<int>& values, const std::string& what);
     bool known(int value, int depth = 0);
+    bool number_operands(int a, int b);
     void guard_all_strides();
     int modules_dict(int container);
     enum class DictView { Keys, Values, Items };

@@ -378,6 +378,10 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
             id = iterator_state(id);
             if (id < 0) return refuse("an iterator in a local cannot be rebuilt");
         }
+    for (int id : live) {
+        const Value& v = m_cap.v(id);
+        cont->computed.push_back(v.dyn_scalar || (v.kind == ValueKind::OpResult && !v.tensor));
+    }
     m_live = m_cap.fresh(ValueKind::FreshTuple, live, nullptr);
     m_cap.v(m_live).label = "live state";
     Arg built;  // built here, after the break step: it is what the frame holds at this point

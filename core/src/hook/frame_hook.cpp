@@ -76,6 +76,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     seg.sites = &cc.sites;
     seg.origin = cc.shift ? cc.origin : py::frame_code(frame);  // a resume code continues origin
     seg.shift = cc.shift;
+    seg.dynamic_args = &cc.dynamic_args;
     Monitor mon(cap, py::frame_code(frame), st.options.fullgraph, seg);
     mon.install();
     PyObject* result = g_prev_eval(ts, frame, 0);

@@ -73,9 +73,12 @@ bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_funct
     for (Py_ssize_t i = 0; i < n; ++i) args.push_back(py::Ref::borrow(PyTuple_GET_ITEM(live, i)));
     // args: [locals | stack | cells]; the stack's top is args[nvar + nstack - 1].
     std::vector<bool> nulls = c.stack_nulls;
+    std::vector<bool> computed = c.computed;
+    computed.resize(args.size(), false);
     auto top_index = static_cast<long>(nvar + nstack) - 1;
     auto pop_top = [&]() {
         args.erase(args.begin() + top_index);
+        computed.erase(computed.begin() + top_index);
         nulls.pop_back();
     };
     int target = c.next;
@@ -96,6 +99,7 @@ bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_funct
         py::Ref item = py::Ref::steal(PyIter_Next(it));
         if (item) {
             args.insert(args.begin() + top_index + 1, std::move(item));
+            computed.insert(computed.begin() + top_index + 1, false);
             nulls.push_back(false);
         } else {
             if (PyErr_Occurred()) return false;
@@ -105,6 +109,12 @@ bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_funct
     }
     PyCodeObject* code = resume_code(c.origin, target, nulls, c.unbound);
     if (!code) return false;
+    if (CodeCache* rc = code_cache(code, false)) {
+        std::vector<bool>& dyn = rc->dynamic_args;
+        if (dyn.size() < computed.size()) dyn.resize(computed.size(), false);
+        for (size_t i = 0; i < computed.size(); ++i)
+            if (computed[i]) dyn[i] = true;
+    }
     PyObject* fn = PyFunction_NewWithQualName(reinterpret_cast<PyObject*>(code),
                                               PyFunction_GET_GLOBALS(frame_function),
                                               code->co_qualname);

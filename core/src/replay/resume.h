@@ -32,6 +32,7 @@ struct Continuation {
     int nvar = 0;
     std::vector<int> unbound;       // fast-local indices with no value (varnames and cells)
     std::vector<bool> stack_nulls;  // one per stack entry, bottom first
+    std::vector<bool> computed;     // one per live-state item: computed from tensor data
     PyCodeObject* origin = nullptr; // borrowed: the entry holding this lives no longer
     int line = 0;                   // the break's line, for reports
 };
