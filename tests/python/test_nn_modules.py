@@ -401,3 +401,33 @@ def test_module_attribute_passthrough_on_compiled_module():
     assert cf._orig is m
     assert "Manual" in repr(cf) and "eager" in repr(cf)
     check(m, [torch.randn(2, 4)], compiled=cf)
+
+
+class CellSelf(nn.Module):
+    """forward's comprehension reads `self`, so `self` is a cell in its frame."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.k = 2
+
+    def forward(self, x):
+        return sum(self.fc(z) * self.k for z in [x, x * 2]) if False else \
+            [self.fc(z) * self.k for z in (x, x + 1)]
+
+
+class HoldsCellSelf(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = CellSelf()
+
+    def forward(self, x):
+        a, b = self.inner(x)
+        return a + b
+
+
+def test_submodule_whose_self_is_a_cell_is_inlined():
+    torch.manual_seed(0)
+    m = HoldsCellSelf()
+    cf = check(m, [torch.randn(2, 4) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)

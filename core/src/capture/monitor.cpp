@@ -387,10 +387,12 @@ void Monitor::on_call(PyFrameObject* fo) {
     ShadowFrame& top = m_frames.back();
     Pending& p = top.pending;
     bool inline_call = p.opcode == CALL || p.opcode == CALL_FUNCTION_EX;
+    // `self` of a forward whose comprehensions read it is a cell by now (MAKE_CELL has run).
+    PyObject* first = co->co_nlocalsplus > 0 ? py::frame_local(f, 0) : nullptr;
+    if (first && (py::code_local_kind(co, 0) & py::kLocalKindCell)) first = PyCell_GET(first);
     bool expected = inline_call && !p.inline_bound && p.callee.code == co &&
                     (p.callee.kind == CallKind::InlineFunction ||
-                     (p.callee.kind == CallKind::InlineModule &&
-                      py::frame_local(f, 0) == p.expect_self));
+                     (p.callee.kind == CallKind::InlineModule && first == p.expect_self));
     if (!expected) {
         // Runs untraced: inside a recorded op, a known callee, or Module.__call__ on the way
         // to the forward we expect.
