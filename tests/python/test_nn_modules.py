@@ -431,3 +431,21 @@ def test_submodule_whose_self_is_a_cell_is_inlined():
     m = HoldsCellSelf()
     cf = check(m, [torch.randn(2, 4) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+class DecoratedForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    @torch.no_grad()
+    def forward(self, x):
+        return self.lin(x) * 2
+
+
+def test_decorated_forward_runs_eagerly_and_says_so():
+    torch.manual_seed(0)
+    cf = check(DecoratedForward(), [torch.randn(2, 4) for _ in range(2)])
+    e = magpy.explain(cf)
+    assert e.report["eager_calls"] == 2
+    assert any("decorator" in n and "ran eagerly" in n for n in e.notes), e.notes

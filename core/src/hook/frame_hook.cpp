@@ -220,6 +220,16 @@ PyObject* call_with_hook(CompiledState& st, PyObject* const* args, size_t nargsf
     PyObject* r = PyObject_Vectorcall(st.target.get(), args, nargsf, kwnames);
     if (--g_hook_users == 0) py::set_eval_frame(g_prev_eval);
     t_active = a.prev;
+    if (!a.entered && r) {
+        // The code we wait for never ran as the call's frame: a decorator wraps it (its frame
+        // is the wrapper's, `self` is not its first local), or the call never reached it.
+        st.stats.eager_calls++;
+        st.add_note("`" + st.name + "` ran eagerly: its code (" +
+                    py::str_of(reinterpret_cast<PyCodeObject*>(st.code.get())->co_qualname) +
+                    ") was not called as expected, for example because a decorator wraps it; "
+                    "compile the undecorated function, or a module whose forward is not "
+                    "decorated");
+    }
     return r;
 }
 
