@@ -307,3 +307,16 @@ def test_refcounts_restored_after_captures_and_reset():
     assert_stats(cf, graphs=8, entries=8, misses=10)
     magpy.reset()
     assert refcounts(*objs) == before
+
+
+@pytest.mark.xfail(strict=True, reason="fuzzer seed 31: an op captured inside a try block that "
+                   "raises only at replay (new data) escapes the handler eager would run")
+def test_op_raising_at_replay_inside_try_reaches_the_handler():
+    def f(x, idx):
+        try:
+            return x.index_select(0, idx)
+        except IndexError:
+            return x * 0
+
+    x = torch.randn(4)
+    check(f, [(x, torch.tensor([0, 1])), (x, torch.tensor([1, 2])), (x, torch.tensor([1, 9]))])
