@@ -32,22 +32,12 @@ for _p in (FUZZ, os.path.join(ROOT, "build", "python"), os.path.join(ROOT, "core
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-REASON_TITLES = {
-    "MB001": "branch on tensor values",
-    "MB002": "tensor to Python value",
-    "MB003": "unsupported callee",
-    "MB004": "unsupported bytecode",
-    "MB005": "I/O",
-    "MB006": "exception inside the capture",
-    "MB007": "unsupported attribute",
-    "MB008": "caller's container read after a write",
-    "MB009": "escaping object",
-    "MB010": "data-dependent shape",
-    "MB011": "no Python code",
-    "MB012": "another tracer active",
-    "MB013": "cache limit",
-    "MB099": "INTERNAL ENGINE ERROR",
-}
+
+def _reason_titles():
+    """Short texts of the break reason ids (magpy.BREAK_REASONS; imported when needed, so the
+    parent process does not load torch before the workers start)."""
+    import magpy
+    return magpy.BREAK_REASONS
 
 
 def result_record(r):
@@ -233,7 +223,7 @@ def summarize(records, wall, args):
           f"{rmisses} misses;  calls that raised (both worlds): {exc}")
     print("  breaks by reason (break records / programs with it):")
     for rid, k in sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0])):
-        title = REASON_TITLES.get(rid, "")
+        title = _reason_titles().get(rid, "")
         print(f"    {rid}  {title:<40} {k:6d} / {progs_by_reason[rid]}")
     if not by_reason:
         print("    (none)")

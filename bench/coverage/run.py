@@ -45,24 +45,6 @@ from corpus import split_args  # noqa: E402
 
 CORPORA = ("corpus_torchvision", "corpus_programs")
 
-# Short texts for the reason ids of core/src/capture/break_reasons.h (the table falls back on
-# the engine's own text for ids not listed here).
-REASON_TITLES = {
-    "MB001": "branch on tensor values",
-    "MB002": "tensor to Python value",
-    "MB003": "unsupported callee",
-    "MB004": "unsupported bytecode",
-    "MB005": "I/O",
-    "MB006": "exception inside the capture",
-    "MB007": "unsupported attribute",
-    "MB008": "caller's container read after a write",
-    "MB009": "escaping object",
-    "MB010": "data-dependent shape",
-    "MB011": "no Python code",
-    "MB012": "another tracer active",
-    "MB013": "cache limit",
-    "MB099": "INTERNAL ENGINE ERROR",
-}
 
 
 # --------------------------------------------------------------------------------------------
@@ -531,7 +513,7 @@ def print_summary(results, out=sys.stdout):
         p(f"  {'id':<6} {'programs':>8} {'breaks':>7}  {'what':<38} examples")
         for i, n, progs in ids:
             ex = ", ".join(progs[:3]) + (f", +{len(progs) - 3}" if len(progs) > 3 else "")
-            p(f"  {i:<6} {len(progs):>8} {n:>7}  {REASON_TITLES.get(i, '?'):<38} {ex}")
+            p(f"  {i:<6} {len(progs):>8} {n:>7}  {magpy.BREAK_REASONS.get(i, '?'):<38} {ex}")
         p()
         p("break reasons by text (access paths shown as <path>):")
         p(f"  {'id':<6} {'programs':>8} {'breaks':>7}  reason  [examples]")

@@ -12,9 +12,10 @@ import torch  # noqa: F401  (the engine compares against torch's types)
 
 import _magpy
 
-from ._explain import Explanation, GraphBreak
+from ._explain import BREAK_REASONS, Explanation, GraphBreak
 
 __all__ = ["compile", "explain", "reset", "GraphBreakError", "Explanation", "GraphBreak",
+           "BREAK_REASONS",
            "backends", "load_ipython_extension"]
 __version__ = "0.1.0"
 

@@ -4,6 +4,26 @@ import json
 from dataclasses import dataclass
 
 
+# Short titles of the break reason ids. The ids and what each means are defined in
+# core/src/capture/break_reasons.h; never renumber one, only add.
+BREAK_REASONS = {
+    "MB001": "branch on tensor values",
+    "MB002": "tensor to Python value",
+    "MB003": "unsupported callee",
+    "MB004": "unsupported bytecode",
+    "MB005": "I/O",
+    "MB006": "exception inside the capture",
+    "MB007": "unsupported attribute",
+    "MB008": "caller's container read after a write",
+    "MB009": "escaping object",
+    "MB010": "data-dependent shape",
+    "MB011": "no Python code",
+    "MB012": "another tracer active",
+    "MB013": "cache limit",
+    "MB099": "INTERNAL ENGINE ERROR",
+}
+
+
 @dataclass(frozen=True)
 class GraphBreak:
     reason_id: str
