@@ -70,9 +70,10 @@ static bool is_identity_object(PyObject* o) {
     return PyObject_TypeCheck(o, api.module_type);
 }
 
-void Capture::add_type_guards(int id, PyObject* real) {
+void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
     Value& val = v(id);
     int node = val.node;
+    val.dyn_scalar = by_type;
     if (val.tensor) {
         Check t;
         t.kind = CheckKind::TypeIs;
@@ -84,7 +85,7 @@ void Capture::add_type_guards(int id, PyObject* real) {
         m_guards->add_check(node, std::move(m));
         return;
     }
-    if (is_constant_like(real)) {
+    if (is_constant_like(real) && !by_type) {
         val.kind = ValueKind::Const;
         Check c;
         c.kind = CheckKind::Equals;
@@ -108,7 +109,7 @@ void Capture::add_type_guards(int id, PyObject* real) {
 // (writes through one path are seen through the other): guard that the paths still agree.
 // Tensors are not merged: the plan reads each path at replay and runs the real ops on the real
 // tensors, which is right whether or not two paths meet.
-int Capture::register_input(int node, PyObject* real) {
+int Capture::register_input(int node, PyObject* real, bool by_type) {
     if (!is_constant_like(real) && !is_tensor(real)) {
         auto seen = m_input_objects.find(real);
         if (seen != m_input_objects.end()) {
@@ -122,33 +123,18 @@ int Capture::register_input(int node, PyObject* real) {
     }
     int id = new_value(ValueKind::Input, real, m_guards->node(node).source);
     v(id).node = node;
-    add_type_guards(id, real);
+    add_type_guards(id, real, by_type);
     m_node_values[node] = id;
-    if (v(id).kind == ValueKind::Input) m_input_objects[real] = id;
+    if (v(id).kind == ValueKind::Input && !by_type) m_input_objects[real] = id;
     return id;
 }
 
 int Capture::input_root(AccessKind kind, int index, PyObject* key, const std::string& source,
-                        PyObject* real) {
+                        PyObject* real, bool by_type) {
     int node = m_guards->add_accessor(kind, -1, index, key, source);
     auto it = m_node_values.find(node);
     if (it != m_node_values.end()) return it->second;
-    return register_input(node, real);
-}
-
-int Capture::input_root_scalar(int index, const std::string& source, PyObject* real) {
-    int node = m_guards->add_accessor(AccessKind::FrameLocal, -1, index, nullptr, source);
-    auto it = m_node_values.find(node);
-    if (it != m_node_values.end()) return it->second;
-    int id = new_value(ValueKind::Input, real, source);
-    v(id).node = node;
-    v(id).dyn_scalar = true;
-    Check c;
-    c.kind = CheckKind::TypeIs;
-    c.expected = py::WeakOrStrong::make(reinterpret_cast<PyObject*>(Py_TYPE(real)));
-    m_guards->add_check(node, std::move(c));
-    m_node_values[node] = id;
-    return id;
+    return register_input(node, real, by_type);
 }
 
 int Capture::constant_root(PyObject* obj, const std::string& source) {

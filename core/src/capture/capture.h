@@ -111,14 +111,12 @@ public:
     int new_value(ValueKind kind, PyObject* real, std::string label);
     int const_value(PyObject* real, std::string label = {});
     // External values: a root access, or a step from an Input value. Guards by type.
+    // `by_type`: a float guarded by its type only, not its value (Value::dyn_scalar).
     int input_root(AccessKind kind, int index, PyObject* key, const std::string& source,
-                   PyObject* real);
+                   PyObject* real, bool by_type = false);
     int input_child(int parent_value, AccessKind kind, int index, PyObject* key,
                     const std::string& suffix, PyObject* real);
     int constant_root(PyObject* obj, const std::string& source);  // held, not guarded by path
-    // A float argument of a resume function that came from tensor data: guarded by its type,
-    // not its value, so new values do not recompile (see Value::dyn_scalar).
-    int input_root_scalar(int index, const std::string& source, PyObject* real);
     int fresh(ValueKind kind, std::vector<int> items, PyObject* real);
 
     // --- guards -------------------------------------------------------------------------
@@ -179,11 +177,11 @@ public:
     CaptureResult finish_failed();
 
 private:
-    void add_type_guards(int value, PyObject* real);
+    void add_type_guards(int value, PyObject* real, bool by_type);
     bool build_arg(int value, Arg& out, bool escape, int depth);
     bool guard_contents(int value, int depth);
     void add_step(Step step);
-    int register_input(int node, PyObject* real);
+    int register_input(int node, PyObject* real, bool by_type = false);
     void describe_graph(CaptureResult& r);
 
     PyObject* m_entry_function;  // borrowed: alive for the whole call

@@ -463,8 +463,7 @@ void Monitor::bind_root(ShadowFrame& f) {
             bool scalar = m_seg.dynamic_args && static_cast<size_t>(i) < m_seg.dynamic_args->size() &&
                           (*m_seg.dynamic_args)[static_cast<size_t>(i)] && PyFloat_CheckExact(val);
             std::string source = "L['" + local_name(co, i) + "']";
-            int id = scalar ? m_cap.input_root_scalar(i, source, val)
-                            : m_cap.input_root(AccessKind::FrameLocal, i, nullptr, source, val);
+            int id = m_cap.input_root(AccessKind::FrameLocal, i, nullptr, source, val, scalar);
             if (kind & py::kLocalKindCell) m_cap.cells()[real] = id;
             else f.locals[static_cast<size_t>(i)] = id;
         } else if (kind & py::kLocalKindFree) {
