@@ -71,49 +71,51 @@ bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_funct
     }
     args.clear();
     for (Py_ssize_t i = 0; i < n; ++i) args.push_back(py::Ref::borrow(PyTuple_GET_ITEM(live, i)));
-    // args: [locals | stack | cells]; the stack's top is args[nvar + nstack - 1].
-    std::vector<bool> nulls = c.stack_nulls;
-    std::vector<bool> computed = c.computed;
-    computed.resize(args.size(), false);
+    // args: [locals | stack | cells]; the stack's top is args[nvar + nstack - 1]. The branch or
+    // next() decides whether the top is popped, or an item pushed over it.
     auto top_index = static_cast<long>(nvar + nstack) - 1;
-    auto pop_top = [&]() {
-        args.erase(args.begin() + top_index);
-        computed.erase(computed.begin() + top_index);
-        nulls.pop_back();
-    };
-    int target = c.next;
+    bool jumped = false, popped = false;
+    py::Ref item;
     if (c.kind == Continuation::Kind::Branch) {
         PyObject* top = args[static_cast<size_t>(top_index)].get();
-        bool holds;
         if (c.test == Continuation::Test::IsNone || c.test == Continuation::Test::IsNotNone) {
-            holds = (top == Py_None) == (c.test == Continuation::Test::IsNone);
+            jumped = (top == Py_None) == (c.test == Continuation::Test::IsNone);
         } else {
             int t = PyObject_IsTrue(top);
             if (t < 0) return false;
-            holds = (t != 0) == (c.test == Continuation::Test::IsTrue);
+            jumped = (t != 0) == (c.test == Continuation::Test::IsTrue);
         }
-        if (holds) target = c.jump;
-        if (!holds || c.pop_on_jump) pop_top();
+        popped = !jumped || c.pop_on_jump;
     } else if (c.kind == Continuation::Kind::ForIter) {
-        PyObject* it = args[static_cast<size_t>(top_index)].get();
-        py::Ref item = py::Ref::steal(PyIter_Next(it));
-        if (item) {
-            args.insert(args.begin() + top_index + 1, std::move(item));
-            computed.insert(computed.begin() + top_index + 1, false);
-            nulls.push_back(false);
-        } else {
-            if (PyErr_Occurred()) return false;
-            pop_top();
-            target = c.jump;
-        }
+        item = py::Ref::steal(PyIter_Next(args[static_cast<size_t>(top_index)].get()));
+        if (!item && PyErr_Occurred()) return false;
+        jumped = popped = !item;
     }
-    PyCodeObject* code = resume_code(c.origin, target, nulls, c.unbound);
-    if (!code) return false;
-    if (CodeCache* rc = code_cache(code, false)) {
-        std::vector<bool>& dyn = rc->dynamic_args;
-        if (dyn.size() < computed.size()) dyn.resize(computed.size(), false);
-        for (size_t i = 0; i < computed.size(); ++i)
-            if (computed[i]) dyn[i] = true;
+    if (popped) args.erase(args.begin() + top_index);
+    if (item) args.insert(args.begin() + top_index + 1, std::move(item));
+    PyCodeObject*& code = c.resolved[jumped ? 1 : 0];
+    if (!code) {
+        // The first time the frame goes this way: make (or find) the resume code, and tell it
+        // which of its arguments were computed from tensor data.
+        std::vector<bool> nulls = c.stack_nulls;
+        std::vector<bool> computed = c.computed;
+        computed.resize(static_cast<size_t>(n), false);
+        if (popped) {
+            nulls.pop_back();
+            computed.erase(computed.begin() + top_index);
+        }
+        if (c.kind == Continuation::Kind::ForIter && !jumped) {
+            nulls.push_back(false);
+            computed.insert(computed.begin() + top_index + 1, false);
+        }
+        code = resume_code(c.origin, jumped ? c.jump : c.next, nulls, c.unbound);
+        if (!code) return false;
+        if (CodeCache* rc = code_cache(code, false)) {
+            std::vector<bool>& dyn = rc->dynamic_args;
+            if (dyn.size() < computed.size()) dyn.resize(computed.size(), false);
+            for (size_t i = 0; i < computed.size(); ++i)
+                if (computed[i]) dyn[i] = true;
+        }
     }
     PyObject* fn = PyFunction_NewWithQualName(reinterpret_cast<PyObject*>(code),
                                               PyFunction_GET_GLOBALS(frame_function),

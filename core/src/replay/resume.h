@@ -35,6 +35,9 @@ struct Continuation {
     std::vector<bool> computed;     // one per live-state item: computed from tensor data
     PyCodeObject* origin = nullptr; // borrowed: the entry holding this lives no longer
     int line = 0;                   // the break's line, for reports
+    // The resume code for each way on (0: `next`, 1: `jump`), found on first use. Borrowed:
+    // the origin's cache keeps it, and the origin outlives the entry holding this.
+    mutable PyCodeObject* resolved[2] = {nullptr, nullptr};
 };
 
 // The resume function that continues the segment, and its positional arguments, from the
