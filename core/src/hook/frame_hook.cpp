@@ -21,6 +21,18 @@ struct ActiveCall {
 };
 
 thread_local ActiveCall* t_active = nullptr;
+
+// The frame the hook waits for while a call is under way (the innermost one is t_active).
+struct ActiveScope {
+    ActiveCall call;
+    ActiveScope(CompiledState& st, PyCodeObject* code, PyObject* self)
+        : call{&st, code, self, false, t_active} {
+        t_active = &call;
+    }
+    ~ActiveScope() { t_active = call.prev; }
+    ActiveScope(const ActiveScope&) = delete;
+    ActiveScope& operator=(const ActiveScope&) = delete;
+};
 int g_hook_users = 0;  // guarded by the GIL
 py::EvalFrameFn g_prev_eval = nullptr;
 
@@ -133,11 +145,8 @@ PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, Py
     argv.reserve(args.size());
     for (const py::Ref& a : args) argv.push_back(a.get());
     PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.get()));
-    ActiveCall a{&st, code, nullptr, false, t_active};
-    t_active = &a;
-    PyObject* r = PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr);
-    t_active = a.prev;
-    return r;
+    ActiveScope scope(st, code, nullptr);
+    return PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr);
 }
 
 PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) {
@@ -210,17 +219,14 @@ PyObject* call_with_hook(CompiledState& st, PyObject* const* args, size_t nargsf
                          PyObject* kwnames) {
     st.stats.calls++;
     if (!st.code) return PyObject_Vectorcall(st.target.get(), args, nargsf, kwnames);
-    ActiveCall a{&st, reinterpret_cast<PyCodeObject*>(st.code.get()), st.expect_self, false,
-                 t_active};
-    t_active = &a;
+    ActiveScope scope(st, reinterpret_cast<PyCodeObject*>(st.code.get()), st.expect_self);
     if (g_hook_users++ == 0) {
         g_prev_eval = py::get_eval_frame();
         py::set_eval_frame(magpy_eval_frame);
     }
     PyObject* r = PyObject_Vectorcall(st.target.get(), args, nargsf, kwnames);
     if (--g_hook_users == 0) py::set_eval_frame(g_prev_eval);
-    t_active = a.prev;
-    if (!a.entered && r) {
+    if (!scope.call.entered && r) {
         // The code we wait for never ran as the call's frame: a decorator wraps it (its frame
         // is the wrapper's, `self` is not its first local), or the call never reached it.
         st.stats.eager_calls++;
