@@ -18,7 +18,8 @@ from conftest import break_ids, check
 # The first call captures the `try` body without an exception. A later call with the same
 # guards (same shapes and dtypes) makes the op raise at replay time, because whether it raises
 # depends on tensor data: an index tensor's values, the size of a boolean-mask selection. Eager
-# runs the `except` branch; the compiled callable lets the exception escape to the caller.
+# runs the `except` branch; the compiled callable let the exception escape to the caller.
+# Fixed: such a step hands the call to eager execution ([Note: replay errors inside try]).
 # All 12 mismatching fuzzer seeds of 0..1999 reduce to this (31, 341, 542, 841, 890, 1038,
 # 1146, 1226, 1324, 1514, 1566, 1657), e.g. seed 31 to
 #     try:
@@ -54,15 +55,11 @@ def try_index_with_effects(x, idx, log):
     return y
 
 
-@pytest.mark.xfail(strict=True, reason="fuzzer: an op replayed inside `try` that raises "
-                                       "(data-dependent) escapes the user's except handler")
 def test_try_catches_index_error_raised_at_replay():
     x = torch.arange(4.0)
     check(try_index, [(x, torch.tensor([1])), (x, torch.tensor([9]))])
 
 
-@pytest.mark.xfail(strict=True, reason="fuzzer: an op replayed inside `try` that raises "
-                                       "(data-dependent) escapes the user's except handler")
 def test_try_catches_view_error_of_masked_selection_at_replay():
     # two positive values: view(-1, 2) works; three: it raises (same guards: shape [5])
     a = torch.tensor([1.0, 2.0, -1.0, -2.0, -3.0])
@@ -70,8 +67,6 @@ def test_try_catches_view_error_of_masked_selection_at_replay():
     check(try_masked_view, [a, b])
 
 
-@pytest.mark.xfail(strict=True, reason="fuzzer: an op replayed inside `try` that raises "
-                                       "(data-dependent) escapes the user's except handler")
 def test_try_handler_runs_and_effects_match_when_replayed_op_raises():
     x = torch.arange(4.0)
     check(try_index_with_effects, [(x, torch.tensor([1]), []), (x, torch.tensor([9]), [])])

@@ -20,6 +20,7 @@ BREAK_REASONS = {
     "MB011": "no Python code",
     "MB012": "another tracer active",
     "MB013": "cache limit",
+    "MB014": "op in try after a write",
     "MB099": "INTERNAL ENGINE ERROR",
 }
 

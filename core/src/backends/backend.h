@@ -13,7 +13,9 @@ namespace magpy {
 class CompiledGraph {
 public:
     virtual ~CompiledGraph() = default;
-    // New reference, or NULL with a Python error. PRECONDITION: GIL held.
+    // New reference, or NULL with a Python error, or NULL with no error set: the plan gave
+    // up before any visible effect and the frame must run eagerly (Plan::run).
+    // PRECONDITION: GIL held.
     PyObject* run(PyObject* const* inputs) const { return run_impl(inputs); }
 
 private:

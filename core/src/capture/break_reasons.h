@@ -17,6 +17,7 @@ constexpr const char* kDynamicShape = "MB010";          // shape read from a dat
 constexpr const char* kNoPythonCode = "MB011";          // compile() of a callable with no Python code
 constexpr const char* kTracerActive = "MB012";          // another tracer (debugger, coverage) is on
 constexpr const char* kCacheLimit = "MB013";            // recompiled too often; running eagerly
+constexpr const char* kTryAfterEffect = "MB014";        // an op in try after a visible write
 constexpr const char* kInternal = "MB099";              // an engine bug; the call ran eagerly
 
 }  // namespace magpy::breaks

@@ -69,6 +69,44 @@ bool has_data_dependent_shape(const std::string& n, size_t nargs) {
     return kDyn.count(n) != 0;
 }
 
+bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
+                    PyObject* const* kwvalues) {
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; ++i) {
+        std::string k = py::str_of(PyTuple_GET_ITEM(kwnames, i));
+        if (k == "out" && kwvalues[i] != Py_None) return true;
+        if (k == "inplace" && PyObject_IsTrue(kwvalues[i]) == 1) return true;
+        if (k == "generator" && kwvalues[i] != Py_None) return true;
+    }
+    if (c.kind == CallKind::LeafModule) {
+        auto flag = [&](const char* name) {
+            PyObject* v = PyObject_GetAttrString(callable, name);
+            if (!v) {
+                PyErr_Clear();
+                return false;
+            }
+            bool on = PyObject_IsTrue(v) == 1;
+            Py_DECREF(v);
+            return on;
+        };
+        if (flag("inplace")) return true;
+        if (!flag("training")) return false;
+        std::string type = Py_TYPE(callable)->tp_name;
+        return flag("track_running_stats") || type.find("Dropout") != std::string::npos ||
+               type.find("RReLU") != std::string::npos;
+    }
+    const std::string& n = c.op;
+    if (n.size() > 1 && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0) return true;
+    static const std::unordered_set<std::string> kStateful = {
+        "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm",
+        "bernoulli", "multinomial", "normal", "poisson", "dropout", "alpha_dropout",
+        "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d", "rrelu",
+        "gumbel_softmax", "fractional_max_pool2d", "fractional_max_pool3d", "batch_norm",
+        "instance_norm"};
+    // batch_norm / instance_norm: F.batch_norm(training=True) updates the running statistics.
+    return kStateful.count(n) != 0;
+}
+
 bool is_metadata_attribute(const char* n) {
     static const std::unordered_set<std::string> kAttrs = {
         "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_sparse",

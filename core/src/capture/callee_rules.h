@@ -44,6 +44,13 @@ bool is_global_state_query(const std::string& op);
 bool reads_strides(const std::string& name);
 // Ops whose output shape depends on tensor data.
 bool has_data_dependent_shape(const std::string& op, size_t nargs);
+// A recorded op that changes state the caller can see: in-place (`add_`, `out=`,
+// `inplace=True`), random (draws from the RNG), or a built-in module that updates its buffers
+// in training (batch-norm running statistics) or draws (dropout). `callable` is the function or
+// module; `kwnames`/`kwvalues` its keyword arguments (may be null). Conservative: unknown is no.
+bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
+                    PyObject* const* kwvalues);
+
 // Tensor attributes that are metadata (x.shape) and those that are ops (x.T).
 bool is_metadata_attribute(const char* name);
 bool is_op_attribute(const char* name);

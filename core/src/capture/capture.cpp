@@ -245,6 +245,17 @@ static std::string method_name(const std::string& label) {  // "list.append" -> 
 // Every step is stamped with the user's line, file and function (for tracebacks at replay).
 void Capture::add_step(Step step) {
     step.line = m_line;
+    // A step inside try may raise at replay on new data; the plan then hands the call to
+    // eager execution, which is only right while nothing visible has happened yet.
+    // [Note: replay errors inside try]
+    step.in_try = m_in_try;
+    if (step.in_try && m_effects && !m_failed)
+        return fail(breaks::kTryAfterEffect,
+                    "an operation inside a try block comes after a write or in-place change "
+                    "made earlier in the call; if it raised on new data, replay could not run "
+                    "the handler after the write exactly once",
+                    "move the write after the try block, or the try block before the write");
+    m_effects = m_effects || step.effect;
     if (m_code) {
         auto it = m_locations.find(m_code);
         if (it == m_locations.end())
@@ -275,6 +286,7 @@ void Capture::record_effect(Step step, const std::vector<int>& values) {
         if (!escape_arg(value, a)) return;
         step.args.push_back(std::move(a));
     }
+    step.effect = true;
     add_step(std::move(step));
     m_writes = true;
 }

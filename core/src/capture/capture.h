@@ -161,6 +161,9 @@ public:
         m_line = line;
     }
     int line() const { return m_line; }
+    // Whether an exception at the current instruction would reach a handler of the captured
+    // code (a try or with block of this frame or of a caller being traced).
+    void set_in_try(bool in_try) { m_in_try = in_try; }
 
     // Attribute writes made by the capture, read back by later loads: (object value, name).
     std::map<std::pair<int, std::string>, int>& overlay() { return m_overlay; }
@@ -205,6 +208,8 @@ private:
     bool m_failed = false;
     bool m_internal = false;
     bool m_writes = false;  // an effect was recorded
+    bool m_effects = false; // a step with Step::effect was recorded (writes, in-place ops, RNG)
+    bool m_in_try = false;
     PyCodeObject* m_code = nullptr;
     int m_line = 0;
     size_t m_graph_ops = 0;

@@ -407,6 +407,7 @@ void Monitor::on_call(PyFrameObject* fo) {
     sf.code = co;
     // Lines inside torch's own Python (Sequential.forward) are reported at the user's call.
     sf.library_code = str(co->co_filename).find("/torch/") != std::string::npos;
+    sf.caller_in_try = top.in_try;
     m_frames.push_back(std::move(sf));
     // `p` may dangle after push_back; re-fetch the caller.
     Pending& call = m_frames[m_frames.size() - 2].pending;
@@ -438,6 +439,7 @@ void Monitor::on_return(PyFrameObject* fo, PyObject* value) {
         return;
     }
     m_frames.back().pending.inline_result = done.return_value;
+    m_cap.set_in_try(m_frames.back().in_try);
 }
 
 static std::string local_name(PyCodeObject* co, int i) {
@@ -606,6 +608,8 @@ void Monitor::on_opcode(PyFrameObject* fo) {
         return stop_tracing();
     }
     py::Instruction ins = py::frame_current_instruction(f.frame);
+    f.in_try = f.caller_in_try || py::code_offset_in_handler(f.code, ins.offset);
+    m_cap.set_in_try(f.in_try);
     if (!f.library_code) {
         m_cap.set_location(f.code, py::code_line_of(f.code, ins.offset));
     } else {
@@ -751,6 +755,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
             Arg a, b, d;
             if (!m_cap.arg_of(cont, a) || !m_cap.arg_of(key, b) || !m_cap.arg_of(val, d)) return;
             s.args = {a, b, d};
+            s.effect = true;
             m_cap.record(std::move(s), Py_None, "setitem", true);
             return;
         }
@@ -1461,6 +1466,14 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape) {
         s.args.push_back(std::move(x));
     }
     s.kwnames = py::Ref::borrow(p.kwnames);
+    {
+        size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+        std::vector<PyObject*> kwvalues;
+        for (size_t i = p.in.size() - nkw; i < p.in.size(); ++i)
+            kwvalues.push_back(m_cap.v(p.in[i]).real.get());
+        s.effect = op_has_effects(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
+                                  kwvalues.data());
+    }
     if (p.callee.kind == CallKind::LeafModule && m_cap.v(p.callee_value).kind == ValueKind::Input) {
         PyObject* tr = PyObject_GetAttrString(m_cap.v(p.callee_value).real.get(), "training");
         if (tr) {
@@ -1984,6 +1997,7 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         Arg p, q;
         if (!m_cap.arg_of(a, p) || !m_cap.arg_of(b, q)) return -1;
         s.args = {p, q};
+        s.effect = op >= NB_INPLACE_ADD && x.tensor;  // t += 1 changes t
         std::string label = op_label(x.label, binary_symbol(op), y.label);
         bool graph_op = x.tensor || y.tensor;
         int r = m_cap.record(std::move(s), real, label, graph_op);

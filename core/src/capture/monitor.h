@@ -65,6 +65,8 @@ private:
         int func_value = -1;          // the function object's value (callees)
         bool is_root = false;
         bool library_code = false;  // torch's own Python, traced through
+        bool caller_in_try = false; // the call into this frame sits in a try/with of a caller
+        bool in_try = false;        // the current instruction is (Capture::set_in_try)
         int return_value = -1;
     };
 

@@ -175,7 +175,13 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
         if (e.graph) {
             std::shared_ptr<const Continuation> cont = e.cont;  // `e` may move while resuming
             result = e.graph->run(values.data());
-            if (result && cont) result = resume(st, *cont, frame, result);
+            if (result && cont) {
+                result = resume(st, *cont, frame, result);
+            } else if (!result && !PyErr_Occurred()) {
+                st.add_note("an operation inside a try block raised when replayed, so the call "
+                            "ran eagerly for its handler (new data made it fail)");
+                result = run_eagerly(st, ts, frame);
+            }
         } else {
             result = run_eagerly(st, ts, frame);
         }

@@ -92,6 +92,21 @@ PyObject* Plan::add_user_frame(const Step& s) const {
     return nullptr;
 }
 
+// A failed step: the user's exception with the user's frame added, or, inside a try block, a
+// request to run the frame eagerly (see run()). Only Exception subclasses are handed back:
+// KeyboardInterrupt and SystemExit go on as they are.
+PyObject* Plan::fail(const Step& s) const {
+    if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_SystemError, "magpy: a replayed step failed without an error");
+        return add_user_frame(s);
+    }
+    if (s.in_try && PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    return add_user_frame(s);
+}
+
 PyObject* Plan::run(PyObject* const* inputs) const {
     Slots slots(m_num_slots);
     auto get = [&](const Arg& a) -> PyObject* {  // borrowed
@@ -179,14 +194,14 @@ PyObject* Plan::run(PyObject* const* inputs) const {
             break;
         case StepKind::SetAttr:
             if (PyObject_SetAttr(get(s.args[0]), s.name.get(), get(s.args[1])) < 0)
-                return add_user_frame(s);
+                return fail(s);
             continue;
         case StepKind::SetItem:
             if (PyObject_SetItem(get(s.args[0]), get(s.args[1]), get(s.args[2])) < 0)
-                return add_user_frame(s);
+                return fail(s);
             continue;
         }
-        if (!r) return add_user_frame(s);
+        if (!r) return fail(s);
         if (s.out >= 0) {
             Py_XSETREF(slots.v[s.out], r);
         } else {

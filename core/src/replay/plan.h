@@ -45,6 +45,8 @@ struct Step {
     py::Ref kwnames;  // tuple of str for Call, or null
     py::Ref name;     // GetAttr / SetAttr
     bool graph_op = false;  // part of the operator graph (tensor computation)
+    bool effect = false;    // changes state the caller can see: a write, an in-place op, the RNG
+    bool in_try = false;    // an exception here would reach a handler of the captured code
     int line = 0;           // source line of the user's code, for messages
     int loc = -1;           // Plan::location(): the file and function of that line
 };
@@ -74,6 +76,10 @@ public:
     // Runs the plan. `inputs` are the guard tree's fetched values (borrowed). Returns a new
     // reference, or NULL with the Python error raised by the failing step; its traceback then
     // ends at the user's line that step came from, as if the function had run.
+    // Returns NULL with NO error set when a step inside the user's try block raised an
+    // Exception: the plan gives up (nothing visible has happened yet: the capture refuses an
+    // in-try step after an effect) and the caller runs the frame eagerly, so the handler runs.
+    // See [Note: replay errors inside try] in core/NOTES.md.
     // PRECONDITION: GIL held.
     PyObject* run(PyObject* const* inputs) const;
 
@@ -83,6 +89,7 @@ public:
 
 private:
     PyObject* add_user_frame(const Step& s) const;  // always NULL
+    PyObject* fail(const Step& s) const;            // always NULL
     int m_num_slots = 0;
     std::vector<Step> m_steps;
     Arg m_result;
