@@ -74,7 +74,7 @@ def test_try_handler_runs_and_effects_match_when_replayed_op_raises():
 
 # ---------------------------------------------------------------------------------------------
 # 2. Not a mismatch (results are right), but reported by the engine as its own bug: a read of
-# an unbound local in the user's code (UnboundLocalError, raised in eager too) is recorded as
+# an unbound local in the user's code (UnboundLocalError, raised in eager too) was recorded as
 # MB099 "magpy could not follow this code (read of a local with no value)" with the hint
 # "please report this", where any other exception raised by the user's code is an ordinary
 # break (MB006 / MB003). Found by the fuzzer in generated programs that read a variable
@@ -86,8 +86,6 @@ def reads_unbound_local(x, flag):
     return x + y  # noqa: F821 (UnboundLocalError when flag is false, in eager too)
 
 
-@pytest.mark.xfail(strict=True, reason="fuzzer: UnboundLocalError in user code is reported as "
-                                       "an internal engine error (MB099)")
 def test_unbound_local_read_is_not_an_internal_engine_error():
     magpy.reset()
     cf = magpy.compile(reads_unbound_local)
@@ -98,4 +96,6 @@ def test_unbound_local_read_is_not_an_internal_engine_error():
             cf(torch.ones(2), False)
     e = magpy.explain(cf)
     assert "MB099" not in break_ids(cf), str(e)
+    assert "MB006" in break_ids(cf), str(e)
+    assert any("`y` is read before it is assigned" in b.reason for b in e.breaks), str(e)
     assert not any("engine error" in n for n in e.notes), str(e)

@@ -667,7 +667,16 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case LOAD_CONST: push(f, m_cap.const_value(py::code_const(f.code, ins.oparg))); return;
     case LOAD_FAST: {
         int id = f.locals[static_cast<size_t>(ins.oparg)];
-        if (id < 0) return m_cap.internal_error("read of a local with no value");
+        if (id < 0) {
+            // The real local has no value either: the instruction raises UnboundLocalError,
+            // as it does without magpy. Otherwise the shadow lost track of it (an engine bug).
+            if (!py::frame_local(f.frame, ins.oparg))
+                return m_cap.fail(breaks::kException,
+                                  "`" + local_name(f.code, ins.oparg) +
+                                      "` is read before it is assigned (UnboundLocalError)",
+                                  "assign it on every path before reading it");
+            return m_cap.internal_error("read of a local with no value");
+        }
         push(f, id);
         return;
     }
