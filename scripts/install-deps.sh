@@ -13,6 +13,8 @@ PACKAGES=(
     googletest libgtest-dev python3-pytest python3-numpy python3-jsonschema
     # notebook side (IPython extension, peers)
     python3-ipython python3-ipykernel python3-jupyter-client
+    # the %%magpy RefGraph view lays out its SVG with graphviz's dot
+    graphviz
     # real models for tests and benchmarks
     python3-torchvision
 )

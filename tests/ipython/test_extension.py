@@ -1,10 +1,10 @@
 """`%load_ext magpy` and the first %%magpy cell magic, in a real IPython shell."""
 
-from IPython.testing.globalipapp import start_ipython
+from conftest import global_shell
 
 
 def test_load_ext_and_cell_magic_replays_from_cache():
-    ip = start_ipython()
+    ip = global_shell()
     ip.run_cell("import torch").raise_error()
     ip.run_cell("%load_ext magpy").raise_error()
     ip.run_cell("x = torch.ones(3); w = 2.0").raise_error()
