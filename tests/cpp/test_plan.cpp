@@ -32,7 +32,8 @@ TEST(Plan, RunsStepsAndBuildsTheResult) {
     py::Ref a = py::Ref::steal(PyLong_FromLong(3));
     py::Ref b = py::Ref::steal(PyLong_FromLong(-10));
     PyObject* inputs[] = {a.get(), b.get()};
-    py::Ref r = py::Ref::steal(plan.run(inputs));
+    Declined declined;
+    py::Ref r = py::Ref::steal(plan.run(inputs, declined));
     ASSERT_TRUE(r);
     ASSERT_TRUE(PyTuple_Check(r.get()));
     EXPECT_EQ(PyLong_AsLong(PyTuple_GET_ITEM(r.get(), 0)), 7);
@@ -56,8 +57,10 @@ TEST(Plan, FailingStepReturnsNullWithTheError) {
     py::Ref one = py::Ref::steal(PyLong_FromLong(1));
     py::Ref zero = py::Ref::steal(PyLong_FromLong(0));
     PyObject* inputs[] = {one.get(), zero.get()};
-    PyObject* r = plan.run(inputs);
+    Declined declined;
+    PyObject* r = plan.run(inputs, declined);
     EXPECT_EQ(r, nullptr);
+    EXPECT_EQ(declined, Declined::No);
     ASSERT_TRUE(PyErr_ExceptionMatches(PyExc_ZeroDivisionError));
     PyErr_Clear();
 }

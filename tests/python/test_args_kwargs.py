@@ -101,7 +101,8 @@ def test_kwargs_tensor_shape_change():
     cf = check(f, [Call(x=torch.randn(2, 3), y=1.0), Call(x=torch.randn(2, 3), y=1.0),
                    Call(x=torch.randn(4, 3), y=1.0)])
     e = assert_stats(cf, graphs=2, hits=1, misses=2)
-    assert e.recompile_reasons == ["tensor `L['kw']['x']` dim 0: expected 2, got 4"]
+    assert e.recompile_reasons == ["tensor `L['kw']['x']` dim 0: expected 2, got 4; "
+                                  "now dynamic: L['kw']['x'] dim 0"]
 
 
 def test_forwarding_two_star_args_to_callee():

@@ -68,6 +68,7 @@ def test_rebinding_cell_to_tensor_of_other_shape():
     cf = check(read, [x, x, x], mutate=mutate)
     e = assert_stats(cf, graphs=2, hits=1, misses=2)
     assert e.recompile_reasons == ["tensor `closure['value']` dim 0: expected 3, got 1"]
+    # (a size of 1 never becomes symbolic: the next call with size 3 recompiles)
 
 
 def test_factory_functions_share_code_but_not_results():

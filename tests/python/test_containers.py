@@ -53,7 +53,8 @@ def test_input_tuple_unpacking():
                    ((torch.randn(2, 3), torch.randn(3, 4)),),
                    ((torch.randn(2, 3), torch.randn(3, 5)),)])
     e = assert_stats(cf, graphs=2, hits=1, misses=2)
-    assert e.recompile_reasons == ["tensor `L['pair'][1]` dim 1: expected 4, got 5"]
+    assert e.recompile_reasons == ["tensor `L['pair'][1]` dim 1: expected 4, got 5; "
+                                  "now dynamic: L['pair'][1] dim 1"]
 
 
 def test_input_dict_constant_keys():

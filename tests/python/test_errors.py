@@ -298,7 +298,7 @@ def test_refcounts_restored_after_captures_and_reset():
         return m(x, extra) * 2
 
     magpy.reset()
-    cf = magpy.compile(fn)
+    cf = magpy.compile(fn, dynamic=False)
     objs = (extra, extra[0], m, m.fc, m.fc.weight, fn, Small, Small.forward)
     before = refcounts(*objs)
     for n in range(1, 11):  # 8 captures, then eager calls past the cache limit

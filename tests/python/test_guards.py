@@ -183,7 +183,7 @@ def test_tensor_metadata_change(change, reason):
         return x * 2
 
     x = torch.randn(3, 2)
-    cf = check(f, [x, x + 1, change(x), x])
+    cf = check(f, [x, x + 1, change(x), x], dynamic=False)
     e = assert_stats(cf, graphs=2, hits=2, misses=2, entries=2)
     assert e.recompile_reasons == [reason]
 
@@ -239,7 +239,7 @@ def test_returning_to_earlier_variant_hits():
         return x.sum(0)
 
     shapes = [(2, 3), (4, 3), (2, 3), (5, 3), (4, 3), (2, 3)]
-    cf = check(f, [torch.randn(s) for s in shapes])
+    cf = check(f, [torch.randn(s) for s in shapes], dynamic=False)
     assert_stats(cf, graphs=3, entries=3, hits=3, misses=3)
 
 
@@ -329,14 +329,19 @@ def test_default_dtype_read_is_guarded():
     check(f, [torch.ones(2, dtype=torch.int64)] * 2, mutate=mutate)
 
 
-@pytest.mark.parametrize("dynamic", [None, True, False])
-def test_dynamic_option_is_recorded_but_shapes_still_specialize(dynamic):
+@pytest.mark.parametrize("dynamic,graphs", [(None, 2), (True, 1), (False, 4)])
+def test_dynamic_option_decides_which_sizes_recompile(dynamic, graphs):
     def f(x):
         return x.sum(0) * x.shape[0]
 
-    cf = check(f, [torch.randn(2, 3), torch.randn(2, 3), torch.randn(4, 3)], dynamic=dynamic)
-    e = assert_stats(cf, graphs=2, hits=1, misses=2)
-    assert e.recompile_reasons == ["tensor `L['x']` dim 0: expected 2, got 4"]
+    sizes = [2, 2, 4, 6, 4, 9]
+    cf = check(f, [torch.randn(n, 3) for n in sizes], dynamic=dynamic)
+    e = assert_stats(cf, graphs=graphs, misses=graphs, hits=len(sizes) - graphs)
+    if dynamic is None:
+        assert e.recompile_reasons == ["tensor `L['x']` dim 0: expected 2, got 4; "
+                                       "now dynamic: L['x'] dim 0"]
+    if dynamic is False:
+        assert e.recompile_reasons[0] == "tensor `L['x']` dim 0: expected 2, got 4"
 
 
 def test_explain_before_any_call():

@@ -209,7 +209,7 @@ def cache_limit():
     def f(x):
         return x + 1
 
-    cf = check(f, [torch.randn(n) for n in range(1, 12)])
+    cf = check(f, [torch.randn(n) for n in range(1, 12)], dynamic=False)
     r = report(cf)
     assert len(r["cache_entries"]) == 8 and r["eager_calls"] == 3
     # the limit is reported as a break with no source location

@@ -171,9 +171,15 @@ def test_metadata_queries_are_constants():
     def f(x):
         return x.view(x.size(0), -1) * x.dim() + x.numel() + len(x)
 
-    cf = check(f, [torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.randn(3, 3, 4)])
-    e = assert_stats(cf, graphs=2, hits=1, misses=2)
-    assert e.recompile_reasons == ["tensor `L['x']` dim 0: expected 2, got 3"]
+    cf = check(f, [torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.randn(3, 3, 4),
+                   torch.randn(5, 3, 4), torch.randn(7, 3, 4)])
+    e = assert_stats(cf, graphs=2, hits=3, misses=2)
+    assert e.recompile_reasons == ["tensor `L['x']` dim 0: expected 2, got 3; "
+                                   "now dynamic: L['x'] dim 0"]
+    # size(0), numel() and len() are read at replay; dim() is fixed by the rank
+    assert "size=[s0, 3, 4]" in "\n".join(e.guards)
+    code = "\n".join(e.replay_code())
+    assert "size(L['x'], 0)" in code and "numel(L['x'])" in code
 
 
 def test_stride_query_guards_strides():

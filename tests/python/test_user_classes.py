@@ -108,7 +108,8 @@ def test_nested_object_tensor_attribute():
                    (Config(1, 0, Inner(torch.randn(3, 4))), x),
                    (Config(1, 0, Inner(torch.randn(3, 5))), x)])
     e = assert_stats(cf, graphs=2, hits=1, misses=2)
-    assert e.recompile_reasons == ["tensor `L['cfg'].inner.w` dim 1: expected 4, got 5"]
+    assert e.recompile_reasons == ["tensor `L['cfg'].inner.w` dim 1: expected 4, got 5; "
+                                  "now dynamic: L['cfg'].inner.w dim 1"]
 
 
 def test_object_of_other_class_recompiles():

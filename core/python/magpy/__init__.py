@@ -28,9 +28,11 @@ def compile(fn_or_module, backend="eager", fullgraph=False, dynamic=None, cache_
     """Return a callable equivalent to `fn_or_module` that replays captured graphs.
 
     backend: one of magpy.backends(). fullgraph: raise GraphBreakError at the first construct
-    that cannot be captured instead of running it eagerly. dynamic: None (automatic), True or
-    False (dynamic shapes arrive in a later version; the value is recorded). cache_limit: how
-    many captured variants to keep per function before running new inputs eagerly.
+    that cannot be captured instead of running it eagerly. dynamic: None (automatic: a tensor
+    dim whose size changed between calls becomes symbolic in the next capture), True (every
+    dim of the tensors passed in is symbolic from the first call; sizes 0 and 1 stay fixed) or
+    False (every size is guarded by value). cache_limit: how many captured variants to keep
+    per function before running new inputs eagerly.
     """
     if not isinstance(backend, str):
         raise TypeError(f"magpy.compile(): backend must be a string such as 'eager', "
@@ -38,6 +40,24 @@ def compile(fn_or_module, backend="eager", fullgraph=False, dynamic=None, cache_
     if dynamic not in (None, True, False):
         raise TypeError(f"magpy.compile(): dynamic must be None, True or False, got {dynamic!r}")
     return _magpy.compile(fn_or_module, backend, bool(fullgraph), dynamic, int(cache_limit))
+
+
+def mark_dynamic(tensor, dim):
+    """Make dim `dim` (an int or a list of ints) of `tensor` symbolic when a compiled function
+    is first called with it: the capture does not specialise on its size."""
+    import torch
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"magpy.mark_dynamic(): expected a tensor, got {type(tensor).__name__}")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    for d in dims:
+        if not isinstance(d, int) or isinstance(d, bool):
+            raise TypeError(f"magpy.mark_dynamic(): dim must be an int, got {d!r}")
+        if not -tensor.dim() <= d < tensor.dim():
+            raise IndexError(f"magpy.mark_dynamic(): dim {d} is out of range for a tensor of "
+                             f"rank {tensor.dim()}")
+    marked = set(getattr(tensor, "_magpy_dynamic_dims", ()))
+    marked.update(d % tensor.dim() for d in dims)
+    tensor._magpy_dynamic_dims = tuple(sorted(marked))
 
 
 def explain(compiled):

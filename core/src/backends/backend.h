@@ -13,13 +13,15 @@ namespace magpy {
 class CompiledGraph {
 public:
     virtual ~CompiledGraph() = default;
-    // New reference, or NULL with a Python error, or NULL with no error set: the plan gave
-    // up before any visible effect and the frame must run eagerly (Plan::run).
+    // New reference, or NULL with a Python error, or NULL with no error set when the plan
+    // gave up before any visible effect (`declined` says why: Plan::run).
     // PRECONDITION: GIL held.
-    PyObject* run(PyObject* const* inputs) const { return run_impl(inputs); }
+    PyObject* run(PyObject* const* inputs, Declined& declined) const {
+        return run_impl(inputs, declined);
+    }
 
 private:
-    virtual PyObject* run_impl(PyObject* const* inputs) const = 0;
+    virtual PyObject* run_impl(PyObject* const* inputs, Declined& declined) const = 0;
 };
 
 class Backend {

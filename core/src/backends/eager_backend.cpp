@@ -11,7 +11,9 @@ public:
     explicit EagerGraph(std::shared_ptr<const Plan> plan) : m_plan(std::move(plan)) {}
 
 private:
-    PyObject* run_impl(PyObject* const* inputs) const override { return m_plan->run(inputs); }
+    PyObject* run_impl(PyObject* const* inputs, Declined& declined) const override {
+        return m_plan->run(inputs, declined);
+    }
     std::shared_ptr<const Plan> m_plan;
 };
 

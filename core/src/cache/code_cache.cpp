@@ -52,6 +52,7 @@ void clear_all_caches() {
     for (CodeCache* cc : g_caches) {
         cc->entries.clear();
         cc->sites.clear();
+        cc->dynamic_dims.clear();
     }
 }
 

@@ -49,6 +49,9 @@ struct CodeCache {
     // Resume codes: arguments that held values computed from tensor data in some segment
     // ending here (floats among them are guarded by type only).
     std::vector<bool> dynamic_args;
+    // Automatic dynamic shapes: tensor dims (by the guard's source, e.g. L['x']) whose size
+    // changed between captures; symbolic in later captures.
+    std::map<std::string, uint64_t> dynamic_dims;
     ~CodeCache();
 };
 

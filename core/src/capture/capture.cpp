@@ -82,6 +82,8 @@ void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
         Check m;
         m.kind = CheckKind::TensorMatch;
         tensor_meta_of(real, m.tensor, false);
+        m.tensor.key.dynamic = dynamic_dims_for(node, real);
+        if (m.tensor.key.dynamic) m_dynamic_nodes.push_back(node);
         m_guards->add_check(node, std::move(m));
         return;
     }
@@ -194,6 +196,7 @@ void Capture::guard_len(int id, Py_ssize_t n) {
 void Capture::guard_strides(int id) {
     Value& val = v(id);
     if (val.node < 0 || !val.tensor) return;
+    m_guards->set_dynamic_dims(val.node, 0);  // strides follow the sizes
     Check m;
     m.kind = CheckKind::TensorMatch;
     tensor_meta_of(val.real.get(), m.tensor, true);
@@ -225,15 +228,178 @@ void Capture::guard_equals(int id) {
     m_guards->add_check(val.node, std::move(c));
 }
 
+// [SECTION] dynamic shapes ---------------------------------------------------------------------
+// [Note: dynamic shapes]
+
+uint64_t Capture::dynamic_dims_for(int node, PyObject* t) {
+    if (m_dynamic.mode == 0) return 0;
+    const Accessor& a = m_guards->node(node);
+    uint64_t dims = 0;
+    if (m_dynamic.dims) {
+        auto it = m_dynamic.dims->find(a.source);
+        if (it != m_dynamic.dims->end()) dims |= it->second;
+    }
+    // dynamic=True: every dim of the tensors passed in (parameters and buffers keep theirs).
+    if (m_dynamic.mode == 1 && a.kind != AccessKind::ModuleAttr) dims = ~uint64_t{0};
+    // magpy.mark_dynamic(t, dim)
+    PyObject* marked = PyObject_GetAttrString(t, "_magpy_dynamic_dims");
+    if (marked) {
+        py::Ref seq = py::Ref::steal(PySequence_Tuple(marked));
+        Py_DECREF(marked);
+        for (Py_ssize_t i = 0; seq && i < PyTuple_GET_SIZE(seq.get()); ++i) {
+            long d = PyLong_AsLong(PyTuple_GET_ITEM(seq.get(), i));
+            if (d >= 0 && d < 64) dims |= uint64_t{1} << d;
+        }
+    }
+    PyErr_Clear();
+    // Sizes 0 and 1 stay fixed (as in torch.compile): broadcasting and emptiness depend on them.
+    PyObject* shape = PyObject_GetAttrString(t, "shape");
+    uint64_t ok = 0;
+    for (Py_ssize_t d = 0; shape && d < PyTuple_GET_SIZE(shape) && d < 64; ++d)
+        if (PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d)) >= 2) ok |= uint64_t{1} << d;
+    Py_XDECREF(shape);
+    PyErr_Clear();
+    return dims & ok;
+}
+
+bool Capture::sym_tensor(int id) {
+    const Value& val = v(id);
+    if (!val.tensor) return false;
+    if (val.kind == ValueKind::Input) return val.node >= 0 && m_guards->dynamic_dims(val.node);
+    return val.sym;
+}
+
+// An argument that carries symbolic sizes into an op: a symbolic tensor or number, or a
+// container whose items may be such (conservatively, any container when dims are symbolic).
+bool Capture::arg_sym(const Arg& a) {
+    switch (a.kind) {
+    case Arg::Kind::Const: return false;
+    case Arg::Kind::Input: {
+        auto it = m_node_values.find(a.index);
+        if (it == m_node_values.end()) return true;
+        const Value& val = v(it->second);
+        if (val.tensor) return sym_tensor(it->second);
+        return !(val.kind == ValueKind::Const || val.identity);
+    }
+    case Arg::Kind::Slot: {
+        size_t s = static_cast<size_t>(a.index);
+        if (s >= m_slot_values.size() || m_slot_values[s] < 0) return true;  // built containers
+        const Value& val = v(m_slot_values[s]);
+        return val.sym || val.sym_all || !val.sym_deps.empty();
+    }
+    }
+    return true;
+}
+
+int Capture::size_of(int id, int dim, PyObject* real) {
+    const Value& t = v(id);
+    bool input = t.kind == ValueKind::Input && t.node >= 0;
+    uint64_t dims = input ? m_guards->dynamic_dims(t.node) : 0;
+    uint64_t used = dim == kNumel ? dims : dim >= 0 && dim < 64 ? (dims & (uint64_t{1} << dim)) : 0;
+    if (input ? !used : !t.sym) return const_value(real);
+    Step s;
+    s.kind = StepKind::Call;
+    Arg self;
+    if (!arg_of(id, self)) return -1;
+    std::string label = t.label;
+    if (dim == kNumel) {
+        s.args = {Arg::value(torch_api().tensor_numel.get()), self};
+        label += ".numel()";
+    } else {
+        py::Ref d = py::Ref::steal(PyLong_FromLong(dim));
+        s.args = {Arg::value(torch_api().tensor_size.get()), self, Arg::value(d.get())};
+        label += ".size(" + std::to_string(dim) + ")";
+    }
+    int r = record(std::move(s), real, label, false);
+    Value& n = v(r);
+    n.sym = true;
+    n.sym_all = !input;
+    n.sym_deps.clear();
+    if (input) n.sym_deps.emplace_back(v(id).node, used);
+    return r;
+}
+
+// The plan checks at replay that `value` is still `expected` (or has that length), and gives
+// up before anything visible happened if not (Declined::Recapture).
+bool Capture::add_replay_check(int id, PyObject* expected, bool length) {
+    if (m_effects) return false;
+    Step s;
+    s.kind = StepKind::Check;
+    s.op = length ? 1 : 0;
+    Arg a;
+    if (!arg_of(id, a)) return false;
+    s.args = {a, Arg::value(expected)};
+    add_step(std::move(s));
+    return true;
+}
+
+// Booleans (relations: `T > 1`) and numbers computed from op results' sizes are checked at
+// replay while nothing visible has happened yet; numbers read from input sizes are guarded by
+// value (the guard is cheaper than a failed replay).
+void Capture::concretize(int id) {
+    Value& val = v(id);
+    PyObject* o = val.real.get();
+    if (!val.sym || val.tensor || !o || !(PyLong_Check(o) || PyFloat_Check(o))) return;
+    bool relation = PyBool_Check(val.real.get());
+    if ((relation || val.sym_all) && add_replay_check(id, val.real.get(), false)) {
+        // checked at replay
+    } else if (val.sym_all) {
+        pin_all_dims();
+    } else {
+        for (const auto& [node, dims] : val.sym_deps)
+            m_guards->set_dynamic_dims(node, m_guards->dynamic_dims(node) & ~dims);
+    }
+    val.sym = false;
+    val.sym_all = false;
+    val.sym_deps.clear();
+    val.kind = ValueKind::Const;
+}
+
+void Capture::fix_length(int id) {
+    Value& t = v(id);
+    if (!t.tensor || !sym_tensor(id)) return;
+    if (t.kind == ValueKind::Input) {
+        m_guards->set_dynamic_dims(t.node, m_guards->dynamic_dims(t.node) & ~uint64_t{1});
+        return;
+    }
+    py::Ref n = py::Ref::steal(PyLong_FromSsize_t(PyObject_Length(t.real.get())));
+    if (!n || !add_replay_check(id, n.get(), true)) pin_all_dims();
+    PyErr_Clear();
+}
+
+void Capture::pin_all_dims() {
+    for (int node : m_dynamic_nodes) m_guards->set_dynamic_dims(node, 0);
+}
+
 // [SECTION] plan -------------------------------------------------------------------------------
 
 int Capture::record(Step step, PyObject* real_result, const std::string& label, bool graph_op) {
     step.out = m_plan->add_slot();
     step.graph_op = graph_op;
+    bool sym = false;
+    if (!m_dynamic_nodes.empty())
+        for (const Arg& a : step.args) sym = sym || arg_sym(a);
     int id = new_value(ValueKind::OpResult, real_result, label);
     v(id).slot = step.out;
+    if (m_slot_values.size() <= static_cast<size_t>(step.out))
+        m_slot_values.resize(static_cast<size_t>(step.out) + 1, -1);
+    m_slot_values[static_cast<size_t>(step.out)] = id;
     m_graph_ops += graph_op ? 1 : 0;
     add_step(std::move(step));
+    if (sym) {
+        // A sequence of tensors (split, unbind, chunk) has as many items as the sizes make:
+        // its length is read by Python, so the sizes are fixed again. Numbers are symbolic
+        // (the caller narrows what they depend on).
+        PyObject* o = real_result;
+        if (o && (PyTuple_Check(o) || PyList_Check(o))) {
+            py::Ref n = py::Ref::steal(PyLong_FromSsize_t(PySequence_Size(o)));
+            if (m_effects || !add_replay_check(id, n.get(), true)) pin_all_dims();
+            v(id).sym = true;  // its items are tensors with symbolic sizes
+        } else {
+            v(id).sym = true;
+            v(id).sym_all = !v(id).tensor;
+        }
+    }
     return id;
 }
 
@@ -390,8 +556,17 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         }
         s.out = m_plan->add_slot();
         out = Arg::slot(s.out);
-        if (escape) v(id).built = s.out;
         add_step(std::move(s));
+        if (val.real && Py_TYPE(val.real.get()) == torch_api().size_type) {
+            // a shape with symbolic sizes: torch.Size(tuple), as the program had it
+            Step size;
+            size.kind = StepKind::Call;
+            size.args = {Arg::value(reinterpret_cast<PyObject*>(torch_api().size_type)), out};
+            size.out = m_plan->add_slot();
+            out = Arg::slot(size.out);
+            add_step(std::move(size));
+        }
+        if (escape) v(id).built = out.index;
         return true;
     }
     case ValueKind::Iterator:

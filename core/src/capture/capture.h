@@ -76,6 +76,13 @@ struct Value {
                             // unsupported) or a list only appended to (`items`: the appended)
     bool shadow = false;    // an Input list/tuple whose items are tracked in `items` (guarded)
     int built = -1;         // Fresh*: the plan slot of the object once it escaped (identity fixed)
+    // Dynamic shapes ([Note: dynamic shapes]): a tensor whose sizes may differ at replay (an
+    // op result computed from one; inputs read their symbolic dims from the guard tree), or a
+    // number computed at replay from such sizes. `sym_deps`: the (guard node, dims) the number
+    // depends on; `sym_all`: it depends on every symbolic dim (sizes of op results).
+    bool sym = false;
+    bool sym_all = false;
+    std::vector<std::pair<int, uint64_t>> sym_deps;
     std::string label;      // how the user would name it
 };
 
@@ -92,6 +99,12 @@ struct CaptureResult {
 };
 
 class Monitor;
+
+// Which input dims are symbolic in a capture ([Note: dynamic shapes]).
+struct DynamicConfig {
+    int mode = -1;  // -1 automatic (dims that changed between calls), 0 off, 1 every dim
+    const std::map<std::string, uint64_t>* dims = nullptr;  // automatic: by accessor source
+};
 
 // magpy.GraphBreakError (set by the Python module at import). Borrowed.
 PyObject* graph_break_error();
@@ -145,6 +158,21 @@ public:
     // A mutation of a container that exists at replay (input list, escaped fresh container):
     // true when it must be replayed.
     bool exists_at_replay(int value) { return v(value).kind == ValueKind::Input || v(value).built >= 0; }
+
+    // --- dynamic shapes -----------------------------------------------------------------
+    void set_dynamic(DynamicConfig c) { m_dynamic = c; }
+    // A tensor whose sizes may differ at replay.
+    bool sym_tensor(int value);
+    // Dim `dim` of tensor `value`: a constant when it is fixed by the guards, else a number
+    // read at replay (Value::sym).
+    int size_of(int value, int dim, PyObject* real);
+    static constexpr int kNumel = -1;  // size_of(t, kNumel): t.numel()
+    // Python needs the number itself (a branch, range(), a list index): from here on it is a
+    // constant, and the dims it came from are guarded by value again. Always succeeds.
+    void concretize(int value);
+    void pin_all_dims();
+    void fix_length(int tensor);  // Python reads len(tensor) (iteration, unpacking)
+    bool add_replay_check(int value, PyObject* expected, bool length);
 
     // --- breaks -------------------------------------------------------------------------
     void fail(const char* reason_id, std::string reason, std::string hint);
@@ -210,6 +238,11 @@ private:
     bool m_writes = false;  // an effect was recorded
     bool m_effects = false; // a step with Step::effect was recorded (writes, in-place ops, RNG)
     bool m_in_try = false;
+    DynamicConfig m_dynamic;
+    std::vector<int> m_dynamic_nodes;   // tensor guard nodes with symbolic dims
+    std::vector<int> m_slot_values;     // plan slot -> value recorded into it (-1: none)
+    uint64_t dynamic_dims_for(int node, PyObject* tensor);
+    bool arg_sym(const Arg& a);
     PyCodeObject* m_code = nullptr;
     int m_line = 0;
     size_t m_graph_ops = 0;

@@ -1011,7 +1011,8 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     case COMPARE_OP: {
         Value &a = m_cap.v(p.in[0]), &b = m_cap.v(p.in[1]);
-        bool scalar = (a.dyn_scalar || b.dyn_scalar) && number_operands(p.in[0], p.in[1]);
+        bool sym = (a.sym && !a.tensor) || (b.sym && !b.tensor);
+        bool scalar = (a.dyn_scalar || b.dyn_scalar || sym) && number_operands(p.in[0], p.in[1]);
         if (a.tensor || b.tensor || scalar) {
             Step s;
             s.kind = StepKind::Compare;
@@ -1022,7 +1023,10 @@ void Monitor::complete(ShadowFrame& f) {
             std::string label = op_label(a.label, compare_symbol(p.oparg), b.label);
             int r = m_cap.record(std::move(s), tos, label, !scalar);
             m_cap.v(r).dyn_shape = m_cap.v(p.in[0]).dyn_shape || m_cap.v(p.in[1]).dyn_shape;
-            m_cap.v(r).dyn_scalar = scalar && !m_cap.v(r).tensor;
+            if (scalar) {
+                m_cap.v(r).dyn_scalar = m_cap.v(p.in[0]).dyn_scalar || m_cap.v(p.in[1]).dyn_scalar;
+                sym_number_from(r, p.in[0], p.in[1]);
+            }
             out(r);
             return;
         }
@@ -1134,7 +1138,24 @@ void Monitor::complete(ShadowFrame& f) {
         out(m_cap.fresh(ValueKind::FreshDict, items, tos));
         return;
     }
-    case BUILD_SLICE:
+    case BUILD_SLICE: {
+        // x[:T] with T a symbolic size: the slice is built at replay
+        bool sym = false;
+        for (int v : p.in) sym = sym || (m_cap.v(v).sym && !m_cap.v(v).tensor && !m_cap.v(v).dyn_scalar);
+        if (sym) {
+            Step s;
+            s.kind = StepKind::BuildSlice;
+            for (int v : p.in) {
+                if (!(m_cap.v(v).sym && !m_cap.v(v).tensor) && !known(v))
+                    return (void)require_const({v}, "a slice");
+                Arg a;
+                if (!m_cap.arg_of(v, a)) return;
+                s.args.push_back(std::move(a));
+            }
+            out(m_cap.record(std::move(s), tos, "slice(...)", false));
+            return;
+        }
+    }
         if (!require_const(p.in, "a slice")) return;
         out(m_cap.const_value(tos));
         return;
@@ -1152,6 +1173,7 @@ void Monitor::complete(ShadowFrame& f) {
         int n = p.oparg;
         std::vector<int> items;
         if (s.kind == ValueKind::Const || s.tensor || s.kind == ValueKind::OpResult) {
+            if (s.tensor) m_cap.fix_length(seq);  // unpacking needs exactly n rows
             for (int i = 0; i < n; ++i) {
                 int it = s.kind == ValueKind::Const ? m_cap.const_value(real_stack(f, i))
                                                     : item_of(seq, i, real_stack(f, i));
@@ -1258,6 +1280,12 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         if (id >= 0) push(f, id);
     };
     bool any_tensor = false, all_const = true, dyn = false;
+    bool flows = p.callee.kind == CallKind::TorchOp || p.callee.kind == CallKind::LeafModule ||
+                 p.callee.kind == CallKind::InlineFunction ||
+                 p.callee.kind == CallKind::InlineModule;
+    if (!flows)  // builtins and the like compute with the number itself
+        for (int a : p.in)
+            if (m_cap.v(a).sym && !m_cap.v(a).tensor && !m_cap.v(a).dyn_scalar) m_cap.concretize(a);
     for (int a : p.in) {
         Value& v = m_cap.v(a);
         any_tensor = any_tensor || v.tensor;
@@ -1297,6 +1325,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                                   "depends on data",
                                   "avoid reading sizes of nonzero()/unique()/mask results");
             if (reads_strides(p.callee.op)) guard_all_strides();
+            int t = !p.in.empty() && !p.callee.bound_self && m_cap.v(p.in[0]).tensor ? p.in[0] : -1;
+            if (p.callee.bound_self || (t >= 0 && m_cap.sym_tensor(t)))
+                return push_out(symbolic_query(p, t, result));
             push_out(m_cap.const_value(result));
             return;
         }
@@ -1318,6 +1349,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         if (v.tensor && v.dyn_shape)
             return m_cap.fail(breaks::kDynamicShape, "len() of a tensor whose size depends on data",
                               "avoid len() of nonzero()/mask results");
+        if (v.tensor && m_cap.sym_tensor(a)) return push_out(m_cap.size_of(a, 0, result));
         if (v.kind == ValueKind::Input && !v.tensor) {
             PyObject* o = v.real.get();
             if (v.identity && plain_module_container(o, "__len__", true)) {
@@ -1539,6 +1571,7 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
                        "iterate over a fixed-size tensor");
             return -1;
         }
+        m_cap.fix_length(src);  // the trip count is the length: fixed again
         kind = IterKind::OpSeq;
     } else if (s.kind == ValueKind::FreshDict || (s.kind == ValueKind::Input && PyDict_Check(s.real.get()))) {
         if (!dict_view(src, DictView::Keys, flat)) return -1;  // for k in d: its keys
@@ -1833,6 +1866,7 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
             }
             if (n == "is_leaf" && o.kind == ValueKind::Input)  // not part of the tensor check
                 return m_cap.input_child(obj, AccessKind::Attr, 0, name, ".is_leaf", real);
+            if (n == "shape" && m_cap.sym_tensor(obj)) return shape_of(obj, real);
             return m_cap.const_value(real);
         }
         if (is_op_attribute(cname)) {
@@ -1921,7 +1955,15 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
     Value& c = m_cap.v(cont);
     Value& k = m_cap.v(key);
     if (c.tensor || (c.kind == ValueKind::OpResult && !c.tensor)) {
-        if (!k.tensor && k.kind != ValueKind::Const) {
+        // symbolic sizes in the index (x[:, :T]) are computed at replay
+        auto symbolic = [&](const Value& x) { return x.sym && !x.tensor && !x.dyn_scalar; };
+        bool sym_index = symbolic(k);
+        if (k.kind == ValueKind::FreshTuple) {
+            sym_index = true;
+            for (int it : k.items)
+                sym_index = sym_index && (m_cap.v(it).kind == ValueKind::Const || symbolic(m_cap.v(it)));
+        }
+        if (!k.tensor && k.kind != ValueKind::Const && !sym_index) {
             m_cap.fail(breaks::kUnsupportedOpcode, "a tensor is indexed with " + k.label,
                        "index with constants, slices or tensors");
             return -1;
@@ -1943,6 +1985,7 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
         m_cap.v(r).dyn_shape = m_cap.v(cont).dyn_shape || m_cap.v(key).dyn_shape || mask;
         return r;
     }
+    if (k.sym && !k.tensor) m_cap.concretize(key);
     if (k.kind != ValueKind::Const) {
         m_cap.fail(breaks::kUnsupportedOpcode, c.label + " is indexed with a computed key",
                    "index containers with constants");
@@ -1998,7 +2041,8 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
 
 int Monitor::binary(int op, int a, int b, PyObject* real) {
     Value &x = m_cap.v(a), &y = m_cap.v(b);
-    bool scalar = (x.dyn_scalar || y.dyn_scalar) && number_operands(a, b);
+    bool sym = (x.sym && !x.tensor) || (y.sym && !y.tensor);
+    bool scalar = (x.dyn_scalar || y.dyn_scalar || sym) && number_operands(a, b);
     if (x.tensor || y.tensor || scalar) {
         Step s;
         s.kind = StepKind::Binary;
@@ -2011,7 +2055,8 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         bool graph_op = x.tensor || y.tensor;
         int r = m_cap.record(std::move(s), real, label, graph_op);
         m_cap.v(r).dyn_shape = m_cap.v(a).dyn_shape || m_cap.v(b).dyn_shape;
-        m_cap.v(r).dyn_scalar = !graph_op;
+        m_cap.v(r).dyn_scalar = !graph_op && (m_cap.v(a).dyn_scalar || m_cap.v(b).dyn_scalar);
+        if (!graph_op) sym_number_from(r, a, b);
         return r;
     }
     if (x.kind == ValueKind::Const && y.kind == ValueKind::Const) return m_cap.const_value(real);
@@ -2040,11 +2085,72 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
 
 // Both operands are Python numbers (constants or floats read from tensor data): arithmetic on
 // them is replayed.
+static size_t tensor_rank(PyObject* t) {
+    TensorKey k;
+    tensor_key_of(t, k, false);
+    return k.sizes.size();
+}
+
+// [Note: dynamic shapes] x.shape of a tensor with symbolic dims: a tuple of its sizes, the
+// symbolic ones read at replay.
+int Monitor::shape_of(int t, PyObject* real) {
+    std::vector<int> items;
+    for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(real); ++d) {
+        int n = m_cap.size_of(t, static_cast<int>(d), PyTuple_GET_ITEM(real, d));
+        if (n < 0) return -1;
+        items.push_back(n);
+    }
+    return m_cap.fresh(ValueKind::FreshTuple, std::move(items), real);
+}
+
+// A metadata query on a tensor with symbolic dims: sizes are read at replay; the rank, dtype
+// and the like stay fixed; anything else (strides, contiguity) fixes the sizes again.
+int Monitor::symbolic_query(const Pending& p, int t, PyObject* result) {
+    const std::string& op = p.callee.op;
+    size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+    size_t nargs = p.in.size() - nkw;
+    if (t >= 0 && nkw == 0) {
+        if (op == "size" && nargs == 1) return shape_of(t, result);
+        if ((op == "size" && nargs == 2) || op == "__len__") {
+            PyObject* d = op == "__len__" ? nullptr : m_cap.v(p.in[1]).real.get();
+            if (d && !(m_cap.v(p.in[1]).kind == ValueKind::Const && PyLong_Check(d)))
+                m_cap.concretize(p.in[1]);
+            long dim = d ? PyLong_AsLong(d) : 0;
+            if (dim < 0) dim += static_cast<long>(tensor_rank(m_cap.v(t).real.get()));
+            return m_cap.size_of(t, static_cast<int>(dim), result);
+        }
+        if ((op == "numel" || op == "nelement") && nargs == 1)
+            return m_cap.size_of(t, Capture::kNumel, result);
+        if (op == "dim" || op == "ndimension" || op == "is_floating_point" || op == "is_complex" ||
+            op == "element_size" || op == "get_device" || op == "is_signed" || op == "type" ||
+            op == "is_tensor")
+            return m_cap.const_value(result);
+    }
+    m_cap.pin_all_dims();
+    return m_cap.const_value(result);
+}
+
+// The result `r` of arithmetic on numbers: symbolic when an operand is (its dims are the
+// union of theirs).
+void Monitor::sym_number_from(int r, int a, int b) {
+    Value& out = m_cap.v(r);
+    out.sym = false;
+    out.sym_all = false;
+    out.sym_deps.clear();
+    for (int id : {a, b}) {
+        const Value& in = m_cap.v(id);
+        if (!in.sym || in.tensor) continue;
+        out.sym = true;
+        out.sym_all = out.sym_all || in.sym_all;
+        out.sym_deps.insert(out.sym_deps.end(), in.sym_deps.begin(), in.sym_deps.end());
+    }
+}
+
 bool Monitor::number_operands(int a, int b) {
     for (int id : {a, b}) {
         const Value& v = m_cap.v(id);
         PyObject* o = v.real.get();
-        if (v.dyn_scalar) continue;
+        if (v.dyn_scalar || (v.sym && !v.tensor)) continue;
         if (v.kind != ValueKind::Const || !o || !(PyFloat_Check(o) || PyLong_Check(o))) return false;
     }
     return true;
@@ -2054,6 +2160,7 @@ bool Monitor::number_operands(int a, int b) {
 // of such values.
 bool Monitor::known(int id, int depth) {
     const Value& v = m_cap.v(id);
+    if (v.sym && !v.tensor && !v.dyn_scalar) m_cap.concretize(id);  // Python needs the number
     if (v.kind == ValueKind::Const || v.identity) return true;
     if ((v.kind == ValueKind::FreshList || v.kind == ValueKind::FreshTuple ||
          v.kind == ValueKind::FreshDict) && depth < 8) {
@@ -2087,6 +2194,7 @@ bool Monitor::truthiness_known(int id) {
                    "compiled function");
         return false;
     }
+    if (v.sym && !v.tensor) m_cap.concretize(id);  // a branch on sizes: they are fixed again
     if (v.tensor) {
         m_cap.fail(breaks::kDataDependentBranch,
                    "a branch depends on the values inside tensor " + v.label,

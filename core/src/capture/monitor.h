@@ -105,6 +105,10 @@ private:
     bool require_const(const std::vector<int>& values, const std::string& what);
     bool known(int value, int depth = 0);
     bool number_operands(int a, int b);
+    // Dynamic shapes (capture.h, [Note: dynamic shapes]).
+    int shape_of(int tensor, PyObject* real_size);
+    int symbolic_query(const Pending& p, int tensor, PyObject* result);
+    void sym_number_from(int r, int a, int b);
     void guard_all_strides();
     int modules_dict(int container);
     enum class DictView { Keys, Values, Items };

@@ -232,6 +232,17 @@ bool tensor_meta_of(PyObject* t, TensorMeta& m, bool with_strides) {
     return true;
 }
 
+// Sizes with symbolic dims spelled by their source: [L['x'].size(0), 8] reads as "any".
+static std::string sizes_str(const TensorMeta& t) {
+    std::string s = "[";
+    for (size_t d = 0; d < t.sizes.size(); ++d) {
+        if (d) s += ", ";
+        s += d < 64 && (t.key.dynamic >> d) & 1 ? "s" + std::to_string(d)
+                                                : std::to_string(t.sizes[d]);
+    }
+    return s + "]";
+}
+
 // Short spelling of an object for guard text: modules print many lines, so use the type name.
 static std::string short_repr(PyObject* o) {
     std::string r = py::repr_string(o);
@@ -297,13 +308,17 @@ static bool tensor_matches(const TensorMeta& want, PyObject* v, std::string* why
                    ", got " + std::to_string(got.sizes.size());
         return false;
     }
-    for (size_t d = 0; d < got.sizes.size(); ++d)
-        if (got.sizes[d] != want.sizes[d]) {
+    for (size_t d = 0; d < got.sizes.size(); ++d) {
+        bool symbolic = d < 64 && (want.key.dynamic >> d) & 1;
+        if (symbolic ? got.sizes[d] < 2 : got.sizes[d] != want.sizes[d]) {
             if (why)
                 *why = "tensor `" + src + "` dim " + std::to_string(d) + ": expected " +
-                       std::to_string(want.sizes[d]) + ", got " + std::to_string(got.sizes[d]);
+                       (symbolic ? std::string("a size of 2 or more")
+                                 : std::to_string(want.sizes[d])) +
+                       ", got " + std::to_string(got.sizes[d]);
             return false;
         }
+    }
     if (got.requires_grad != want.requires_grad) {
         if (why)
             *why = "tensor `" + src + "` requires_grad: expected " +
@@ -464,6 +479,47 @@ bool GuardTree::distinct_ok(PyObject* const* values, std::string* why) const {
     return true;
 }
 
+// [Note: dynamic shapes]
+void GuardTree::set_dynamic_dims(int node, uint64_t dims) {
+    for (Check& c : m_nodes[static_cast<size_t>(node)].checks)
+        if (c.kind == CheckKind::TensorMatch) c.tensor.key.dynamic = dims;
+}
+
+uint64_t GuardTree::dynamic_dims(int node) const {
+    for (const Check& c : m_nodes[static_cast<size_t>(node)].checks)
+        if (c.kind == CheckKind::TensorMatch) return c.tensor.key.dynamic;
+    return 0;
+}
+
+std::vector<std::pair<std::string, uint64_t>> GuardTree::changed_dims(py::IFrame* frame) const {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    std::vector<PyObject*> values(m_nodes.size(), nullptr);
+    for (size_t i = 0; i < m_nodes.size(); ++i) {
+        const Accessor& a = m_nodes[i];
+        if (a.parent >= 0 && !values[static_cast<size_t>(a.parent)]) continue;
+        PyObject* parent = a.parent >= 0 ? values[static_cast<size_t>(a.parent)] : nullptr;
+        PyObject* v = fetch(a, frame, parent);
+        if (!v) {
+            PyErr_Clear();
+            continue;
+        }
+        values[i] = v;
+        for (const Check& c : a.checks) {
+            if (c.kind != CheckKind::TensorMatch || !is_tensor(v)) continue;
+            TensorKey got;
+            tensor_key_of(v, got, false);
+            if (got.sizes.size() != c.tensor.sizes.size()) continue;
+            uint64_t dims = 0;
+            for (size_t d = 0; d < got.sizes.size() && d < 64; ++d)
+                if (got.sizes[d] != c.tensor.sizes[d] && got.sizes[d] >= 2)  // 0, 1: fixed
+                    dims |= uint64_t{1} << d;
+            if (dims) out.emplace_back(a.source, dims);
+        }
+    }
+    release_values(values);
+    return out;
+}
+
 std::string GuardTree::check_verbose(py::IFrame* frame) const {
     std::string why;
     if (!run_checks(nullptr, nullptr, nullptr, &why)) return why;
@@ -512,7 +568,7 @@ std::string describe_check(const Check& c, const std::string& src) {
     case CheckKind::TensorMatch: {
         std::string s = "check_tensor(" + src + ", dtype=" + py::str_of(c.tensor.dtype.get()) +
                         ", device=" + py::str_of(c.tensor.device.get()) +
-                        ", size=" + ints_str(c.tensor.sizes) +
+                        ", size=" + sizes_str(c.tensor) +
                         ", requires_grad=" + (c.tensor.requires_grad ? "True" : "False");
         if (c.tensor.with_strides)
             s += ", stride=" + ints_str(c.tensor.strides) +

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include <utility>
 
 namespace magpy {
 
@@ -100,6 +101,13 @@ public:
     // [4]"); empty when every check passes.
     std::string check_verbose(py::IFrame* frame) const;
     static void release_values(std::vector<PyObject*>& values);
+
+    // Dynamic shapes: the dims of a tensor node's check that take any size.
+    void set_dynamic_dims(int node, uint64_t dims);
+    uint64_t dynamic_dims(int node) const;
+    // Automatic dynamic: per tensor node (by source) whose rank matches, the dims whose size
+    // differs from the one guarded. PRECONDITION: GIL held; `frame` before it runs.
+    std::vector<std::pair<std::string, uint64_t>> changed_dims(py::IFrame* frame) const;
 
     // One line per check, as Python-like text (for explain() and the report).
     std::vector<std::string> describe() const;

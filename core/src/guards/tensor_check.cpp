@@ -33,8 +33,11 @@ bool tensor_key_matches(PyObject* t, const TensorKey& key) {
     if (static_cast<int8_t>(x.layout()) != key.layout) return false;
     auto sizes = x.sizes();
     if (sizes.size() != key.sizes.size()) return false;
+    // A symbolic dim takes any size from 2 up: 0 and 1 change what ops do (squeeze,
+    // broadcasting, emptiness), so they are captured apart.
     for (size_t i = 0; i < sizes.size(); ++i)
-        if (sizes[i] != key.sizes[i]) return false;
+        if (i < 64 && (key.dynamic >> i) & 1 ? sizes[i] < 2 : sizes[i] != key.sizes[i])
+            return false;
     if (key.with_strides) {
         if (x.storage_offset() != key.storage_offset) return false;
         auto strides = x.strides();

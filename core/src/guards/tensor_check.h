@@ -16,6 +16,7 @@ struct TensorKey {
     int8_t layout = -1;       // c10::Layout (strided, sparse ...)
     bool requires_grad = false;
     std::vector<int64_t> sizes;
+    uint64_t dynamic = 0;          // bit d: dim d is symbolic (any size; the rank is checked)
     bool with_strides = false;     // strides and storage offset checked
     std::vector<int64_t> strides;
     int64_t storage_offset = 0;

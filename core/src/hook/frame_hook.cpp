@@ -84,6 +84,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     st.stats.captures++;
     int64_t t0 = now_ns();
     Capture cap(py::frame_function(frame));
+    cap.set_dynamic({st.options.dynamic, &cc.dynamic_dims});
     SegmentOptions seg;
     seg.sites = &cc.sites;
     seg.origin = cc.shift ? cc.origin : py::frame_code(frame);  // a resume code continues origin
@@ -158,6 +159,12 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
     const std::string& key = st.options_key;
     size_t own_entries = 0;
     CacheEntry* last_own = nullptr;  // most recently used entry of these options
+    bool relation_failed = false;    // an entry's guards passed but a replay Check did not
+    auto count_hit = [&](std::list<CacheEntry>::iterator it) {
+        (reinterpret_cast<PyObject*>(code) == st.code.get() ? st.stats.hits : st.stats.resume_hits)++;
+        it->hits++;
+        if (it != cc->entries.begin()) cc->entries.splice(cc->entries.begin(), cc->entries, it);
+    };
     for (auto it = cc->entries.begin(); it != cc->entries.end(); ++it) {
         if (it->options_key != key) continue;
         if (!last_own) last_own = &*it;
@@ -167,22 +174,27 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
             GuardTree::release_values(values);
             continue;
         }
-        (reinterpret_cast<PyObject*>(code) == st.code.get() ? st.stats.hits : st.stats.resume_hits)++;
-        it->hits++;
-        if (it != cc->entries.begin()) cc->entries.splice(cc->entries.begin(), cc->entries, it);
-        CacheEntry& e = cc->entries.front();
         PyObject* result;
-        if (e.graph) {
-            std::shared_ptr<const Continuation> cont = e.cont;  // `e` may move while resuming
-            result = e.graph->run(values.data());
+        if (it->graph) {
+            std::shared_ptr<const Continuation> cont = it->cont;  // `it` may move while resuming
+            Declined declined;
+            result = it->graph->run(values.data(), declined);
+            if (declined == Declined::Recapture) {
+                // A size relation the capture relied on does not hold: like a failed guard.
+                GuardTree::release_values(values);
+                relation_failed = relation_failed || &*it == last_own;
+                continue;
+            }
+            count_hit(it);
             if (result && cont) {
                 result = resume(st, *cont, frame, result);
-            } else if (!result && !PyErr_Occurred()) {
+            } else if (declined == Declined::RunEagerly) {
                 st.add_note("an operation inside a try block raised when replayed, so the call "
                             "ran eagerly for its handler (new data made it fail)");
                 result = run_eagerly(st, ts, frame);
             }
         } else {
+            count_hit(it);
             result = run_eagerly(st, ts, frame);
         }
         GuardTree::release_values(values);
@@ -190,8 +202,24 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
     }
     (reinterpret_cast<PyObject*>(code) == st.code.get() ? st.stats.misses : st.stats.resume_misses)++;
     if (last_own) {
-        std::string why = last_own->guards->check_verbose(frame);
+        std::string why = relation_failed
+                              ? "a relation between sizes that the code relied on no longer "
+                                "holds (a replay check failed)"
+                              : last_own->guards->check_verbose(frame);
         if (PyErr_Occurred()) PyErr_Clear();
+        // Automatic dynamic shapes: sizes that changed since the last capture become symbolic
+        // in the next one ([Note: dynamic shapes]).
+        if (st.options.dynamic < 0) {
+            std::string dims;
+            for (const auto& [source, changed] : last_own->guards->changed_dims(frame)) {
+                uint64_t& known = cc->dynamic_dims[source];
+                for (int d = 0; d < 64; ++d)
+                    if ((changed >> d & 1) && !(known >> d & 1))
+                        dims += (dims.empty() ? "" : ", ") + source + " dim " + std::to_string(d);
+                known |= changed;
+            }
+            if (!dims.empty()) why += "; now dynamic: " + dims;
+        }
         st.stats.recompile_reasons.push_back(why.empty() ? "guard failed" : why);
     }
     if (own_entries >= st.options.cache_limit) {

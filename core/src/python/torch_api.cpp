@@ -42,7 +42,13 @@ bool init_torch_api() {
         PyObject_GetAttrString(reinterpret_cast<PyObject*>(api.module_type), "__call__"));
     py::Ref c = py::Ref::steal(PyObject_GetAttrString(torch.get(), "_C"));
     if (c) api.tensor_base_type = py::Ref::steal(PyObject_GetAttrString(c.get(), "_TensorBase"));
-    if (!api.is_grad_enabled || !api.module_call || !api.tensor_base_type) return false;
+    api.tensor_size = py::Ref::steal(
+        PyObject_GetAttrString(reinterpret_cast<PyObject*>(api.tensor_type), "size"));
+    api.tensor_numel = py::Ref::steal(
+        PyObject_GetAttrString(reinterpret_cast<PyObject*>(api.tensor_type), "numel"));
+    if (!api.is_grad_enabled || !api.module_call || !api.tensor_base_type || !api.tensor_size ||
+        !api.tensor_numel)
+        return false;
     py::Ref collections = py::Ref::steal(PyImport_ImportModule("collections"));
     if (!collections) return false;
     api.ordered_dict_type = get_type(collections.get(), "OrderedDict");

@@ -25,6 +25,8 @@ struct TorchApi {
     // there runs around every module call.
     std::vector<std::pair<std::string, py::Ref>> global_hooks;
     py::Ref is_grad_enabled;              // torch.is_grad_enabled
+    py::Ref tensor_size;                  // torch.Tensor.size (symbolic sizes read at replay)
+    py::Ref tensor_numel;                 // torch.Tensor.numel
     py::Ref torch_module;                 // torch
     py::Ref module_call;                  // torch.nn.Module.__call__ (the function)
     py::Ref tensor_base_type;             // torch._C._TensorBase

@@ -95,19 +95,21 @@ PyObject* Plan::add_user_frame(const Step& s) const {
 // A failed step: the user's exception with the user's frame added, or, inside a try block, a
 // request to run the frame eagerly (see run()). Only Exception subclasses are handed back:
 // KeyboardInterrupt and SystemExit go on as they are.
-PyObject* Plan::fail(const Step& s) const {
+PyObject* Plan::fail(const Step& s, Declined& declined) const {
     if (!PyErr_Occurred()) {
         PyErr_SetString(PyExc_SystemError, "magpy: a replayed step failed without an error");
         return add_user_frame(s);
     }
     if (s.in_try && PyErr_ExceptionMatches(PyExc_Exception)) {
         PyErr_Clear();
+        declined = Declined::RunEagerly;
         return nullptr;
     }
     return add_user_frame(s);
 }
 
-PyObject* Plan::run(PyObject* const* inputs) const {
+PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
+    declined = Declined::No;
     Slots slots(m_num_slots);
     auto get = [&](const Arg& a) -> PyObject* {  // borrowed
         switch (a.kind) {
@@ -194,14 +196,30 @@ PyObject* Plan::run(PyObject* const* inputs) const {
             break;
         case StepKind::SetAttr:
             if (PyObject_SetAttr(get(s.args[0]), s.name.get(), get(s.args[1])) < 0)
-                return fail(s);
+                return fail(s, declined);
             continue;
         case StepKind::SetItem:
             if (PyObject_SetItem(get(s.args[0]), get(s.args[1]), get(s.args[2])) < 0)
-                return fail(s);
+                return fail(s, declined);
+            continue;
+        case StepKind::Check: {
+            PyObject* x = get(s.args[0]);
+            int same;
+            if (s.op == 1) {
+                Py_ssize_t n = PyObject_Length(x);
+                same = n < 0 ? -1 : n == PyLong_AsSsize_t(get(s.args[1]));
+            } else {
+                same = PyObject_RichCompareBool(x, get(s.args[1]), Py_EQ);
+            }
+            if (same < 0) return fail(s, declined);
+            if (!same) {
+                declined = Declined::Recapture;
+                return nullptr;
+            }
             continue;
         }
-        if (!r) return fail(s);
+        }
+        if (!r) return fail(s, declined);
         if (s.out >= 0) {
             Py_XSETREF(slots.v[s.out], r);
         } else {
@@ -316,6 +334,10 @@ std::string Plan::render(const std::string& fn_name) const {
             break;
         case StepKind::SetItem: rhs = a(0) + "[" + a(1) + "] = " + a(2); break;
         case StepKind::CallEx: rhs = a(0) + "(*" + a(1) + ", **" + a(2) + ")"; break;
+        case StepKind::Check:
+            rhs = "check(" + (s.op == 1 ? "len(" + a(0) + ")" : a(0)) + " == " + a(1) +
+                  ")  # else: capture again";
+            break;
         }
         std::string line = "    " + lhs + rhs;
         if (s.line > 0) {

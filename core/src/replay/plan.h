@@ -35,6 +35,15 @@ enum class StepKind : uint8_t {
     SetAttr,     // setattr(args[0], name, args[1])
     SetItem,     // args[0][args[1]] = args[2]
     CallEx,      // out = args[0](*args[1], **args[2])   (args[2] may be None)
+    Check,       // args[0] == args[1] (op 1: len(args[0]) == args[1]), or the plan gives up:
+                 // a relation between sizes the capture relied on ([Note: dynamic shapes])
+};
+
+// Why a plan gave up before any visible effect (Plan::run returned NULL with no error set).
+enum class Declined : uint8_t {
+    No,
+    RunEagerly,  // a step inside the user's try block raised: the handler must run
+    Recapture,   // a Check failed: these inputs need a capture of their own
 };
 
 struct Step {
@@ -76,12 +85,12 @@ public:
     // Runs the plan. `inputs` are the guard tree's fetched values (borrowed). Returns a new
     // reference, or NULL with the Python error raised by the failing step; its traceback then
     // ends at the user's line that step came from, as if the function had run.
-    // Returns NULL with NO error set when a step inside the user's try block raised an
-    // Exception: the plan gives up (nothing visible has happened yet: the capture refuses an
-    // in-try step after an effect) and the caller runs the frame eagerly, so the handler runs.
-    // See [Note: replay errors inside try] in core/NOTES.md.
+    // Returns NULL with NO error set, and `declined` saying why, when the plan gives up
+    // before anything visible has happened (the capture makes sure of that): a step inside
+    // the user's try block raised an Exception, so the frame must run eagerly for its handler
+    // ([Note: replay errors inside try]); or a Check failed ([Note: dynamic shapes]).
     // PRECONDITION: GIL held.
-    PyObject* run(PyObject* const* inputs) const;
+    PyObject* run(PyObject* const* inputs, Declined& declined) const;
 
     // Readable Python: "def replay(L, G):\n    v0 = torch.add(L['x'], 1)\n ...".
     std::string render(const std::string& fn_name) const;
@@ -89,7 +98,7 @@ public:
 
 private:
     PyObject* add_user_frame(const Step& s) const;  // always NULL
-    PyObject* fail(const Step& s) const;            // always NULL
+    PyObject* fail(const Step& s, Declined& declined) const;  // always NULL
     int m_num_slots = 0;
     std::vector<Step> m_steps;
     Arg m_result;

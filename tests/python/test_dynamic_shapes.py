@@ -1,0 +1,224 @@
+"""Dynamic shapes: after a recompile caused by sizes, the sizes that changed become symbolic
+(automatic dynamic), `dynamic=True` starts symbolic, `magpy.mark_dynamic` marks a dim, and
+Python code that needs a size as a number (a branch, range(), a list index) fixes it again.
+Every call is compared with eager."""
+
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import magpy
+from conftest import assert_stats, check
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class CausalSelfAttention(nn.Module):
+    """In the style of minGPT / nanoGPT: sizes read into Python and fed back to view()."""
+
+    def __init__(self, n_embd=16, n_head=4, block_size=64):
+        super().__init__()
+        self.n_head = n_head
+        self.qkv = nn.Linear(n_embd, 3 * n_embd)
+        self.proj = nn.Linear(n_embd, n_embd)
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size))
+                             .view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.qkv(x).chunk(3, dim=2)
+        hs = C // self.n_head
+        q = q.view(B, T, self.n_head, hs).transpose(1, 2)
+        k = k.view(B, T, self.n_head, hs).transpose(1, 2)
+        v = v.view(B, T, self.n_head, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / hs ** 0.5)
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y)
+
+
+def sizes(n, seed=0):
+    rng = random.Random(seed)
+    return [(rng.randint(2, 9), rng.randint(2, 12)) for _ in range(n)]
+
+
+def test_batch_size_changing_over_20_calls_compiles_at_most_twice():
+    m = Mlp()
+    rng = random.Random(1)
+    cf = check(m, [torch.randn(rng.randint(2, 40), 8) for _ in range(20)])
+    e = magpy.explain(cf)
+    assert e.graph_count <= 2, str(e)
+    assert e.cache_hits >= 18
+    assert any("now dynamic: L['x'] dim 0" in r for r in e.recompile_reasons), str(e)
+
+
+def test_batch_and_sequence_length_changing_over_20_calls_compile_at_most_twice():
+    torch.manual_seed(0)
+    m = CausalSelfAttention().eval()
+    calls = [torch.randn(b, t, 16) for b, t in sizes(20)]
+    cf = check(m, calls)
+    e = magpy.explain(cf)
+    assert e.graph_count <= 2 and e.break_count == 0, str(e)
+    assert e.cache_hits == 20 - e.graph_count
+    # the symbolic guard: rank and fixed dims, any batch and sequence length
+    assert "size=[s0, s1, 16]" in "\n".join(e.guards), str(e)
+    # B and T are read at replay and fed to view()
+    code = "\n".join(e.replay_code())
+    assert "size(L['x'], 0)" in code and "size(L['x'], 1)" in code
+
+
+def test_dynamic_true_compiles_once():
+    torch.manual_seed(0)
+    m = CausalSelfAttention().eval()
+    cf = check(m, [torch.randn(b, t, 16) for b, t in sizes(20, seed=3)], dynamic=True)
+    assert_stats(cf, graphs=1, misses=1, hits=19, breaks=0)
+
+
+def test_dynamic_false_specialises_every_size():
+    def f(x):
+        return x.relu() + 1
+
+    cf = check(f, [torch.randn(n) for n in (2, 3, 4, 5)], dynamic=False)
+    assert_stats(cf, graphs=4, misses=4, hits=0)
+
+
+def test_mark_dynamic_makes_the_first_capture_symbolic():
+    def f(x):
+        return x.view(x.shape[0], -1).sum(1) * x.shape[0]
+
+    magpy.reset()
+    cf = magpy.compile(f)
+    for n in (3, 5, 7, 2):
+        x = torch.randn(n, 2, 2)
+        magpy.mark_dynamic(x, 0)
+        assert torch.equal(cf(x), f(x))
+    assert_stats(cf, graphs=1, misses=1, hits=3)
+
+
+def test_mark_dynamic_rejects_bad_input():
+    with pytest.raises(TypeError, match="expected a tensor"):
+        magpy.mark_dynamic([1, 2], 0)
+    with pytest.raises(IndexError, match="dim 3 is out of range for a tensor of rank 2"):
+        magpy.mark_dynamic(torch.ones(2, 2), 3)
+    with pytest.raises(TypeError, match="dim must be an int"):
+        magpy.mark_dynamic(torch.ones(2, 2), "0")
+
+
+def test_branch_on_a_size_checks_the_relation_not_the_size():
+    def f(x):
+        if x.shape[0] > 4:
+            return x * 2
+        return x - 1
+
+    cf = check(f, [torch.randn(n) for n in (2, 3, 6, 7, 3, 5, 9, 4)])
+    e = magpy.explain(cf)
+    # [2] static; then symbolic with `size > 4` False checked at replay; then True
+    assert e.graph_count == 3 and e.cache_hits == 5, str(e)
+    assert any("relation between sizes" in r for r in e.recompile_reasons), str(e)
+    code = "\n".join(e.replay_code())
+    assert "check(v1 == True)" in code and "check(v1 == False)" in code, code
+
+
+def test_range_over_a_size_unrolls_for_that_size():
+    def f(x):
+        out = x[0]
+        for i in range(1, x.size(0)):
+            out = out + x[i] * i
+        return out
+
+    cf = check(f, [torch.randn(n, 3) for n in (2, 4, 4, 5, 2)])
+    assert magpy.explain(cf).graph_count == 3
+
+
+def test_iterating_or_unpacking_a_tensor_fixes_its_length():
+    def f(x, y):
+        a, b = y
+        out = a - b
+        for row in x:
+            out = out + row
+        return out
+
+    calls = [(torch.randn(n, 3), torch.randn(2, 3)) for n in (2, 3, 3, 4)]
+    cf = check(f, calls)
+    assert magpy.explain(cf).graph_count == 3
+    with pytest.raises(ValueError, match="too many values to unpack"):
+        cf(torch.randn(3, 3), torch.randn(3, 3))
+
+
+def test_split_into_a_size_dependent_number_of_pieces():
+    def f(x):
+        return [p.sum() for p in x.split(2)]
+
+    cf = check(f, [torch.randn(n) for n in (4, 6, 6, 8)])
+    assert magpy.explain(cf).graph_count == 3
+
+
+def test_shape_returned_or_stored_stays_a_torch_size():
+    class Box:
+        pass
+
+    box = Box()
+
+    def f(x, box):
+        box.shape = x.shape
+        return x.shape, x.size(), x.numel(), len(x)
+
+    cf = magpy.compile(f)
+    for n in (2, 3, 5, 6):
+        x = torch.randn(n, 4)
+        got = cf(x, box)
+        assert got == f(x, Box()) and type(got[0]) is torch.Size and type(got[1]) is torch.Size
+        assert box.shape == x.shape and type(box.shape) is torch.Size
+    assert_stats(cf, graphs=2, hits=2)
+
+
+def test_size_arithmetic_feeds_ops_and_python_math():
+    import math
+
+    def f(x):
+        n = x.size(0)
+        half = n // 2
+        y = x[:half] * 2 + x[half:half * 2]
+        return y * (1.0 / math.sqrt(x.size(1)))  # a fixed dim: no pin
+
+    cf = check(f, [torch.randn(n, 4) for n in (4, 6, 8, 10, 5)])
+    assert magpy.explain(cf).graph_count == 2
+
+
+def test_rnn_loop_over_time_keeps_the_batch_symbolic():
+    cell = nn.GRUCell(4, 6)
+
+    def f(x):
+        h = torch.zeros(x.size(0), 6)
+        for t in range(x.size(1)):
+            h = cell(x[:, t], h)
+        return h
+
+    # batch changes, sequence length fixed: two captures; a new length: one more
+    calls = [torch.randn(b, 5, 4) for b in (2, 3, 4, 7, 9)] + [torch.randn(3, 6, 4)]
+    cf = check(f, calls)
+    e = magpy.explain(cf)
+    assert e.graph_count == 3, str(e)
+
+
+def test_sizes_0_and_1_stay_fixed():
+    def f(x):
+        return x.sum(0)
+
+    cf = check(f, [torch.randn(n, 2) for n in (2, 3, 1, 4, 1, 0)])
+    e = magpy.explain(cf)
+    # [2], then symbolic (any size >= 2: 4 hits), [1] (1 hits again), [0]
+    assert e.graph_count == 4 and e.cache_hits == 2, str(e)
+    assert "expected a size of 2 or more, got 1" in e.recompile_reasons[1], str(e)
