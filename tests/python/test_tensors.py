@@ -272,3 +272,13 @@ def test_nonzero_shape_read_breaks_and_is_correct():
 
     cf = check(f, [torch.tensor([1.0, 0.0, -2.0]), torch.tensor([1.0, 3.0, 2.0])])
     assert_stats(cf, breaks=1)
+
+
+def test_finfo_and_iinfo_of_a_dtype_are_constants():
+    def f(x, mask):
+        neg = torch.finfo(x.dtype).min
+        return x.masked_fill(mask, neg) + torch.iinfo(torch.int32).bits
+
+    x = torch.randn(4)
+    cf = check(f, [(x, x > 0), (x * 2, x < 0)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1)

@@ -213,6 +213,9 @@ CalleeInfo classify_callee(PyObject* f) {
             t == &PySlice_Type || t == api.size_type || t == api.device_type ||
             t == api.ordered_dict_type || t == &PyDict_Type)
             info.kind = CallKind::TypeCtor;
+        // torch.finfo(dtype) / torch.iinfo(dtype): facts about a dtype, folded like math.*
+        if (info.name == "torch.finfo" || info.name == "torch.iinfo")
+            info.kind = CallKind::PureBuiltin;
         return info;
     }
     if (PyObject_TypeCheck(f, api.module_type)) {
