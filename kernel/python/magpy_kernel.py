@@ -1,0 +1,391 @@
+"""Python side of the magpy kernel: the IPython shell and the hooks that route its output to C++.
+
+This file is compiled into the `magpy-kernel` executable (kernel/CMakeLists.txt embeds it) and
+runs inside its embedded CPython. The C++ side (kernel/src) owns the protocol, the sockets,
+signals and stdin; this module owns what is easier in Python: IPython's InteractiveShell
+(magics, `!cmd`, `obj?`, `_`, In/Out, display machinery, history) and turning its results into
+plain dicts. Every function the C++ side calls returns JSON-able values and never raises for a
+user's mistake: user errors come back as data.
+
+`_magpy_kernel` is the embedded C++ module (kernel/src/bindings.cpp).
+"""
+
+import builtins
+import getpass
+import io
+import os
+import platform
+import sys
+
+import _magpy_kernel as _k
+
+KERNEL_VERSION = "0.1.0"
+_shell = None
+
+
+# --- streams -----------------------------------------------------------------------------------
+
+class _BinaryStream(io.RawIOBase):
+    """`sys.stdout.buffer`: bytes go to the C++ buffer as they are; invalid UTF-8 is replaced
+    when the text is published, so it can never break a message."""
+
+    def __init__(self, name):
+        super().__init__()
+        self._name = name
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        data = bytes(data)
+        _k.write_stream_bytes(self._name, data)
+        return len(data)
+
+    def flush(self):
+        _k.flush_streams()
+
+
+class KernelStream(io.TextIOBase):
+    """sys.stdout / sys.stderr inside the kernel. Writes are cheap appends to a C++ buffer that
+    any thread may call; C++ coalesces them and publishes by time and size, and before any
+    other output, so text keeps its place among displays."""
+
+    def __init__(self, name, fd):
+        super().__init__()
+        self._name = name
+        self._fd = fd
+        self.buffer = _BinaryStream(name)
+
+    @property
+    def name(self):
+        return "<%s>" % self._name
+
+    @property
+    def encoding(self):
+        return "utf-8"
+
+    @property
+    def errors(self):
+        return "replace"
+
+    def writable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        # With fd capture on, fds 1 and 2 lead to the same place (a pipe read by C++).
+        if self._fd is None:
+            raise io.UnsupportedOperation("fileno: this kernel stream has no file descriptor")
+        return self._fd
+
+    def write(self, text):
+        if not isinstance(text, str):
+            raise TypeError("write() argument must be str, not %s" % type(text).__name__)
+        _k.write_stream(self._name, text)
+        return len(text)
+
+    def flush(self):
+        _k.flush_streams()
+
+
+def install_streams(fds_captured):
+    sys.stdout = KernelStream("stdout", 1 if fds_captured else None)
+    sys.stderr = KernelStream("stderr", 2 if fds_captured else None)
+
+
+# --- stdin -------------------------------------------------------------------------------------
+
+def _no_stdin_error():
+    from IPython.core.error import StdinNotImplementedError
+    return StdinNotImplementedError(
+        "input() was called, but this frontend does not support input requests "
+        "(the execute request had allow_stdin=False). Give the value another way, "
+        "for example as a variable in the cell.")
+
+
+def kernel_input(prompt=""):
+    """builtins.input: asks the frontend over the stdin channel."""
+    if not _k.stdin_allowed():
+        raise _no_stdin_error()
+    return _k.request_input(str(prompt), False)
+
+
+def kernel_getpass(prompt="Password: ", stream=None):
+    """getpass.getpass: like input(), with the frontend told to hide what is typed."""
+    if not _k.stdin_allowed():
+        raise _no_stdin_error()
+    return _k.request_input(str(prompt), True)
+
+
+# --- the shell ---------------------------------------------------------------------------------
+
+def _make_classes():
+    """Defined lazily so that importing this module does not import IPython."""
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.core import page, payloadpage
+    from traitlets import Type
+
+    class KernelDisplayPublisher(DisplayPublisher):
+        """display(), update_display(), clear_output() → IOPub messages, sent from C++."""
+
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False,
+                    **kwargs):
+            _k.publish_display(data, metadata or {}, transient or {}, bool(update))
+
+        def clear_output(self, wait=False):
+            _k.publish_clear_output(bool(wait))
+
+    class KernelDisplayHook(DisplayHook):
+        """The value of a cell's last expression → one execute_result (Out[n])."""
+
+        def start_displayhook(self):
+            self._bundle = None
+
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            self._bundle = (format_dict, md_dict or {})
+
+        def finish_displayhook(self):
+            if self._bundle and self._bundle[0]:
+                _k.publish_execute_result(int(self.prompt_count), self._bundle[0],
+                                          self._bundle[1])
+            self._bundle = None
+
+    class KernelShell(InteractiveShell):
+        display_pub_class = Type(KernelDisplayPublisher)
+        displayhook_class = Type(KernelDisplayHook)
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.last_traceback = None
+            # `obj?` and %pinfo page through the execute_reply payload, as ipykernel does.
+            self.set_hook("show_in_pager", page.as_hook(payloadpage.page), 99)
+
+        def enable_gui(self, gui=None):
+            # %matplotlib inline asks for no event loop; others cannot run in a kernel.
+            pass
+
+        def _showtraceback(self, etype, evalue, stb):
+            # The error goes out as one IOPub `error` message (not as stderr text), and the
+            # reply reuses the same traceback.
+            self.last_traceback = list(stb)
+            _k.publish_error(etype.__name__, _safe_str(evalue), self.last_traceback)
+
+        def ask_exit(self):
+            self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
+
+        def set_next_input(self, text, replace=False):
+            self.payload_manager.write_payload(
+                {"source": "set_next_input", "text": text, "replace": bool(replace)})
+
+    return KernelShell
+
+
+def _make_shell():
+    """The shell through IPython's application machinery when possible (profile config,
+    startup files, exec_lines, as ipykernel), plainly otherwise."""
+    KernelShell = _make_classes()
+    try:
+        from IPython.core.application import BaseIPythonApplication
+        from IPython.core.shellapp import InteractiveShellApp
+
+        class KernelApp(BaseIPythonApplication, InteractiveShellApp):
+            name = "ipython-kernel"
+
+            def init_crash_handler(self):
+                pass  # a crash report dialog has no place in a kernel
+
+            def init_shell(self):
+                self.shell = KernelShell.instance(parent=self, profile_dir=self.profile_dir,
+                                                  ipython_dir=self.ipython_dir)
+
+            def initialize(self, argv=None):
+                super().initialize(argv=[])
+                self.init_path()
+                self.init_shell()
+                self.init_extensions()
+                self.init_code()
+
+        app = KernelApp.instance()
+        app.initialize()
+        return app.shell
+    except Exception as e:  # a broken profile must not keep the kernel from starting
+        print("magpy-kernel: IPython profile set-up failed (%s: %s); using defaults"
+              % (type(e).__name__, e), file=sys.__stderr__)
+        if sys.path[:1] != [""]:
+            sys.path.insert(0, "")
+        return KernelShell.instance()
+
+
+def _load_magpy(shell):
+    """`%load_ext magpy`, so %%magpy works in every notebook. If it cannot load, %%magpy says
+    why instead of 'magic not found'."""
+    try:
+        status = shell.extension_manager.load_extension("magpy")
+        if status == "no load function":
+            raise ImportError("the magpy module has no load_ipython_extension()")
+        return None
+    except BaseException as e:  # noqa: B902 (an extension may raise anything)
+        reason = "%s: %s" % (type(e).__name__, _safe_str(e))
+
+    from IPython.core.error import UsageError
+
+    def magpy_unavailable(line="", cell=None):
+        raise UsageError(
+            "%%magpy is unavailable: the magpy extension failed to load when the kernel "
+            "started (" + reason + "). Check that `/usr/bin/python3 -c 'import magpy'` works "
+            "(scripts/main-job.sh installs it), then run %load_ext magpy.")
+
+    shell.register_magic_function(magpy_unavailable, magic_kind="line_cell", magic_name="magpy")
+    return reason
+
+
+def start():
+    """Creates the shell. Called once by the C++ interpreter's configure step."""
+    global _shell
+    # Figures show inline without %matplotlib, as in ipykernel.
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    _shell = _make_shell()
+    try:  # tqdm.auto and others look for this key to know they run in a kernel
+        _shell.config.setdefault("IPKernelApp", {})
+    except Exception:
+        pass
+    builtins.input = kernel_input
+    getpass.getpass = kernel_getpass
+    magpy_error = _load_magpy(_shell)
+    if magpy_error:
+        print("magpy-kernel: %%magpy unavailable: " + magpy_error, file=sys.__stderr__)
+    return magpy_error
+
+
+def kernel_info():
+    import IPython
+    return {
+        "status": "ok",
+        "implementation": "magpy",
+        "implementation_version": KERNEL_VERSION,
+        "language_info": {
+            "name": "python",
+            "version": platform.python_version(),
+            "mimetype": "text/x-python",
+            "file_extension": ".py",
+            "pygments_lexer": "ipython3",
+            "codemirror_mode": {"name": "ipython", "version": 3},
+            "nbconvert_exporter": "python",
+        },
+        "banner": "magpy kernel %s (xeus, C++) - Python %s - IPython %s\n"
+                  "%%%%magpy runs a cell under the magpy graph-capture engine.\n"
+                  % (KERNEL_VERSION, platform.python_version(), IPython.__version__),
+        "help_links": [
+            {"text": "Python", "url": "https://docs.python.org/3/"},
+            {"text": "IPython", "url": "https://ipython.readthedocs.io/en/stable/"},
+            {"text": "PyTorch", "url": "https://pytorch.org/docs/stable/"},
+        ],
+        "debugger": False,
+    }
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+def _safe_str(value):
+    try:
+        return str(value)
+    except BaseException:  # noqa: B902 (a broken __str__ must not break the reply)
+        return "<unprintable %s object>" % type(value).__name__
+
+
+def run_cell(code, store_history, silent, user_expressions, execution_count):
+    """One execute_request. Returns the reply content without execution_count."""
+    shell = _shell
+    shell.execution_count = execution_count
+    shell.last_traceback = None
+    try:
+        result = shell.run_cell(code, store_history=store_history, silent=silent)
+        error = None if result.success else (result.error_before_exec or result.error_in_exec)
+        failed = not result.success
+    except BaseException as e:  # noqa: B902 (e.g. an interrupt inside IPython's bookkeeping)
+        shell.showtraceback()
+        error, failed = e, True
+    shell.execution_count = execution_count  # the C++ side owns the counter
+
+    if failed:
+        reply = {"status": "error",
+                 "ename": type(error).__name__ if error is not None else "Error",
+                 "evalue": _safe_str(error) if error is not None else "",
+                 "traceback": shell.last_traceback or []}
+        reply["user_expressions"] = {}
+    else:
+        reply = {"status": "ok",
+                 "user_expressions": shell.user_expressions(user_expressions or {})}
+    reply["payload"] = shell.payload_manager.read_payload()
+    shell.payload_manager.clear_payload()
+    return reply
+
+
+def complete(code, cursor_pos):
+    from IPython.core.completer import provisionalcompleter, rectify_completions
+    if cursor_pos is None or cursor_pos < 0 or cursor_pos > len(code):
+        cursor_pos = len(code)
+    with provisionalcompleter():
+        completions = list(rectify_completions(code, _shell.Completer.completions(code,
+                                                                                  cursor_pos)))
+    if completions:
+        start, end = completions[0].start, completions[0].end
+    else:
+        start = end = cursor_pos
+    types = [{"start": c.start, "end": c.end, "text": c.text, "type": c.type,
+              "signature": c.signature} for c in completions]
+    return {"status": "ok", "matches": [c.text for c in completions], "cursor_start": start,
+            "cursor_end": end, "metadata": {"_jupyter_types_experimental": types}}
+
+
+def inspect(code, cursor_pos, detail_level):
+    from IPython.utils.tokenutil import token_at_cursor
+    if cursor_pos is None or cursor_pos < 0 or cursor_pos > len(code):
+        cursor_pos = len(code)
+    name = token_at_cursor(code, cursor_pos)
+    try:
+        data = _shell.object_inspect_mime(name, detail_level=1 if detail_level else 0)
+        found = True
+    except KeyError:
+        data, found = {}, False
+    return {"status": "ok", "found": found, "data": data, "metadata": {}}
+
+
+def is_complete(code):
+    status, indent = _shell.input_transformer_manager.check_complete(code)
+    reply = {"status": status}
+    if status == "incomplete":
+        reply["indent"] = " " * (indent or 0)
+    return reply
+
+
+def history(kind, session, start, stop, n, pattern, raw, output, unique):
+    """IPython's own history (the sqlite database ipykernel uses too): sessions and lines are
+    integers, and output=True gives [session, line, [input, output]]."""
+    hm = _shell.history_manager
+    if kind == "tail":
+        entries = hm.get_tail(n, raw=raw, output=output, include_latest=True)
+    elif kind == "range":
+        entries = hm.get_range(session, start, stop, raw=raw, output=output)
+    elif kind == "search":
+        entries = hm.search(pattern, raw=raw, output=output, n=n, unique=unique)
+    else:
+        raise ValueError("unknown hist_access_type %r (expected tail, range or search)" % kind)
+    current = hm.session_number  # IPython numbers the current session 0 in ranges
+    return [[s or current, line, list(x) if output else x] for s, line, x in entries]
+
+
+def shutdown():
+    """What a normal interpreter exit would do: IPython's clean-up and atexit callbacks."""
+    import atexit
+    try:
+        _shell.atexit_operations()
+    finally:
+        atexit._run_exitfuncs()

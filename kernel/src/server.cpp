@@ -1,0 +1,214 @@
+#include "server.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "xeus/xkernel.hpp"
+#include "xeus/xzmq_serializer.hpp"
+
+#include "iopub.hpp"
+
+namespace magpy_kernel {
+
+namespace {
+
+KernelServer* g_server = nullptr;
+
+bool is_eintr(const zmq::error_t& e) { return e.num() == EINTR; }
+
+std::string msg_type_of(const nl::json& header) { return header.value("msg_type", ""); }
+
+}  // namespace
+
+KernelServer::KernelServer(zmq::context_t& context, const xeus::xconfiguration& config,
+                           nl::json::error_handler_t eh)
+    : xserver_zmq(context, config, eh) {
+    g_server = this;
+}
+
+KernelServer* KernelServer::current() { return g_server; }
+
+std::unique_ptr<xeus::xserver> KernelServer::build(xeus::xcontext& context,
+                                                   const xeus::xconfiguration& config,
+                                                   nl::json::error_handler_t eh) {
+    return std::make_unique<KernelServer>(context.get_wrapped_context<zmq::context_t>(), config,
+                                          eh);
+}
+
+void KernelServer::start_impl(xeus::xpub_message message) {
+    // The "starting" status carries the session id that our own messages must share.
+    const std::string session = message.header().value("session", "");
+    std::string prefix = message.topic();
+    const auto dot = prefix.rfind('.');
+    prefix = dot == std::string::npos ? std::string() : prefix.substr(0, dot + 1);
+
+    start_publisher_thread();
+    start_heartbeat_thread();
+    m_request_stop = false;
+    publish(std::move(message), xeus::channel::SHELL);
+    IOPub::instance().attach(
+        [this](xeus::xpub_message msg) { publish(std::move(msg), xeus::channel::SHELL); },
+        xeus::get_user_name(), session, prefix);
+
+    while (!m_request_stop) poll_once(-1);
+
+    IOPub::instance().detach();
+    stop_channels();
+    // Give ZeroMQ's I/O thread a moment to deliver the shutdown reply, then leave without
+    // running static destructors (libtorch's may not survive a live, unfinalized Python).
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::fflush(nullptr);
+    std::_Exit(0);
+}
+
+// xserver_zmq::poll lets zmq::poll's EINTR escape and the kernel dies (xeus#272); here a
+// signal only ends one wait.
+void KernelServer::poll_once(long timeout_ms) {
+    zmq::pollitem_t items[] = {{m_controller.handle(), 0, ZMQ_POLLIN, 0},
+                               {m_shell.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+        zmq::poll(&items[0], 2, std::chrono::milliseconds(timeout_ms));
+    } catch (const zmq::error_t& e) {
+        if (is_eintr(e)) return;
+        std::cerr << "magpy-kernel: poll failed: " << e.what() << std::endl;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return;
+    }
+    zmq::socket_t* sockets[] = {&m_controller, &m_shell};
+    for (int i = 0; i < 2; ++i) {
+        if (!(items[i].revents & ZMQ_POLLIN) || (i == 1 && m_request_stop)) continue;
+        try {
+            zmq::multipart_t wire;
+            if (!wire.recv(*sockets[i], ZMQ_DONTWAIT)) continue;
+            xeus::xmessage msg = xeus::xzmq_serializer::deserialize(wire, *p_auth);
+            if (i == 0) {
+                notify_control_listener(std::move(msg));
+            } else {
+                try {
+                    note_request(msg);
+                } catch (const std::exception&) {
+                    // a malformed request is still xeus's to answer
+                }
+                notify_shell_listener(std::move(msg));
+            }
+        } catch (const zmq::error_t& e) {
+            if (!is_eintr(e)) std::cerr << "magpy-kernel: receive failed: " << e.what() << std::endl;
+        } catch (const std::exception& e) {
+            // A malformed or wrongly signed message: drop it, keep serving.
+            std::cerr << "magpy-kernel: dropped a message that could not be read: " << e.what()
+                      << std::endl;
+        }
+    }
+}
+
+void KernelServer::note_request(const xeus::xmessage& msg) {
+    if (msg_type_of(msg.header()) != "execute_request") return;
+    const nl::json& c = msg.content();
+    const bool silent = c.is_object() && c.value("silent", false);
+    const bool store = c.is_object() && c.value("store_history", true);
+    // IPython stores no history for a blank cell; counting it would shift In[n] from n.
+    const std::string code = c.is_object() ? c.value("code", "") : std::string();
+    const bool blank = code.find_first_not_of(" \t\r\n\f\v") == std::string::npos;
+    if (store && !silent && !blank) ++m_counter.current;
+}
+
+void KernelServer::publish_impl(xeus::xpub_message message, xeus::channel c) {
+    if (msg_type_of(message.header()) == "execute_input") {
+        // xeus numbers execute_input with its own counter, which also counts
+        // store_history=false; use the protocol's.
+        nl::json content = message.content();
+        content["execution_count"] = m_counter.current;
+        message = xeus::xpub_message(message.topic(), message.header(), message.parent_header(),
+                                     message.metadata(), std::move(content),
+                                     xeus::buffer_sequence(message.buffers()));
+    }
+    std::lock_guard<std::mutex> lock(m_socket);
+    xserver_zmq::publish_impl(std::move(message), c);
+}
+
+xeus::xmessage KernelServer::fix_reply(xeus::xmessage message) {
+    nl::json content = message.content();
+    if (!content.is_object()) content = nl::json::object();
+    const std::string type = msg_type_of(message.header());
+    if (type == "execute_reply") content["execution_count"] = m_counter.current;
+    if (!content.contains("status")) {
+        content["status"] = "ok";  // xeus 2.4.1's shutdown and interrupt replies have none
+    } else if (content["status"] == "error" && !content.contains("ename")) {
+        // stop_on_error: xeus answers queued requests with a bare error; the protocol's
+        // word for them is "aborted".
+        content["status"] = "aborted";
+    }
+    return xeus::xmessage(message.identities(), message.header(), message.parent_header(),
+                          message.metadata(), std::move(content),
+                          xeus::buffer_sequence(message.buffers()));
+}
+
+void KernelServer::send_shell_impl(xeus::xmessage message) {
+    xserver_zmq::send_shell_impl(fix_reply(std::move(message)));
+}
+
+void KernelServer::send_control_impl(xeus::xmessage message) {
+    xserver_zmq::send_control_impl(fix_reply(std::move(message)));
+}
+
+// Sends an input_request and waits for its reply. Replaces xeus's blocking recv, which dies on
+// EINTR, and fixes the request's `pwd` key (the protocol says `password`).
+void KernelServer::send_stdin_impl(xeus::xmessage message) {
+    nl::json content = message.content();
+    if (content.contains("pwd")) {
+        content["password"] = content["pwd"];
+        content.erase("pwd");
+    }
+    xeus::xmessage request(message.identities(), message.header(), message.parent_header(),
+                           message.metadata(), std::move(content), xeus::buffer_sequence());
+
+    // A reply that arrived after an earlier, interrupted request must not answer this one.
+    for (;;) {
+        zmq::multipart_t stale;
+        try {
+            if (!stale.recv(m_stdin, ZMQ_DONTWAIT)) break;
+        } catch (const zmq::error_t&) {
+            break;
+        }
+    }
+
+    zmq::multipart_t wire = xeus::xzmq_serializer::serialize(std::move(request), *p_auth,
+                                                             m_error_handler);
+    wire.send(m_stdin);
+
+    for (;;) {
+        zmq::pollitem_t item = {m_stdin.handle(), 0, ZMQ_POLLIN, 0};
+        try {
+            zmq::poll(&item, 1, std::chrono::milliseconds(-1));
+        } catch (const zmq::error_t& e) {
+            if (!is_eintr(e)) throw;
+            if (m_stdin_interrupt_check && m_stdin_interrupt_check()) throw StdinInterrupted{};
+            continue;
+        }
+        if (!(item.revents & ZMQ_POLLIN)) continue;
+        zmq::multipart_t wire_reply;
+        try {
+            if (!wire_reply.recv(m_stdin, ZMQ_DONTWAIT)) continue;
+        } catch (const zmq::error_t& e) {
+            if (!is_eintr(e)) throw;
+            continue;
+        }
+        xeus::xmessage reply;
+        try {
+            reply = xeus::xzmq_serializer::deserialize(wire_reply, *p_auth);
+        } catch (const std::exception& e) {
+            std::cerr << "magpy-kernel: dropped an unreadable stdin message: " << e.what()
+                      << std::endl;
+            continue;
+        }
+        if (msg_type_of(reply.header()) != "input_reply") continue;
+        notify_stdin_listener(std::move(reply));
+        return;
+    }
+}
+
+}  // namespace magpy_kernel

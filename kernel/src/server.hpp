@@ -1,0 +1,62 @@
+// The kernel's ZeroMQ server: xeus's xserver_zmq with its main loop, publishing and stdin
+// replaced, and the protocol bugs of xeus 2.4.1 fixed on the way out. See
+// /work/shared/notes/kernel.md §1.5-1.8 for the traps behind each override.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "xeus/xeus_context.hpp"
+#include "xeus/xserver_zmq.hpp"
+
+namespace magpy_kernel {
+
+// The protocol's execution counter: it grows only for requests that store history (xeus 2.4.1
+// also counts store_history=false). The server sees each request first, so it keeps it.
+struct ExecutionCounter {
+    int current = 0;  // main thread only
+};
+
+class KernelServer final : public xeus::xserver_zmq {
+public:
+    KernelServer(zmq::context_t& context, const xeus::xconfiguration& config,
+                 nl::json::error_handler_t eh);
+
+    // The server of this process (there is one); null before xkernel builds it.
+    static KernelServer* current();
+    // xkernel's server_builder (a plain function pointer).
+    static std::unique_ptr<xeus::xserver> build(xeus::xcontext& context,
+                                                const xeus::xconfiguration& config,
+                                                nl::json::error_handler_t eh);
+
+    ExecutionCounter& counter() { return m_counter; }
+
+    // Called when a wait for an input_reply is interrupted by a signal (main thread, no GIL);
+    // returns true to abandon the wait (the caller then raises KeyboardInterrupt).
+    void set_stdin_interrupt_check(std::function<bool()> check) {
+        m_stdin_interrupt_check = std::move(check);
+    }
+
+    // Thrown out of an abandoned stdin wait. Not a std::exception on purpose: xeus's handlers
+    // catch std::exception and would swallow it.
+    struct StdinInterrupted {};
+
+private:
+    void start_impl(xeus::xpub_message message) override;
+    void publish_impl(xeus::xpub_message message, xeus::channel c) override;
+    void send_shell_impl(xeus::xmessage message) override;
+    void send_control_impl(xeus::xmessage message) override;
+    void send_stdin_impl(xeus::xmessage message) override;
+
+    void poll_once(long timeout_ms);
+    void note_request(const xeus::xmessage& msg);
+    xeus::xmessage fix_reply(xeus::xmessage message);
+
+    std::mutex m_socket;  // the IOPub socket is used by several threads
+    ExecutionCounter m_counter;
+    std::function<bool()> m_stdin_interrupt_check;
+};
+
+}  // namespace magpy_kernel

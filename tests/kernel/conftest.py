@@ -1,0 +1,1 @@
+import kernel_env  # noqa: F401  (first: the kernelspec under test)

@@ -1,0 +1,381 @@
+"""The magpy kernel against the Jupyter messaging protocol, through jupyter_client: message
+order, execution counts, errors, stdin, interrupts, streams, magics, %%magpy."""
+
+import os
+import queue
+import signal
+import time
+
+import pytest
+
+import kernel_env  # noqa: F401
+from kernel_client import Kernel
+
+
+@pytest.fixture(scope="module")
+def k():
+    kernel = Kernel()
+    yield kernel
+    kernel.close()
+
+
+def assert_order(msgs, with_input=True):
+    types = [t for t, _ in msgs]
+    assert types[0] == "status" and msgs[0][1]["execution_state"] == "busy", types
+    assert types[-1] == "status" and msgs[-1][1]["execution_state"] == "idle", types
+    if with_input:
+        assert types[1] == "execute_input", types
+    assert types.count("status") == 2, types
+
+
+# --- order and counts ----------------------------------------------------------------------
+
+def test_execute_iopub_order(k):
+    reply, msgs = k.execute("print('a'); 1 + 1")
+    assert reply["status"] == "ok"
+    assert_order(msgs)
+    assert [t for t, _ in k.outputs(msgs)] == ["stream", "execute_result"]
+    count = reply["execution_count"]
+    assert msgs[1][1]["execution_count"] == count
+    assert k.outputs(msgs)[1][1]["execution_count"] == count
+
+
+@pytest.mark.parametrize("request_type", ["complete", "inspect", "is_complete", "history",
+                                          "kernel_info", "comm_info"])
+def test_every_request_is_wrapped_in_busy_idle(k, request_type):
+    k.drain(0.05)
+    call = {"complete": lambda: k.kc.complete("pri", 3),
+            "inspect": lambda: k.kc.inspect("print", 5),
+            "is_complete": lambda: k.kc.is_complete("for i in x:"),
+            "history": lambda: k.kc.history(hist_access_type="tail", n=2),
+            "kernel_info": lambda: k.kc.kernel_info(),
+            "comm_info": lambda: k.kc.comm_info()}[request_type]
+    msg_id = call()
+    reply = k.reply(msg_id)
+    assert reply["msg_type"] == request_type + "_reply"
+    assert reply["content"]["status"] == "ok"
+    msgs = [(m["msg_type"], m["content"]) for m in k.iopub_until_idle(msg_id)]
+    assert_order(msgs, with_input=False)
+    assert len(msgs) == 2
+
+
+def test_kernel_info_content(k):
+    reply = k.reply(k.kc.kernel_info())["content"]
+    assert reply["implementation"] == "magpy"
+    assert reply["language_info"]["name"] == "python"
+    assert reply["language_info"]["file_extension"] == ".py"
+    assert reply["protocol_version"].startswith("5.")
+
+
+def test_comm_info_content(k):
+    reply = k.reply(k.kc.comm_info())["content"]
+    assert reply == {"status": "ok", "comms": {}}
+
+
+def test_execution_count_with_silent_and_store_history(k):
+    first, _ = k.execute("a = 1")
+    n = first["execution_count"]
+    reply, msgs = k.execute("a = 2; a", silent=True)
+    assert reply["status"] == "ok" and reply["execution_count"] == n
+    assert [t for t, _ in msgs] == ["status", "status"]  # no execute_input, no result
+    reply, msgs = k.execute("a", store_history=False)
+    assert reply["execution_count"] == n
+    assert msgs[1][1]["execution_count"] == n
+    reply, msgs = k.execute("a")
+    assert reply["execution_count"] == n + 1
+    assert k.outputs(msgs)[0][1]["data"]["text/plain"] == "2"
+    reply, _ = k.execute("   \n")  # a blank cell stores nothing
+    reply, msgs = k.execute("In[%d], Out[%d]" % (n + 1, n + 1))
+    assert reply["execution_count"] == n + 2
+    assert k.outputs(msgs)[0][1]["data"]["text/plain"] == "('a', 2)"
+
+
+def test_user_expressions(k):
+    k.execute("ue = 20")
+    reply, _ = k.execute("ue += 1", user_expressions={"ok": "ue * 2", "bad": "1/0"})
+    ue = reply["user_expressions"]
+    assert ue["ok"]["status"] == "ok" and ue["ok"]["data"]["text/plain"] == "42"
+    assert ue["bad"]["status"] == "error" and ue["bad"]["ename"] == "ZeroDivisionError"
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code,ename,evalue", [
+    ("undefined_name_xyz", "NameError", "name 'undefined_name_xyz' is not defined"),
+    ("raise KeyError('k')", "KeyError", "'k'"),
+    ("x = )", "SyntaxError", "unmatched ')'"),
+])
+def test_error_reply_names(k, code, ename, evalue):
+    reply, msgs = k.execute(code)
+    assert reply["status"] == "error"
+    assert reply["ename"] == ename  # not swapped with evalue (xeus 2.4.1 bug)
+    assert evalue in reply["evalue"]
+    errors = [c for t, c in msgs if t == "error"]
+    assert len(errors) == 1 and errors[0]["ename"] == ename
+    assert reply["traceback"] and reply["traceback"] == errors[0]["traceback"]
+
+
+def test_unknown_cell_magic_is_a_usage_error(k):
+    reply, msgs = k.execute("%%nonexistent_magic\nx")
+    assert reply["status"] == "error" and reply["ename"] == "UsageError"
+    assert "nonexistent_magic" in k.stdout(msgs, "stderr") + reply["evalue"]
+
+
+def test_stop_on_error_aborts_queued_requests(k):
+    first = k.kc.execute("import time; time.sleep(0.3); 1/0", stop_on_error=True)
+    second = k.kc.execute("print('never')")
+    assert k.reply(first)["content"]["status"] == "error"
+    assert k.reply(second)["content"]["status"] == "aborted"
+    k.drain()
+
+
+# --- streams -----------------------------------------------------------------------------------
+
+def test_ten_thousand_prints_are_coalesced_and_complete(k):
+    reply, msgs = k.execute("for i in range(10000): print(i)")
+    assert reply["status"] == "ok"
+    streams = [c for t, c in msgs if t == "stream"]
+    assert "".join(c["text"] for c in streams) == "".join("%d\n" % i for i in range(10000))
+    assert len(streams) < 50, len(streams)
+
+
+def test_output_is_flushed_while_the_cell_runs(k):
+    msg_id = k.kc.execute("import time\nprint('early', flush=False)\ntime.sleep(1.5)\nprint('late')")
+    t0 = time.time()
+    while True:
+        msg = k.kc.iopub_channel.get_msg(timeout=10)
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+            break
+    assert msg["content"]["text"] == "early\n"
+    assert time.time() - t0 < 1.0  # time-based flush, not end of cell
+    assert k.reply(msg_id)["content"]["status"] == "ok"
+    k.drain()
+
+
+def test_prints_from_threads_arrive(k):
+    reply, msgs = k.execute(
+        "import threading\n"
+        "t = threading.Thread(target=lambda: print('from thread'))\n"
+        "t.start(); t.join()")
+    assert "from thread\n" in k.stdout(msgs)
+    # A thread that prints after its cell ended: the text still arrives, for that cell.
+    msg_id = k.kc.execute(
+        "import threading, time\n"
+        "threading.Thread(target=lambda: (time.sleep(0.5), print('late thread'))).start()")
+    assert k.reply(msg_id)["content"]["status"] == "ok"
+    deadline, seen = time.time() + 10, ""
+    while "late thread" not in seen and time.time() < deadline:
+        msg = k.kc.iopub_channel.get_msg(timeout=10)
+        if msg["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id:
+            seen += msg["content"]["text"]
+    assert "late thread" in seen
+
+
+def test_invalid_utf8_does_not_kill_the_kernel(k):
+    reply, msgs = k.execute(
+        "import os, sys\n"
+        "sys.stdout.buffer.write(b'A\\xff\\xfeB\\n')\n"
+        "os.write(1, b'C\\xc3\\n')\n"
+        "print('D\\udcff')\n"
+        "os.write(2, b'\\xe2\\x82')  # a character cut in half, never finished\n")
+    assert reply["status"] == "ok"
+    out = k.stdout(msgs)
+    assert "A\ufffd\ufffdB\n" in out and "C\ufffd\n" in out and "D?\n" in out
+    assert "\ufffd" in k.stdout(msgs, "stderr")
+    reply, msgs = k.execute("print('still alive')")
+    assert k.stdout(msgs) == "still alive\n"
+
+
+def test_fd_level_output_of_subprocesses(k):
+    reply, msgs = k.execute("import os; os.system('echo from-a-subprocess')")
+    assert "from-a-subprocess\n" in k.stdout(msgs)
+
+
+# --- stdin -------------------------------------------------------------------------------------
+
+def _answer_input(k, value, expect_password):
+    req = k.kc.stdin_channel.get_msg(timeout=10)
+    assert req["msg_type"] == "input_request"
+    assert req["content"]["password"] is expect_password
+    assert "pwd" not in req["content"]
+    k.kc.input(value)
+    return req["content"]["prompt"]
+
+
+def test_input_round_trip(k):
+    msg_id = k.kc.execute("name = input('your name? ')", allow_stdin=True)
+    assert _answer_input(k, "magpy", False) == "your name? "
+    assert k.reply(msg_id)["content"]["status"] == "ok"
+    _, msgs = k.execute("name")
+    assert k.outputs(msgs)[0][1]["data"]["text/plain"] == "'magpy'"
+
+
+def test_getpass_round_trip(k):
+    msg_id = k.kc.execute("import getpass; secret = getpass.getpass()", allow_stdin=True)
+    assert _answer_input(k, "s3cret", True) == "Password: "
+    assert k.reply(msg_id)["content"]["status"] == "ok"
+    _, msgs = k.execute("len(secret)")
+    assert k.outputs(msgs)[0][1]["data"]["text/plain"] == "6"
+
+
+def test_input_without_allow_stdin_is_a_clear_error(k):
+    t0 = time.time()
+    reply, _ = k.execute("input('x? ')", allow_stdin=False)
+    assert time.time() - t0 < 5
+    assert reply["status"] == "error"
+    assert reply["ename"] == "StdinNotImplementedError"
+    assert "allow_stdin" in reply["evalue"]
+
+
+def test_input_from_a_thread_is_a_clear_error(k):
+    reply, msgs = k.execute(
+        "import threading\nerr = []\n"
+        "def f():\n    try: input()\n    except Exception as e: err.append(str(e))\n"
+        "t = threading.Thread(target=f); t.start(); t.join(); print(err[0])", allow_stdin=True)
+    assert "main) thread" in k.stdout(msgs)
+
+
+# --- interrupts --------------------------------------------------------------------------------
+
+def test_interrupt_while_idle_ten_times(k):
+    for _ in range(10):
+        k.km.interrupt_kernel()
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert k.km.is_alive()
+    reply, msgs = k.execute("print('alive')")
+    assert reply["status"] == "ok" and k.stdout(msgs) == "alive\n"
+
+
+def test_interrupt_during_sleep(k):
+    msg_id = k.kc.execute("import time; time.sleep(30)")
+    time.sleep(1.0)
+    t0 = time.time()
+    k.km.interrupt_kernel()
+    reply = k.reply(msg_id, timeout=10)["content"]
+    assert time.time() - t0 < 3
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+    k.drain()
+    reply, _ = k.execute("1")
+    assert reply["status"] == "ok"
+
+
+def test_interrupt_during_input(k):
+    msg_id = k.kc.execute("input('wait: ')", allow_stdin=True)
+    req = k.kc.stdin_channel.get_msg(timeout=10)
+    assert req["msg_type"] == "input_request"
+    k.km.interrupt_kernel()
+    reply = k.reply(msg_id, timeout=10)["content"]
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+    k.drain()
+    # A late answer to the abandoned request must not answer the next one.
+    k.kc.input("stale")
+    time.sleep(0.2)
+    msg_id = k.kc.execute("v = input('again: ')", allow_stdin=True)
+    _answer_input(k, "fresh", False)
+    assert k.reply(msg_id)["content"]["status"] == "ok"
+    _, msgs = k.execute("v")
+    assert k.outputs(msgs)[0][1]["data"]["text/plain"] == "'fresh'"
+
+
+def test_a_cell_that_changes_the_sigint_handler_cannot_break_interrupts(k):
+    k.execute("import signal; signal.signal(signal.SIGINT, signal.SIG_DFL)")
+    k.km.interrupt_kernel()  # idle: ignored, even with SIG_DFL asked for
+    time.sleep(0.3)
+    msg_id = k.kc.execute("import time; time.sleep(30)")
+    time.sleep(1.0)
+    k.km.interrupt_kernel()
+    reply = k.reply(msg_id, timeout=10)["content"]
+    assert reply["ename"] == "KeyboardInterrupt"
+    assert k.km.is_alive()
+    k.drain()
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+def test_garbage_messages_do_not_kill_the_kernel(k):
+    sock = k.kc.shell_channel.socket
+    sock.send_multipart([b"<IDS|MSG>", b"bad-signature", b"{}", b"{}", b"{}", b"{}"])
+    sock.send_multipart([b"not even a jupyter message"])
+    time.sleep(0.3)
+    reply, _ = k.execute("40 + 2")
+    assert reply["status"] == "ok"
+
+
+# --- IPython features --------------------------------------------------------------------------
+
+def test_ipython_features(k):
+    _, msgs = k.execute("%timeit -n1 -r1 pass")
+    assert "loop" in k.stdout(msgs)
+    _, msgs = k.execute("%%time\nx = 1")
+    assert "Wall time" in k.stdout(msgs)
+    _, msgs = k.execute("!echo bang")
+    assert "bang" in k.stdout(msgs)
+    _, msgs = k.execute("21 * 2")
+    _, msgs = k.execute("_ + 0")
+    assert k.outputs(msgs)[0][1]["data"]["text/plain"] == "42"
+    _, msgs = k.execute("get_ipython() is not None")
+    assert k.outputs(msgs)[0][1]["data"]["text/plain"] == "True"
+    reply, msgs = k.execute("exit")
+    assert reply["payload"] == [{"source": "ask_exit", "keepkernel": False}]
+
+
+def test_matplotlib_inline(k):
+    reply, msgs = k.execute("%matplotlib inline\nimport matplotlib.pyplot as plt\n"
+                            "plt.plot([1, 2, 3]); plt.show()")
+    assert reply["status"] == "ok", reply
+    pngs = [c for t, c in msgs if t == "display_data" and "image/png" in c["data"]]
+    assert len(pngs) == 1 and len(pngs[0]["data"]["image/png"]) > 100
+
+
+def test_display_handles_and_clear_output(k):
+    reply, msgs = k.execute(
+        "from IPython.display import display, clear_output\n"
+        "h = display('first', display_id=True)\n"
+        "h.update('second')\n"
+        "clear_output(wait=True)")
+    outs = k.outputs(msgs)
+    assert [t for t, _ in outs] == ["display_data", "update_display_data", "clear_output"]
+    ids = {c["transient"]["display_id"] for _, c in outs[:2]}
+    assert len(ids) == 1
+    assert outs[1][1]["data"]["text/plain"] == "'second'"
+    assert outs[2][1]["wait"] is True
+
+
+def test_magpy_cell_runs_twice(k):
+    reply, _ = k.execute("import torch\ndef f(x):\n    return torch.relu(x) * 2\n"
+                         "x = torch.tensor([-1.0, 2.0])")
+    assert reply["status"] == "ok"
+    results = []
+    for _ in range(2):
+        reply, msgs = k.execute("%%magpy\nf(x) + 1", timeout=120)
+        assert reply["status"] == "ok", reply
+        results.append([c["data"]["text/plain"] for t, c in msgs if t == "execute_result"])
+        magpy_views = [m for t, c in msgs if t in ("display_data", "update_display_data")
+                       for m in c["data"] if m.startswith("application/vnd.magpy.")]
+        assert magpy_views or "graph" in k.stdout(msgs).lower()
+    assert results[0] == results[1] == ["tensor([1., 5.])"]
+
+
+def test_sys_executable_and_torch(k):
+    _, msgs = k.execute("import sys, torch; (sys.executable, torch.__name__)")
+    assert k.outputs(msgs)[0][1]["data"]["text/plain"] == "('/usr/bin/python3', 'torch')"
+
+
+# --- lifecycle ---------------------------------------------------------------------------------
+
+def test_shutdown_reply_and_exit():
+    kernel = Kernel()
+    try:
+        msg_id = kernel.kc.shutdown()
+        reply = kernel.reply(msg_id, channel=kernel.kc.control_channel, timeout=10)
+        assert reply["content"]["status"] == "ok"
+        deadline = time.time() + 10
+        while kernel.km.is_alive() and time.time() < deadline:
+            time.sleep(0.05)
+        assert not kernel.km.is_alive()
+        assert kernel.km.provisioner.process.wait(timeout=1) == 0
+    finally:
+        kernel.kc.stop_channels()
+        if kernel.km.is_alive():
+            kernel.km.shutdown_kernel(now=True)
