@@ -187,3 +187,21 @@ def test_requires_grad_leaf_inplace_error_matches_eager():
         cf(x)
     assert str(comp_err.value) == str(eager_err.value)
     assert magpy.explain(cf).cache_entries == 0
+
+
+def test_replay_code_is_valid_python_for_in_place_operators_and_lambdas():
+    import ast
+
+    f = lambda x, y: x.clone().__iadd__(y) * 2  # noqa: E731
+    def g(x, y):
+        z = x.clone()
+        z += y
+        z *= 2
+        return z
+
+    for fn in (f, g):
+        cf = check(fn, [(torch.randn(3), torch.randn(3))])
+        for code in magpy.explain(cf).replay_code():
+            ast.parse(code)  # raises SyntaxError if not Python
+    code = "\n".join(magpy.explain(cf).replay_code())
+    assert "operator.iadd(" in code and "operator.imul(" in code, code

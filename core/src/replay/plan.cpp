@@ -4,6 +4,7 @@
 #include "python/compat.h"
 
 #include <algorithm>
+#include <cctype>
 
 namespace magpy {
 
@@ -282,7 +283,10 @@ std::string Plan::render_arg(const Arg& a) const {
 }
 
 std::string Plan::render(const std::string& fn_name) const {
-    std::string out = "def replay_" + fn_name + "(L, G):\n";
+    std::string name = fn_name;  // "<module>", "<lambda>": not identifiers
+    for (char& c : name)
+        if (!(isalnum(static_cast<unsigned char>(c)) || c == '_')) c = '_';
+    std::string out = "def replay_" + name + "(L, G):\n";
     out += "    # L: the frame's arguments, G: its globals; guards have already passed\n";
     for (const Step& s : m_steps) {
         std::string lhs = s.out >= 0 ? "v" + std::to_string(s.out) + " = " : "";
@@ -301,7 +305,18 @@ std::string Plan::render(const std::string& fn_name) const {
             rhs += ")";
             break;
         }
-        case StepKind::Binary: rhs = a(0) + " " + binary_symbol(s.op) + " " + a(1); break;
+        case StepKind::Binary:
+            if (s.op >= NB_INPLACE_ADD && s.op <= NB_INPLACE_XOR) {
+                // `v1 = x += y` is not Python: spell the in-place form as operator.iadd & co
+                static const char* kIn[] = {"iadd", "iand", "ifloordiv", "ilshift", "imatmul",
+                                            "imul", "imod", "ior", "ipow", "irshift", "isub",
+                                            "itruediv", "ixor"};
+                rhs = std::string("operator.") + kIn[s.op - NB_INPLACE_ADD] + "(" + a(0) + ", " +
+                      a(1) + ")";
+            } else {
+                rhs = a(0) + " " + binary_symbol(s.op) + " " + a(1);
+            }
+            break;
         case StepKind::Compare: rhs = a(0) + " " + compare_symbol(s.op) + " " + a(1); break;
         case StepKind::Unary: {
             static const char* kOps[] = {"-", "+", "~", "not "};
