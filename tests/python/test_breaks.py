@@ -342,3 +342,19 @@ def test_break_inside_library_code_is_reported_at_the_users_call():
     # reported at the user's line that called the Sequential
     assert b.function.endswith("Net.forward"), str(b)
     assert b.lineno == Net.forward.__code__.co_firstlineno + 1
+
+
+def test_graph_break_error_carries_the_break_as_attributes():
+    def f(x):
+        y = x * 2
+        if y.sum() > 0:
+            return y
+        return -y
+
+    cf = magpy.compile(f, fullgraph=True)
+    with pytest.raises(magpy.GraphBreakError) as err:
+        cf(torch.ones(3))
+    e = err.value
+    assert e.reason_id == "MB001" and "branch" in e.reason and e.hint
+    assert e.filename == __file__ and e.lineno == f.__code__.co_firstlineno + 2
+    assert e.reason in str(e) and e.hint in str(e)

@@ -649,6 +649,26 @@ std::string Capture::break_message() const {
     return m_breaks.empty() ? "graph break" : format_break(m_breaks.front());
 }
 
+// GraphBreakError(message) with the break's fields as attributes (reason_id, reason, hint,
+// filename, lineno), for tools that show it (the notebook views).
+void Capture::raise_graph_break() const {
+    PyObject* type = graph_break_error();
+    py::Ref exc = py::Ref::steal(PyObject_CallFunction(type, "s", break_message().c_str()));
+    if (!exc) return;
+    BreakInfo b = m_breaks.empty() ? BreakInfo{} : m_breaks.front();
+    auto set = [&](const char* name, PyObject* value) {
+        if (value && PyObject_SetAttrString(exc.get(), name, value) < 0) PyErr_Clear();
+        Py_XDECREF(value);
+    };
+    set("reason_id", PyUnicode_FromString(b.reason_id.c_str()));
+    set("reason", PyUnicode_FromString(b.reason.c_str()));
+    set("hint", PyUnicode_FromString(b.hint.c_str()));
+    set("filename", PyUnicode_FromString(b.filename.c_str()));
+    set("lineno", PyLong_FromLong(b.lineno));
+    PyErr_Clear();
+    PyErr_SetObject(type, exc.get());
+}
+
 static PyObject* g_graph_break_error = nullptr;
 PyObject* graph_break_error() { return g_graph_break_error ? g_graph_break_error : PyExc_RuntimeError; }
 void set_graph_break_error(PyObject* type) {

@@ -183,6 +183,7 @@ public:
     // The capture failed because of `b` (a break met earlier), whatever failed since.
     void set_break(BreakInfo b) { m_breaks.assign(1, std::move(b)); }
     std::string break_message() const;  // the first break, formatted for an exception
+    void raise_graph_break() const;     // sets GraphBreakError for the first break
 
     void set_location(PyCodeObject* code, int line) {
         m_code = code;

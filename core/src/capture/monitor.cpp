@@ -344,7 +344,7 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
         Py_XDECREF(et);
         Py_XDECREF(ev);
         Py_XDECREF(etb);
-        PyErr_SetString(graph_break_error(), m->m_cap.break_message().c_str());
+        m->m_cap.raise_graph_break();
         return -1;
     }
     PyErr_Restore(et, ev, etb);
