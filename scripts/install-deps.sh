@@ -17,6 +17,12 @@ PACKAGES=(
     graphviz
     # real models for tests and benchmarks
     python3-torchvision
+    # the Jupyter kernel (kernel/): xeus and its headers, the Jupyter tools that find, run and
+    # test it, and the peer kernels of bench/kernel_latency.py
+    xeus-dev xtl-dev cppzmq-dev libzmq3-dev
+    jupyter-core jupyter-client jupyter-console jupyter-notebook python3-notebook
+    python3-jupyter-kernel-test python3-nbclient python3-nbformat python3-nbconvert
+    jupyter-nbconvert python3-matplotlib python3-matplotlib-inline xpython
 )
 
 missing=()

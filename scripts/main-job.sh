@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The main job: install system packages, build, make `import magpy` work for Debian's python3
-# from any directory, and run the quick-start demo (a compiled model and its explanation).
+# from any directory, run the quick-start demo (a compiled model and its explanation), install
+# the Jupyter kernel, and run the quick-start notebook with it (build/notebooks/quickstart.ipynb
+# and .html).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${MAGPY_PYTHON:-/usr/bin/python3}"
@@ -15,3 +17,13 @@ $SUDO cp build/magpy.pth "$SITE/magpy.pth"
 echo "main-job: installed $SITE/magpy.pth"
 (cd / && "$PYTHON" -c "import magpy; print('main-job: import magpy OK from /, version', magpy.__version__)")
 "$PYTHON" scripts/quickstart.py
+
+# The Jupyter kernel, system-wide, then the quick-start notebook end to end with it.
+scripts/install-kernel.sh
+mkdir -p build/notebooks
+"$PYTHON" -m nbconvert --to notebook --execute --ExecutePreprocessor.kernel_name=magpy \
+    --ExecutePreprocessor.timeout=600 --output-dir build/notebooks --output quickstart.ipynb \
+    notebooks/quickstart.ipynb
+"$PYTHON" -m nbconvert --to html --output-dir build/notebooks --output quickstart.html \
+    build/notebooks/quickstart.ipynb
+echo "main-job: executed notebook at build/notebooks/quickstart.ipynb, HTML at build/notebooks/quickstart.html"

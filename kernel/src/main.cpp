@@ -2,6 +2,7 @@
 // Jupyter starts it as `magpy-kernel -f CONNECTION_FILE` (share/jupyter/kernels/magpy).
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include <pybind11/embed.h>
 
@@ -70,6 +72,18 @@ py::scoped_interpreter* start_python() {
     return new py::scoped_interpreter(&config, 1, argv, /*add_program_dir_to_path=*/false);
 }
 
+// Like ipykernel's parent poller: when the process that started us (Jupyter) dies, a kernel
+// left behind would hold its ports and CPU forever, so it leaves too.
+void exit_with_parent() {
+    const pid_t parent = ::getppid();
+    std::thread([parent] {
+        for (;;) {
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+            if (::getppid() != parent) std::_Exit(1);
+        }
+    }).detach();
+}
+
 }  // namespace
 
 int main(int argc, char* argv[]) {
@@ -118,6 +132,7 @@ int main(int argc, char* argv[]) {
     // Before any thread exists, so that every thread inherits it (signals.hpp).
     block_sigint();
     IOPub::instance().start_flusher();
+    exit_with_parent();
 
     std::unique_ptr<xeus::xlogger> logger;
     if (std::getenv("XEUS_LOG") != nullptr) {

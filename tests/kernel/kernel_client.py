@@ -23,18 +23,18 @@ class Kernel:
 
     def drain(self, seconds=0.2):
         """Forgets messages of earlier requests."""
-        for ch in (self.kc.iopub_channel, self.kc.shell_channel, self.kc.stdin_channel):
+        for get in (self.kc.get_iopub_msg, self.kc.get_shell_msg, self.kc.get_stdin_msg):
             while True:
                 try:
-                    ch.get_msg(timeout=seconds)
+                    get(timeout=seconds)
                 except queue.Empty:
                     break
 
-    def reply(self, msg_id, timeout=TIMEOUT, channel=None):
-        channel = channel or self.kc.shell_channel
+    def reply(self, msg_id, timeout=TIMEOUT, channel="shell"):
+        get = getattr(self.kc, "get_%s_msg" % channel)
         deadline = time.time() + timeout
         while True:
-            msg = channel.get_msg(timeout=max(0.01, deadline - time.time()))
+            msg = get(timeout=max(0.01, deadline - time.time()))
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg
 
@@ -42,7 +42,7 @@ class Kernel:
         msgs = []
         deadline = time.time() + timeout
         while True:
-            msg = self.kc.iopub_channel.get_msg(timeout=max(0.01, deadline - time.time()))
+            msg = self.kc.get_iopub_msg(timeout=max(0.01, deadline - time.time()))
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             msgs.append(msg)

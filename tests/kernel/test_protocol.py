@@ -53,7 +53,8 @@ def test_every_request_is_wrapped_in_busy_idle(k, request_type):
     msg_id = call()
     reply = k.reply(msg_id)
     assert reply["msg_type"] == request_type + "_reply"
-    assert reply["content"]["status"] == "ok"
+    expected = "incomplete" if request_type == "is_complete" else "ok"
+    assert reply["content"]["status"] == expected
     msgs = [(m["msg_type"], m["content"]) for m in k.iopub_until_idle(msg_id)]
     assert_order(msgs, with_input=False)
     assert len(msgs) == 2
@@ -143,7 +144,7 @@ def test_output_is_flushed_while_the_cell_runs(k):
     msg_id = k.kc.execute("import time\nprint('early', flush=False)\ntime.sleep(1.5)\nprint('late')")
     t0 = time.time()
     while True:
-        msg = k.kc.iopub_channel.get_msg(timeout=10)
+        msg = k.kc.get_iopub_msg(timeout=10)
         if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
             break
     assert msg["content"]["text"] == "early\n"
@@ -165,7 +166,7 @@ def test_prints_from_threads_arrive(k):
     assert k.reply(msg_id)["content"]["status"] == "ok"
     deadline, seen = time.time() + 10, ""
     while "late thread" not in seen and time.time() < deadline:
-        msg = k.kc.iopub_channel.get_msg(timeout=10)
+        msg = k.kc.get_iopub_msg(timeout=10)
         if msg["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id:
             seen += msg["content"]["text"]
     assert "late thread" in seen
@@ -194,7 +195,7 @@ def test_fd_level_output_of_subprocesses(k):
 # --- stdin -------------------------------------------------------------------------------------
 
 def _answer_input(k, value, expect_password):
-    req = k.kc.stdin_channel.get_msg(timeout=10)
+    req = k.kc.get_stdin_msg(timeout=10)
     assert req["msg_type"] == "input_request"
     assert req["content"]["password"] is expect_password
     assert "pwd" not in req["content"]
@@ -262,7 +263,7 @@ def test_interrupt_during_sleep(k):
 
 def test_interrupt_during_input(k):
     msg_id = k.kc.execute("input('wait: ')", allow_stdin=True)
-    req = k.kc.stdin_channel.get_msg(timeout=10)
+    req = k.kc.get_stdin_msg(timeout=10)
     assert req["msg_type"] == "input_request"
     k.km.interrupt_kernel()
     reply = k.reply(msg_id, timeout=10)["content"]
@@ -368,7 +369,7 @@ def test_shutdown_reply_and_exit():
     kernel = Kernel()
     try:
         msg_id = kernel.kc.shutdown()
-        reply = kernel.reply(msg_id, channel=kernel.kc.control_channel, timeout=10)
+        reply = kernel.reply(msg_id, channel="control", timeout=10)
         assert reply["content"]["status"] == "ok"
         deadline = time.time() + 10
         while kernel.km.is_alive() and time.time() < deadline:

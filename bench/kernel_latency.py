@@ -1,0 +1,133 @@
+"""Request round-trip latency of the magpy kernel against Debian's ipykernel and xeus-python.
+
+    /usr/bin/python3 bench/kernel_latency.py [--binary build/kernel/magpy-kernel] [-n 200]
+        [--json out.json]
+
+For each kernel and each request (`pass`, a print, a small display), the time from sending
+execute_request to receiving both the execute_reply and the closing `idle` status (so every
+output is in). The three kernels run side by side and are measured in interleaved rounds of
+`--round` requests, after a warm-up, so drift hits all of them alike. Prints median and p90
+in milliseconds and writes JSON. Not a test.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+from jupyter_client.manager import start_new_kernel
+
+REQUESTS = {
+    "pass": "pass",
+    "print": "print('hello, world')",
+    "display": "display(HTML('<b>hi</b>'))",
+}
+SETUP = "from IPython.display import HTML, display"
+
+
+def magpy_spec_dir(binary):
+    """A temporary kernelspec for exactly this binary (not whatever is installed)."""
+    root = tempfile.mkdtemp(prefix="magpy-kernel-bench-")
+    spec = os.path.join(root, "kernels", "magpy-bench")
+    os.makedirs(spec)
+    with open(os.path.join(spec, "kernel.json"), "w") as f:
+        json.dump({"argv": [os.path.abspath(binary), "-f", "{connection_file}"],
+                   "display_name": "magpy (bench)", "language": "python",
+                   "interrupt_mode": "signal"}, f)
+    return root
+
+
+def round_trip(kc, code):
+    t0 = time.perf_counter()
+    msg_id = kc.execute(code, store_history=False)
+    got_reply = got_idle = False
+    while not (got_reply and got_idle):
+        if not got_reply:
+            msg = kc.get_shell_msg(timeout=30)
+            if msg["parent_header"].get("msg_id") == msg_id:
+                got_reply = True
+                if msg["content"]["status"] != "ok":
+                    raise RuntimeError("%r failed: %s" % (code, msg["content"]))
+            continue
+        msg = kc.get_iopub_msg(timeout=30)
+        if (msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status"
+                and msg["content"]["execution_state"] == "idle"):
+            got_idle = True
+    return (time.perf_counter() - t0) * 1e3
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--binary", default=os.path.join(here, "..", "build", "kernel", "magpy-kernel"),
+                    help="the magpy-kernel executable (default: build/kernel/magpy-kernel)")
+    ap.add_argument("-n", type=int, default=200, help="requests per kernel and request kind")
+    ap.add_argument("--round", type=int, default=20, help="requests per interleaved round")
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args()
+    if not os.access(args.binary, os.X_OK):
+        sys.exit("kernel_latency: %s is not an executable; build it (scripts/build.sh) or pass "
+                 "--binary" % args.binary)
+
+    root = magpy_spec_dir(args.binary)
+    os.environ["JUPYTER_PATH"] = root + os.pathsep + os.environ.get("JUPYTER_PATH", "")
+    ipython_dir = tempfile.mkdtemp(prefix="magpy-kernel-bench-ipython-")
+    os.environ["IPYTHONDIR"] = ipython_dir
+    kernels = {"magpy": "magpy-bench", "ipykernel": "python3", "xeus-python": "xpython"}
+    clients = {}
+    try:
+        for label, name in kernels.items():
+            try:
+                clients[label] = start_new_kernel(kernel_name=name, startup_timeout=120)
+            except Exception as e:  # a missing peer is reported, not fatal
+                print("kernel_latency: skipping %s (%s: %s)" % (label, type(e).__name__, e))
+        for label, (km, kc) in clients.items():
+            round_trip(kc, SETUP)
+            for code in REQUESTS.values():
+                for _ in range(args.warmup):
+                    round_trip(kc, code)
+        samples = {label: {req: [] for req in REQUESTS} for label in clients}
+        done = 0
+        while done < args.n:
+            batch = min(args.round, args.n - done)
+            for req, code in REQUESTS.items():
+                for label, (km, kc) in clients.items():
+                    samples[label][req].extend(round_trip(kc, code) for _ in range(batch))
+            done += batch
+    finally:
+        for km, kc in clients.values():
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(ipython_dir, ignore_errors=True)
+
+    rows = []
+    print("request round trip (execute_request -> reply and idle), ms, n=%d each" % args.n)
+    print("%-12s %-8s %8s %8s" % ("kernel", "request", "median", "p90"))
+    for label in clients:
+        for req in REQUESTS:
+            xs = samples[label][req]
+            row = {"kernel": label, "request": req, "n": len(xs),
+                   "median_ms": statistics.median(xs), "p90_ms": percentile(xs, 0.9)}
+            rows.append(row)
+            print("%-12s %-8s %8.3f %8.3f" % (label, req, row["median_ms"], row["p90_ms"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"python": platform.python_version(), "machine": platform.machine(),
+                       "cpus": os.cpu_count(), "rows": rows}, f, indent=2)
+        print("kernel_latency: wrote", args.json)
+
+
+if __name__ == "__main__":
+    main()
