@@ -222,3 +222,15 @@ def test_sizes_0_and_1_stay_fixed():
     # [2], then symbolic (any size >= 2: 4 hits), [1] (1 hits again), [0]
     assert e.graph_count == 4 and e.cache_hits == 2, str(e)
     assert "expected a size of 2 or more, got 1" in e.recompile_reasons[1], str(e)
+
+
+def test_a_number_from_sizes_and_tensor_data_is_never_fixed_as_a_size():
+    # `k` depends on x's data too: indexing a list with it must not be replayed as a constant
+    def f(x, items):
+        k = x.size(0) - 2 + (x.sum().item() > 0)
+        return items[k] * x
+
+    items = [1.0, 2.0, 3.0, 4.0]
+    calls = [(torch.ones(2), items), (-torch.ones(2), items), (torch.ones(3), items),
+             (-torch.ones(3), items), (torch.ones(3), items)]
+    check(f, calls, dynamic=True)

@@ -338,8 +338,7 @@ bool Capture::add_replay_check(int id, PyObject* expected, bool length) {
 // value (the guard is cheaper than a failed replay).
 void Capture::concretize(int id) {
     Value& val = v(id);
-    PyObject* o = val.real.get();
-    if (!val.sym || val.tensor || !o || !(PyLong_Check(o) || PyFloat_Check(o))) return;
+    if (!val.sym_number()) return;  // a number that also depends on tensor data stays unknown
     bool relation = PyBool_Check(val.real.get());
     if ((relation || val.sym_all) && add_replay_check(id, val.real.get(), false)) {
         // checked at replay
@@ -362,9 +361,16 @@ void Capture::fix_length(int id) {
         m_guards->set_dynamic_dims(t.node, m_guards->dynamic_dims(t.node) & ~uint64_t{1});
         return;
     }
-    py::Ref n = py::Ref::steal(PyLong_FromSsize_t(PyObject_Length(t.real.get())));
-    if (!n || !add_replay_check(id, n.get(), true)) pin_all_dims();
+    check_length(id);
+}
+
+// The plan checks that the op result `id` (a tensor or a sequence of tensors) still has the
+// length it had, or, after an effect, every size is fixed again.
+void Capture::check_length(int id) {
+    Py_ssize_t len = PyObject_Length(v(id).real.get());
+    py::Ref n = py::Ref::steal(len < 0 ? nullptr : PyLong_FromSsize_t(len));
     PyErr_Clear();
+    if (!n || !add_replay_check(id, n.get(), true)) pin_all_dims();
 }
 
 void Capture::pin_all_dims() {
@@ -392,8 +398,7 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
         // (the caller narrows what they depend on).
         PyObject* o = real_result;
         if (o && (PyTuple_Check(o) || PyList_Check(o))) {
-            py::Ref n = py::Ref::steal(PyLong_FromSsize_t(PySequence_Size(o)));
-            if (m_effects || !add_replay_check(id, n.get(), true)) pin_all_dims();
+            check_length(id);
             v(id).sym = true;  // its items are tensors with symbolic sizes
         } else {
             v(id).sym = true;

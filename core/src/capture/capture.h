@@ -83,6 +83,11 @@ struct Value {
     bool sym = false;
     bool sym_all = false;
     std::vector<std::pair<int, uint64_t>> sym_deps;
+    // A number computed at replay from symbolic sizes only (not from tensor data).
+    bool sym_number() const {
+        PyObject* o = real.get();
+        return sym && !tensor && !dyn_scalar && o && (PyLong_Check(o) || PyFloat_Check(o));
+    }
     std::string label;      // how the user would name it
 };
 
@@ -172,6 +177,7 @@ public:
     void concretize(int value);
     void pin_all_dims();
     void fix_length(int tensor);  // Python reads len(tensor) (iteration, unpacking)
+    void check_length(int op_result);
     bool add_replay_check(int value, PyObject* expected, bool length);
 
     // --- breaks -------------------------------------------------------------------------

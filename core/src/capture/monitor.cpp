@@ -1011,7 +1011,7 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     case COMPARE_OP: {
         Value &a = m_cap.v(p.in[0]), &b = m_cap.v(p.in[1]);
-        bool sym = (a.sym && !a.tensor) || (b.sym && !b.tensor);
+        bool sym = a.sym_number() || b.sym_number();
         bool scalar = (a.dyn_scalar || b.dyn_scalar || sym) && number_operands(p.in[0], p.in[1]);
         if (a.tensor || b.tensor || scalar) {
             Step s;
@@ -1141,12 +1141,12 @@ void Monitor::complete(ShadowFrame& f) {
     case BUILD_SLICE: {
         // x[:T] with T a symbolic size: the slice is built at replay
         bool sym = false;
-        for (int v : p.in) sym = sym || (m_cap.v(v).sym && !m_cap.v(v).tensor && !m_cap.v(v).dyn_scalar);
+        for (int v : p.in) sym = sym || m_cap.v(v).sym_number();
         if (sym) {
             Step s;
             s.kind = StepKind::BuildSlice;
             for (int v : p.in) {
-                if (!(m_cap.v(v).sym && !m_cap.v(v).tensor) && !known(v))
+                if (!m_cap.v(v).sym_number() && !known(v))
                     return (void)require_const({v}, "a slice");
                 Arg a;
                 if (!m_cap.arg_of(v, a)) return;
@@ -1285,7 +1285,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                  p.callee.kind == CallKind::InlineModule;
     if (!flows)  // builtins and the like compute with the number itself
         for (int a : p.in)
-            if (m_cap.v(a).sym && !m_cap.v(a).tensor && !m_cap.v(a).dyn_scalar) m_cap.concretize(a);
+            m_cap.concretize(a);
     for (int a : p.in) {
         Value& v = m_cap.v(a);
         any_tensor = any_tensor || v.tensor;
@@ -1956,7 +1956,9 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
     Value& k = m_cap.v(key);
     if (c.tensor || (c.kind == ValueKind::OpResult && !c.tensor)) {
         // symbolic sizes in the index (x[:, :T]) are computed at replay
-        auto symbolic = [&](const Value& x) { return x.sym && !x.tensor && !x.dyn_scalar; };
+        auto symbolic = [](const Value& x) {  // a size, or a slice of sizes (x[:, :T])
+            return x.sym_number() || (x.sym && x.real && PySlice_Check(x.real.get()));
+        };
         bool sym_index = symbolic(k);
         if (k.kind == ValueKind::FreshTuple) {
             sym_index = true;
@@ -1985,7 +1987,7 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
         m_cap.v(r).dyn_shape = m_cap.v(cont).dyn_shape || m_cap.v(key).dyn_shape || mask;
         return r;
     }
-    if (k.sym && !k.tensor) m_cap.concretize(key);
+    m_cap.concretize(key);
     if (k.kind != ValueKind::Const) {
         m_cap.fail(breaks::kUnsupportedOpcode, c.label + " is indexed with a computed key",
                    "index containers with constants");
@@ -2041,7 +2043,7 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
 
 int Monitor::binary(int op, int a, int b, PyObject* real) {
     Value &x = m_cap.v(a), &y = m_cap.v(b);
-    bool sym = (x.sym && !x.tensor) || (y.sym && !y.tensor);
+    bool sym = x.sym_number() || y.sym_number();
     bool scalar = (x.dyn_scalar || y.dyn_scalar || sym) && number_operands(a, b);
     if (x.tensor || y.tensor || scalar) {
         Step s;
@@ -2150,7 +2152,7 @@ bool Monitor::number_operands(int a, int b) {
     for (int id : {a, b}) {
         const Value& v = m_cap.v(id);
         PyObject* o = v.real.get();
-        if (v.dyn_scalar || (v.sym && !v.tensor)) continue;
+        if (v.dyn_scalar || v.sym_number()) continue;
         if (v.kind != ValueKind::Const || !o || !(PyFloat_Check(o) || PyLong_Check(o))) return false;
     }
     return true;
@@ -2160,7 +2162,7 @@ bool Monitor::number_operands(int a, int b) {
 // of such values.
 bool Monitor::known(int id, int depth) {
     const Value& v = m_cap.v(id);
-    if (v.sym && !v.tensor && !v.dyn_scalar) m_cap.concretize(id);  // Python needs the number
+    m_cap.concretize(id);  // a symbolic number: Python needs it
     if (v.kind == ValueKind::Const || v.identity) return true;
     if ((v.kind == ValueKind::FreshList || v.kind == ValueKind::FreshTuple ||
          v.kind == ValueKind::FreshDict) && depth < 8) {
@@ -2194,7 +2196,7 @@ bool Monitor::truthiness_known(int id) {
                    "compiled function");
         return false;
     }
-    if (v.sym && !v.tensor) m_cap.concretize(id);  // a branch on sizes: they are fixed again
+    m_cap.concretize(id);  // a branch on sizes: checked or guarded from here on
     if (v.tensor) {
         m_cap.fail(breaks::kDataDependentBranch,
                    "a branch depends on the values inside tensor " + v.label,
