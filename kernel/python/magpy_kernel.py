@@ -224,26 +224,56 @@ def _make_shell():
 
 
 def _load_magpy(shell):
-    """`%load_ext magpy`, so %%magpy works in every notebook. If it cannot load, %%magpy says
-    why instead of 'magic not found'."""
-    try:
-        status = shell.extension_manager.load_extension("magpy")
-        if status == "no load function":
-            raise ImportError("the magpy module has no load_ipython_extension()")
-        return None
-    except BaseException as e:  # noqa: B902 (an extension may raise anything)
-        reason = "%s: %s" % (type(e).__name__, _safe_str(e))
-
+    """%%magpy (and %magpy, %magpy_explain) in every notebook, without importing magpy and
+    torch at start-up: stand-ins load the extension on first use (it replaces them) and pass
+    the call on. If magpy cannot be found or loaded, %%magpy says why instead of 'magic not
+    found'. Returns the reason it is unavailable, or None."""
+    import importlib.util
     from IPython.core.error import UsageError
 
-    def magpy_unavailable(line="", cell=None):
-        raise UsageError(
-            "%%magpy is unavailable: the magpy extension failed to load when the kernel "
-            "started (" + reason + "). Check that `/usr/bin/python3 -c 'import magpy'` works "
-            "(scripts/main-job.sh installs it), then run %load_ext magpy.")
+    def unavailable(reason):
+        def magpy_unavailable(line="", cell=None):
+            raise UsageError(
+                "%%magpy is unavailable: the magpy extension failed to load (" + reason + "). "
+                "Check that `/usr/bin/python3 -c 'import magpy'` works (scripts/main-job.sh "
+                "installs it), then run %load_ext magpy.")
+        shell.register_magic_function(magpy_unavailable, magic_kind="line_cell",
+                                      magic_name="magpy")
 
-    shell.register_magic_function(magpy_unavailable, magic_kind="line_cell", magic_name="magpy")
-    return reason
+    try:
+        found = importlib.util.find_spec("magpy") is not None
+    except BaseException as e:  # noqa: B902
+        found, reason = False, "%s: %s" % (type(e).__name__, _safe_str(e))
+    else:
+        reason = "no module named 'magpy'"
+    if not found:
+        unavailable(reason)
+        return reason
+
+    def load():
+        try:
+            status = shell.extension_manager.load_extension("magpy")
+            if status == "no load function":
+                raise ImportError("the magpy module has no load_ipython_extension()")
+        except BaseException as e:  # noqa: B902 (an extension may raise anything)
+            why = "%s: %s" % (type(e).__name__, _safe_str(e))
+            unavailable(why)
+            raise UsageError("%%magpy is unavailable: the magpy extension failed to load (" +
+                             why + ")") from None
+
+    def magpy(line="", cell=None):
+        load()
+        if cell is None:
+            return shell.run_line_magic("magpy", line)
+        return shell.run_cell_magic("magpy", line, cell)
+
+    def magpy_explain(line=""):
+        load()
+        return shell.run_line_magic("magpy_explain", line)
+
+    shell.register_magic_function(magpy, magic_kind="line_cell", magic_name="magpy")
+    shell.register_magic_function(magpy_explain, magic_kind="line", magic_name="magpy_explain")
+    return None
 
 
 def start():
