@@ -347,7 +347,8 @@ def run_program(seed, n_calls=N_CALLS, compile_fn=None, source=None):
     res = Result(seed, source)
     if compile_fn is None:
         limit = cache_limit_for(seed)
-        compile_fn = lambda f: magpy.compile(f, cache_limit=limit)  # noqa: E731
+        backend = os.environ.get("MAGPY_FUZZ_BACKEND", "eager")
+        compile_fn = lambda f: magpy.compile(f, backend=backend, cache_limit=limit)  # noqa: E731
     try:
         wa = make_world(source, seed, "eager")
         wb = make_world(source, seed, "compiled")

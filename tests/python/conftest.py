@@ -25,6 +25,17 @@ for p in (os.path.join(ROOT, "core", "python"), os.path.join(ROOT, "build", "pyt
 
 import magpy  # noqa: E402
 
+# MAGPY_TEST_BACKEND=torchscript runs the whole suite through another backend: every comparison
+# with eager then checks that backend (ctest runs it as pytest_engine_torchscript).
+_TEST_BACKEND = os.environ.get("MAGPY_TEST_BACKEND")
+if _TEST_BACKEND:
+    _compile = magpy.compile
+
+    def _compile_with_backend(fn_or_module, backend=_TEST_BACKEND, *args, **kwargs):
+        return _compile(fn_or_module, backend, *args, **kwargs)
+
+    magpy.compile = _compile_with_backend
+
 
 @pytest.fixture(autouse=True)
 def _fresh_magpy():

@@ -14,12 +14,14 @@ std::unique_ptr<CompiledGraph> Backend::compile(std::shared_ptr<const Plan> plan
 }
 
 const Backend* eager_backend();
+const Backend* torchscript_backend();
 
 const Backend* find_backend(const std::string& name) {
     if (name == "eager") return eager_backend();
+    if (name == "torchscript") return torchscript_backend();
     return nullptr;
 }
 
-std::vector<std::string> backend_names() { return {"eager"}; }
+std::vector<std::string> backend_names() { return {"eager", "torchscript"}; }
 
 }  // namespace magpy

@@ -19,9 +19,18 @@ public:
     PyObject* run(PyObject* const* inputs, Declined& declined) const {
         return run_impl(inputs, declined);
     }
+    // What the backend made of the plan, for explain() and the report: one line ("2
+    // TorchScript graphs covering 31 of 33 ops ..."), notes from later calls (a graph that fell
+    // back to eager for some inputs), and each compiled graph as text.
+    std::string summary() const { return summary_impl(); }
+    std::vector<std::string> notes() const { return notes_impl(); }
+    std::vector<std::string> graph_texts() const { return graph_texts_impl(); }
 
 private:
     virtual PyObject* run_impl(PyObject* const* inputs, Declined& declined) const = 0;
+    virtual std::string summary_impl() const { return ""; }
+    virtual std::vector<std::string> notes_impl() const { return {}; }
+    virtual std::vector<std::string> graph_texts_impl() const { return {}; }
 };
 
 class Backend {

@@ -379,9 +379,20 @@ void Capture::pin_all_dims() {
 
 // [SECTION] plan -------------------------------------------------------------------------------
 
+static uint8_t result_kind_of(PyObject* o) {
+    if (!o) return 0;
+    if (is_tensor(o)) return 1;
+    if (!PyTuple_Check(o) && !PyList_Check(o)) return 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    for (Py_ssize_t i = 0; i < n; ++i)
+        if (!is_tensor(PySequence_Fast_GET_ITEM(o, i))) return 0;
+    return n > 0 ? 2 : 0;
+}
+
 int Capture::record(Step step, PyObject* real_result, const std::string& label, bool graph_op) {
     step.out = m_plan->add_slot();
     step.graph_op = graph_op;
+    step.result_kind = result_kind_of(real_result);
     bool sym = false;
     if (!m_dynamic_nodes.empty())
         for (const Arg& a : step.args) sym = sym || arg_sym(a);

@@ -235,6 +235,9 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
 
 std::string callable_name(PyObject* f) {
     if (!f) return "?";
+    // Engine callables (a backend's compiled graph) are C functions bound to a capsule.
+    if (PyCFunction_Check(f) && PyCFunction_GET_SELF(f) && PyCapsule_CheckExact(PyCFunction_GET_SELF(f)))
+        return reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name;
     PyObject* qual = PyObject_GetAttrString(f, "__qualname__");
     if (!qual) {
         PyErr_Clear();

@@ -56,6 +56,9 @@ struct Step {
     bool graph_op = false;  // part of the operator graph (tensor computation)
     bool effect = false;    // changes state the caller can see: a write, an in-place op, the RNG
     bool in_try = false;    // an exception here would reach a handler of the captured code
+    // What the step produced during the capture (compiling backends only take tensor results
+    // into a graph): 0 anything else, 1 a tensor, 2 a tuple or list of tensors.
+    uint8_t result_kind = 0;
     int line = 0;           // source line of the user's code, for messages
     int loc = -1;           // Plan::location(): the file and function of that line
 };
@@ -79,6 +82,9 @@ public:
 
     int num_slots() const { return m_num_slots; }
     const std::vector<Step>& steps() const { return m_steps; }
+    const std::vector<SourceLocation>& locations() const { return m_locations; }
+    // Backends that rewrite a plan (replace stretches of steps by a compiled graph).
+    void set_steps(std::vector<Step> steps) { m_steps = std::move(steps); }
     const Arg& result() const { return m_result; }
     size_t graph_op_count() const;
 

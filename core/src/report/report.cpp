@@ -1,5 +1,7 @@
 #include "report/report.h"
 
+#include <algorithm>
+
 #include "cache/code_cache.h"
 #include "python/compat.h"
 
@@ -39,7 +41,7 @@ nlohmann::json make_report(const CompiledState& st) {
     r["breaks"] = nlohmann::json::array();
     for (const BreakInfo& b : s.breaks) r["breaks"].push_back(break_json(b));
     r["recompile_reasons"] = s.recompile_reasons;
-    r["notes"] = s.notes;
+    std::vector<std::string> notes = s.notes;  // and the compiled graphs' notes, below
     r["graphs"] = nlohmann::json::array();
     r["cache_entries"] = nlohmann::json::array();
     // The entries of the compiled code, then those of its resume functions (the segments
@@ -78,6 +80,15 @@ nlohmann::json make_report(const CompiledState& st) {
                 g["entry"] = e.id;
                 g["backend"] = e.backend;
                 g["backend_note"] = e.backend_note;
+                if (e.graph) {
+                    g["backend_summary"] = e.graph->summary();
+                    g["backend_graphs"] = e.graph->graph_texts();
+                    for (const std::string& n : e.graph->notes()) {
+                        g["backend_notes"].push_back(n);
+                        if (std::find(notes.begin(), notes.end(), n) == notes.end())
+                            notes.push_back(n);
+                    }
+                }
                 g["op_count"] = e.plan->graph_op_count();
                 nlohmann::json ops = nlohmann::json::array();
                 for (const Step& step : e.plan->steps()) {
@@ -107,6 +118,7 @@ nlohmann::json make_report(const CompiledState& st) {
             if (rc) add_entries(rc, py::code_line_of(code, rc->target));
         }
     }
+    r["notes"] = notes;
     r["graph_count"] = r["graphs"].size();
     r["break_count"] = r["breaks"].size();
     return r;

@@ -1,0 +1,780 @@
+// The torchscript backend: each stretch of a plan that is pure tensor computation (a region)
+// becomes one torch::jit graph, run by LibTorch's graph executor from C++. The graph is traced
+// from the plan's own steps on the region's first run with given input shapes, so whatever the
+// recorded callables do (torch functions, Tensor methods, built-in nn modules, F.*) lands in it
+// as ATen ops. The rest of the plan (writes, Python values, the result) runs as before.
+// See core/NOTES.md [Note: torchscript backend].
+//
+// [SECTION] regions  [SECTION] keys  [SECTION] tracing  [SECTION] running  [SECTION] backend
+#include "backends/backend.h"
+
+#include "guards/guard_tree.h"
+#include "python/torch_api.h"
+
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace magpy {
+
+namespace {
+
+namespace jit = torch::jit;
+
+// A region of fewer graph ops stays with the plan: a graph call costs about one op's overhead.
+constexpr size_t kMinGraphOps = 2;
+// Traces kept per region (one per input shape set, module state ...); further ones run eagerly.
+constexpr size_t kMaxSpecs = 8;
+
+// [SECTION] regions ----------------------------------------------------------------------------
+
+struct Span {
+    size_t begin = 0, end = 0;
+};
+
+bool pure_op(const Step& s) {
+    return s.graph_op && !s.effect && s.out >= 0 && s.result_kind != 0 &&
+           (s.kind == StepKind::Call || s.kind == StepKind::CallEx ||
+            s.kind == StepKind::Binary || s.kind == StepKind::Unary ||
+            s.kind == StepKind::Compare || s.kind == StepKind::GetItem ||
+            s.kind == StepKind::GetAttr);
+}
+
+// Python glue between ops that may live inside a graph's trace as long as its result does not
+// leave the region: building the list for torch.cat, picking an item of a chunk() result.
+bool helper(const Step& s) {
+    return !s.graph_op && !s.effect && s.out >= 0 &&
+           (s.kind == StepKind::BuildList || s.kind == StepKind::BuildTuple ||
+            s.kind == StepKind::BuildSlice || s.kind == StepKind::GetItem ||
+            s.kind == StepKind::GetAttr);
+}
+
+// Maximal stretches of pure ops and helpers whose results that are used later are all tensors.
+std::vector<Span> find_regions(const Plan& plan) {
+    const std::vector<Step>& steps = plan.steps();
+    const size_t n = steps.size();
+    std::vector<size_t> last_use(static_cast<size_t>(plan.num_slots()), 0);
+    std::vector<bool> used(static_cast<size_t>(plan.num_slots()), false);
+    auto use = [&](const Arg& a, size_t at) {
+        if (a.kind != Arg::Kind::Slot || a.index < 0) return;
+        last_use[static_cast<size_t>(a.index)] = at;
+        used[static_cast<size_t>(a.index)] = true;
+    };
+    for (size_t i = 0; i < n; ++i)
+        for (const Arg& a : steps[i].args) use(a, i);
+    use(plan.result(), n);
+
+    std::vector<Span> out;
+    size_t i = 0;
+    while (i < n) {
+        if (!pure_op(steps[i])) {
+            ++i;
+            continue;
+        }
+        size_t end = i;
+        while (end < n && (pure_op(steps[end]) || helper(steps[end]))) ++end;
+        // Cut before the first step whose result is needed after the region but is not a
+        // tensor (a list, a tuple from chunk(), a torch.Size).
+        for (size_t k = i; k < end; ++k) {
+            size_t slot = static_cast<size_t>(steps[k].out);
+            bool escapes = used[slot] && last_use[slot] >= end;
+            if (escapes && steps[k].result_kind != 1) {
+                end = k;
+                break;
+            }
+        }
+        size_t ops = 0;
+        for (size_t k = i; k < end; ++k) ops += steps[k].graph_op ? 1 : 0;
+        if (ops >= kMinGraphOps) out.push_back({i, end});
+        i = std::max(end, i + 1);
+    }
+    return out;
+}
+
+// [SECTION] keys -------------------------------------------------------------------------------
+// A trace holds for the inputs it was made with: the same tensor metadata (sizes, dtype, device,
+// requires_grad, which inputs are the same tensor), the same Python values, the same modules in
+// the same state. A region's inputs are gathered into this form on every call.
+
+struct Gathered {
+    std::vector<PyObject*> tensors;  // unique, in order of first appearance (borrowed)
+    std::vector<int> occurrences;    // per tensor seen: its index in `tensors`
+    std::vector<PyObject*> others;   // every other value, in order (borrowed)
+    std::vector<bool> by_value;      // per other: compared by value (else by identity)
+    std::string untraceable;         // non-empty: these inputs cannot be traced (why)
+    std::unordered_map<PyObject*, int> index;
+
+    void clear() {
+        tensors.clear();
+        occurrences.clear();
+        others.clear();
+        by_value.clear();
+        untraceable.clear();
+        index.clear();
+    }
+};
+
+bool is_plain(PyObject* o) {
+    if (o == Py_None || o == Py_Ellipsis || PyBool_Check(o) || PyLong_CheckExact(o) ||
+        PyFloat_CheckExact(o) || PyComplex_CheckExact(o) || PyUnicode_CheckExact(o) ||
+        PyBytes_CheckExact(o))
+        return true;
+    const TorchApi& api = torch_api();
+    PyTypeObject* t = Py_TYPE(o);
+    if (t == api.dtype_type || t == api.device_type || t == api.layout_type) return true;
+    if (PySlice_Check(o)) {
+        PySliceObject* s = reinterpret_cast<PySliceObject*>(o);
+        return is_plain(s->start) && is_plain(s->stop) && is_plain(s->step);
+    }
+    if (PyTuple_Check(o) || PyList_CheckExact(o)) {  // tuples include torch.Size
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        for (Py_ssize_t i = 0; i < n; ++i)
+            if (!is_plain(PySequence_Fast_GET_ITEM(o, i))) return false;
+        return true;
+    }
+    return std::string(t->tp_name) == "torch.memory_format";
+}
+
+// Functions and types are compared by identity: what they do does not change.
+bool is_function_like(PyObject* o) {
+    return PyFunction_Check(o) || PyCFunction_Check(o) || PyType_Check(o) ||
+           PyObject_TypeCheck(o, &PyMethodDescr_Type) || Py_TYPE(o) == &PyWrapperDescr_Type ||
+           PyMethod_Check(o);
+}
+
+bool is_exact_tensor(PyObject* o) {
+    const TorchApi& api = torch_api();
+    return Py_TYPE(o) == api.tensor_type || Py_TYPE(o) == api.parameter_type;
+}
+
+void gather_value(PyObject* o, Gathered& g);
+
+void add_tensor(PyObject* o, Gathered& g) {
+    if (!is_exact_tensor(o)) {
+        // A subclass's __torch_function__ would run while tracing and never again.
+        g.untraceable = "an input is a tensor subclass (" + py::type_name(o) + ")";
+        return;
+    }
+    auto [it, fresh] = g.index.emplace(o, static_cast<int>(g.tensors.size()));
+    if (fresh) g.tensors.push_back(o);
+    g.occurrences.push_back(it->second);
+}
+
+void add_other(PyObject* o, bool by_value, Gathered& g) {
+    g.others.push_back(o);
+    g.by_value.push_back(by_value);
+}
+
+bool is_hook_dict(const std::string& name) {
+    return name == "_forward_hooks" || name == "_forward_pre_hooks" || name == "_backward_hooks" ||
+           name == "_backward_pre_hooks";
+}
+
+// A built-in module is called as one op: its parameters, buffers and submodules are read by its
+// forward, so they are inputs of the graph; its plain attributes (eps, training, p) are part of
+// the key. Other attributes (the hook and state-dict bookkeeping) do not affect forward.
+void gather_module(PyObject* m, Gathered& g) {
+    add_other(m, false, g);
+    PyObject** dictptr = _PyObject_GetDictPtr(m);
+    PyObject* dict = dictptr ? *dictptr : nullptr;
+    if (!dict || !PyDict_Check(dict)) {
+        g.untraceable = "a module without an instance dict (" + py::type_name(m) + ")";
+        return;
+    }
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key)) continue;
+        std::string name = PyUnicode_AsUTF8(key);
+        if (name == "_parameters" || name == "_buffers" || name == "_modules") {
+            if (!PyDict_Check(value)) continue;
+            PyObject *k2, *v2;
+            Py_ssize_t pos2 = 0;
+            while (PyDict_Next(value, &pos2, &k2, &v2)) gather_value(v2, g);
+            continue;
+        }
+        if (is_hook_dict(name)) {
+            if (PyDict_Check(value) && PyDict_GET_SIZE(value) > 0)
+                g.untraceable = "module " + py::type_name(m) + " has " + name.substr(1);
+            continue;
+        }
+        if (is_plain(value)) add_other(value, true, g);
+        else if (is_function_like(value)) add_other(value, false, g);
+        else if (is_tensor(value)) add_tensor(value, g);
+    }
+}
+
+void gather_value(PyObject* o, Gathered& g) {
+    const TorchApi& api = torch_api();
+    if (is_tensor(o)) add_tensor(o, g);
+    else if (PyObject_TypeCheck(o, api.module_type)) gather_module(o, g);
+    else if (is_plain(o)) add_other(o, true, g);
+    else if (is_function_like(o)) add_other(o, false, g);
+    else if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+        // A list of tensors (torch.cat's argument made outside the region).
+        add_other(reinterpret_cast<PyObject*>(Py_TYPE(o)), false, g);
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        g.occurrences.push_back(-1 - static_cast<int>(n));  // the length, in the pattern
+        for (Py_ssize_t i = 0; i < n; ++i) gather_value(PySequence_Fast_GET_ITEM(o, i), g);
+    } else {
+        g.untraceable = "an input is a " + py::type_name(o);
+    }
+}
+
+// The key one trace was made for. Values compared by value are copied (a list may change).
+struct TensorKey {
+    c10::ScalarType dtype;
+    c10::Device device = c10::Device(c10::kCPU);
+    c10::Layout layout;
+    bool requires_grad = false;
+    std::vector<int64_t> sizes;
+
+    bool matches(const at::Tensor& t) const {
+        return t.scalar_type() == dtype && t.device() == device && t.layout() == layout &&
+               t.requires_grad() == requires_grad && t.sizes().equals(sizes);
+    }
+};
+
+struct OtherKey {
+    py::Ref value;            // by value: a copy
+    py::WeakOrStrong object;  // by identity
+    bool by_value = false;
+};
+
+py::Ref snapshot(PyObject* o) {
+    if (!PyList_CheckExact(o)) return py::Ref::borrow(o);
+    Py_ssize_t n = PyList_GET_SIZE(o);
+    py::Ref copy = py::Ref::steal(PyList_New(n));
+    if (!copy) return {};
+    for (Py_ssize_t i = 0; i < n; ++i)
+        PyList_SET_ITEM(copy.get(), i, snapshot(PyList_GET_ITEM(o, i)).release());
+    return copy;
+}
+
+struct Spec {
+    std::vector<TensorKey> tensors;
+    std::vector<int> occurrences;
+    std::vector<OtherKey> others;
+    std::shared_ptr<jit::Graph> graph;
+    std::unique_ptr<jit::GraphExecutor> exec;  // null: inputs like these run eagerly
+    std::string eager_why;
+    uint64_t runs = 0;
+
+    bool matches(const Gathered& g) const {
+        if (g.tensors.size() != tensors.size() || g.others.size() != others.size() ||
+            g.occurrences != occurrences)
+            return false;
+        for (size_t i = 0; i < tensors.size(); ++i)
+            if (!tensors[i].matches(THPVariable_Unpack(g.tensors[i]))) return false;
+        for (size_t i = 0; i < others.size(); ++i) {
+            const OtherKey& k = others[i];
+            if (k.by_value != g.by_value[i]) return false;
+            if (!k.by_value) {
+                if (k.object.get() != g.others[i]) return false;
+                continue;
+            }
+            PyObject* a = k.value.get();
+            PyObject* b = g.others[i];
+            if (a == b) continue;
+            if (Py_TYPE(a) != Py_TYPE(b)) return false;
+            int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+            if (eq < 0) PyErr_Clear();
+            if (eq != 1) return false;
+        }
+        return true;
+    }
+
+    static std::unique_ptr<Spec> key_of(const Gathered& g) {
+        auto s = std::make_unique<Spec>();
+        for (PyObject* o : g.tensors) {
+            const at::Tensor& t = THPVariable_Unpack(o);
+            s->tensors.push_back({t.scalar_type(), t.device(), t.layout(), t.requires_grad(),
+                                  t.sizes().vec()});
+        }
+        s->occurrences = g.occurrences;
+        for (size_t i = 0; i < g.others.size(); ++i) {
+            OtherKey k;
+            k.by_value = g.by_value[i];
+            if (k.by_value) k.value = snapshot(g.others[i]);
+            else k.object = py::WeakOrStrong::make(g.others[i]);
+            s->others.push_back(std::move(k));
+        }
+        return s;
+    }
+};
+
+// [SECTION] tracing ----------------------------------------------------------------------------
+
+// Records the Python warnings raised while tracing, and issues the user's again. The tracer's
+// own (TracerWarning: Python computed a value from a traced tensor, which the trace keeps as a
+// constant) matter only when that value may differ on the next call:
+// - inside torch's own Python code (nn modules, F.*, Tensor methods), conversions are checks of
+//   sizes and dtypes (rnn.py's check_input, multi_head_attention_forward's head sizes: the
+//   tracer hands Python sizes as tensors). A trace is only reused for the same sizes, dtypes and
+//   module attributes, so those hold;
+// - anywhere else the value may come from tensor data: the trace is not used.
+class WarningLog {
+public:
+    bool begin() {
+        m_warnings = py::Ref::steal(PyImport_ImportModule("warnings"));
+        if (!m_warnings) return false;
+        py::Ref cls = py::Ref::steal(PyObject_GetAttrString(m_warnings.get(), "catch_warnings"));
+        py::Ref kw = py::Ref::steal(Py_BuildValue("{s:O}", "record", Py_True));
+        py::Ref args = py::Ref::steal(PyTuple_New(0));
+        if (!cls || !kw || !args) return false;
+        m_cm = py::Ref::steal(PyObject_Call(cls.get(), args.get(), kw.get()));
+        if (!m_cm) return false;
+        m_log = py::Ref::steal(PyObject_CallMethod(m_cm.get(), "__enter__", nullptr));
+        if (!m_log) return false;
+        py::Ref r = py::Ref::steal(PyObject_CallMethod(m_warnings.get(), "simplefilter", "s",
+                                                       "always"));
+        return static_cast<bool>(r);
+    }
+
+    // The messages of tracer warnings raised outside torch's own code. Keeps a pending Python
+    // error as it is.
+    std::vector<std::string> end() {
+        std::vector<std::string> tracer;
+        if (!m_cm) return tracer;
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        py::Ref r = py::Ref::steal(
+            PyObject_CallMethod(m_cm.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
+        if (!r) PyErr_Clear();
+        static PyObject* tracer_warning = [] {
+            py::Ref m = py::Ref::steal(PyImport_ImportModule("torch.jit"));
+            PyObject* c = m ? PyObject_GetAttrString(m.get(), "TracerWarning") : nullptr;
+            if (!c) PyErr_Clear();
+            return c;  // kept for the process
+        }();
+        Py_ssize_t n = m_log && PyList_Check(m_log.get()) ? PyList_GET_SIZE(m_log.get()) : 0;
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* w = PyList_GET_ITEM(m_log.get(), i);
+            py::Ref cat = py::Ref::steal(PyObject_GetAttrString(w, "category"));
+            py::Ref msg = py::Ref::steal(PyObject_GetAttrString(w, "message"));
+            if (!cat || !msg) {
+                PyErr_Clear();
+                continue;
+            }
+            py::Ref file = py::Ref::steal(PyObject_GetAttrString(w, "filename"));
+            py::Ref line = py::Ref::steal(PyObject_GetAttrString(w, "lineno"));
+            if (tracer_warning && PyObject_IsSubclass(cat.get(), tracer_warning) == 1) {
+                std::string where = file ? py::str_of(file.get()) : "";
+                if (where.rfind(torch_dir(), 0) != 0)
+                    tracer.push_back(where + ":" + (line ? py::str_of(line.get()) : "?") + ": " +
+                                     py::str_of(msg.get()));
+                continue;
+            }
+            PyErr_Clear();
+            if (file && line) {
+                py::Ref again = py::Ref::steal(PyObject_CallMethod(
+                    m_warnings.get(), "warn_explicit", "OOOO", msg.get(), cat.get(), file.get(),
+                    line.get()));
+            }
+            PyErr_Clear();  // a warning turned into an error here is not ours to raise
+        }
+        PyErr_Restore(et, ev, tb);
+        return tracer;
+    }
+
+private:
+    static const std::string& torch_dir() {  // ".../torch/"
+        static const std::string dir = [] {
+            PyObject* f = PyObject_GetAttrString(torch_api().torch_module.get(), "__file__");
+            std::string path = f ? py::str_of(f) : "";
+            Py_XDECREF(f);
+            PyErr_Clear();
+            size_t slash = path.rfind('/');
+            return slash == std::string::npos ? std::string("\x01") : path.substr(0, slash + 1);
+        }();
+        return dir;
+    }
+    py::Ref m_warnings, m_cm, m_log;
+};
+
+std::string first_line(const std::string& s) {
+    std::string line = s.substr(0, s.find('\n'));
+    return line.size() > 200 ? line.substr(0, 200) + "..." : line;
+}
+
+// [SECTION] running ----------------------------------------------------------------------------
+
+// The marker a region raises when its steps gave up for the user's try block: the plan step
+// that called the region is inside that try block too, and hands the call to eager execution.
+void raise_declined() {
+    PyErr_SetString(PyExc_RuntimeError, "magpy: a region declined (run the frame eagerly)");
+}
+
+class Region {
+public:
+    Region(int number, Plan sub, size_t graph_ops, size_t steps)
+        : m_number(number), m_sub(std::move(sub)), m_graph_ops(graph_ops), m_steps(steps) {}
+
+    // A tuple of the region's outputs (new reference), or NULL with a Python error.
+    PyObject* call(PyObject* const* args) {
+        // Reused between calls (no allocation per call); the GIL is held, and a region's
+        // steps never call back into another compiled function.
+        Gathered& g = m_gathered;
+        g.clear();
+        for (size_t i = 0; i < m_sub_inputs; ++i) gather_value(args[i], g);
+        if (!g.untraceable.empty()) return run_eagerly(args, "inputs: " + g.untraceable);
+        for (const std::unique_ptr<Spec>& s : m_specs)
+            if (s->matches(g)) return s->exec ? run_graph(*s, args, g) : run_eagerly(args, "");
+        if (m_specs.size() >= kMaxSpecs)
+            return run_eagerly(args, "more than " + std::to_string(kMaxSpecs) +
+                                         " different input shapes or module states");
+        return trace(args, g);
+    }
+
+    void set_input_count(size_t n) { m_sub_inputs = n; }
+    int number() const { return m_number; }
+    size_t graph_ops() const { return m_graph_ops; }
+    size_t steps() const { return m_steps; }
+    size_t traced() const {
+        size_t n = 0;
+        for (const auto& s : m_specs) n += s->exec ? 1 : 0;
+        return n;
+    }
+    uint64_t graph_runs() const {
+        uint64_t n = 0;
+        for (const auto& s : m_specs) n += s->runs;
+        return n;
+    }
+    uint64_t eager_runs() const { return m_eager_runs; }
+    const std::vector<std::string>& notes() const { return m_notes; }
+    std::string graph_text() const {
+        for (const auto& s : m_specs)
+            if (s->graph) return s->graph->toString();
+        return "";
+    }
+
+private:
+    void note(const std::string& why) {
+        std::string n = "torchscript graph " + std::to_string(m_number) + " runs eagerly for " +
+                        "some inputs: " + why;
+        if (std::find(m_notes.begin(), m_notes.end(), n) == m_notes.end() && m_notes.size() < 8)
+            m_notes.push_back(n);
+    }
+
+    PyObject* run_eagerly(PyObject* const* args, const std::string& why) {
+        if (!why.empty()) note(why);
+        ++m_eager_runs;
+        Declined d = Declined::No;
+        PyObject* r = m_sub.run(args, d);
+        if (!r && !PyErr_Occurred()) raise_declined();
+        return r;
+    }
+
+    PyObject* wrap_outputs(jit::Stack& stack) {
+        py::Ref out = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(stack.size())));
+        if (!out) return nullptr;
+        for (size_t i = 0; i < stack.size(); ++i) {
+            if (!stack[i].isTensor()) return nullptr;
+            PyObject* t = THPVariable_Wrap(stack[i].toTensor());
+            if (!t) return nullptr;
+            PyTuple_SET_ITEM(out.get(), static_cast<Py_ssize_t>(i), t);
+        }
+        return out.release();
+    }
+
+    PyObject* run_graph(Spec& s, PyObject* const* args, const Gathered& g) {
+        jit::Stack stack;
+        stack.reserve(g.tensors.size());
+        for (PyObject* t : g.tensors) stack.emplace_back(THPVariable_Unpack(t));
+        std::string error;
+        try {
+            s.exec->run(stack);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+        if (error.empty()) {
+            PyObject* r = wrap_outputs(stack);
+            if (r) {
+                ++s.runs;
+                return r;
+            }
+            if (PyErr_Occurred()) return nullptr;
+            error = "the graph returned something other than tensors";
+        }
+        // The ops failed in the graph: the steps run as the program would, which raises the
+        // user's own error at their line. Nothing visible happened (a region has no effects).
+        PyObject* r = run_eagerly(args, "");
+        if (r) {
+            // The graph failed where the program did not: never use it for these inputs again.
+            s.exec.reset();
+            s.eager_why = first_line(error);
+            note("the graph failed where the program did not: " + s.eager_why);
+        }
+        return r;
+    }
+
+    PyObject* trace(PyObject* const* args, const Gathered& g) {
+        std::unique_ptr<Spec> spec = Spec::key_of(g);
+        if (PyErr_Occurred()) return nullptr;
+        jit::Stack inputs;
+        for (PyObject* t : g.tensors) inputs.emplace_back(THPVariable_Unpack(t));
+        WarningLog log;
+        if (!log.begin()) return nullptr;
+        py::Ref result;
+        bool step_failed = false;
+        std::string error;
+        std::shared_ptr<jit::tracer::TracingState> state;
+        try {
+            auto traced = jit::tracer::trace(
+                std::move(inputs),
+                [&](jit::Stack) -> jit::Stack {
+                    Declined d = Declined::No;
+                    PyObject* r = m_sub.run(args, d);
+                    if (!r) {
+                        step_failed = true;
+                        throw std::runtime_error("a step failed");
+                    }
+                    result = py::Ref::steal(r);
+                    jit::Stack out;
+                    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(r); ++i) {
+                        PyObject* item = PyTuple_GET_ITEM(r, i);
+                        if (!is_exact_tensor(item))
+                            throw std::runtime_error("an output is a " + py::type_name(item));
+                        out.emplace_back(THPVariable_Unpack(item));
+                    }
+                    return out;
+                },
+                [](const torch::autograd::Variable&) { return std::string(); },
+                /*strict=*/false, /*force_outplace=*/false);
+            state = traced.first;
+        } catch (const std::exception& e) {
+            error = first_line(e.what());
+        }
+        std::vector<std::string> tracer_warnings = log.end();
+        if (!state) {
+            // The steps failed (the user's error: raised as the program would) or the tracer
+            // could not follow them (run them without it, and not try again for these inputs).
+            PyErr_Clear();
+            result = py::Ref();
+            spec->eager_why = step_failed ? "" : "tracing failed: " + error;
+            PyObject* r = run_eagerly(args, spec->eager_why);
+            if (r && !step_failed) m_specs.push_back(std::move(spec));
+            return r;
+        }
+        spec->graph = state->graph;
+        if (!tracer_warnings.empty()) {
+            spec->eager_why = "the trace depends on data (" + first_line(tracer_warnings[0]) + ")";
+            note(spec->eager_why);
+            m_specs.push_back(std::move(spec));
+            return result.release();
+        }
+        spec->graph = state->graph;
+        try {
+            spec->exec = std::make_unique<jit::GraphExecutor>(
+                spec->graph, "magpy_graph_" + std::to_string(m_number));
+        } catch (const std::exception& e) {
+            spec->eager_why = "the graph executor refused it: " + first_line(e.what());
+            note(spec->eager_why);
+        }
+        m_specs.push_back(std::move(spec));
+        return result.release();
+    }
+
+    int m_number;
+    Plan m_sub;  // the region's steps, reading its inputs; the result is the outputs' tuple
+    size_t m_sub_inputs = 0;
+    size_t m_graph_ops;
+    size_t m_steps;
+    std::vector<std::unique_ptr<Spec>> m_specs;
+    std::vector<std::string> m_notes;
+    uint64_t m_eager_runs = 0;
+    Gathered m_gathered;
+};
+
+// A region as a Python callable, so the rewritten plan calls it like any recorded op (and
+// renders it as `torchscript_graph(...)`). Owned by a capsule, which the plan's step holds.
+PyObject* region_call(PyObject* capsule, PyObject* const* args, Py_ssize_t) {
+    auto* r = static_cast<Region*>(PyCapsule_GetPointer(capsule, "magpy.region"));
+    return r ? r->call(args) : nullptr;
+}
+
+PyMethodDef g_region_def = {"torchscript_graph", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(region_call)),
+                            METH_FASTCALL, "A stretch of the replay plan compiled by TorchScript."};
+
+// [SECTION] backend ----------------------------------------------------------------------------
+
+class TorchScriptGraph final : public CompiledGraph {
+public:
+    TorchScriptGraph(std::shared_ptr<const Plan> plan, size_t ops, std::vector<Region*> regions,
+                     std::vector<py::Ref> owners)
+        : m_plan(std::move(plan)), m_ops(ops), m_regions(std::move(regions)),
+          m_owners(std::move(owners)) {}
+
+private:
+    PyObject* run_impl(PyObject* const* inputs, Declined& declined) const override {
+        return m_plan->run(inputs, declined);
+    }
+    std::vector<std::string> notes_impl() const override {
+        std::vector<std::string> out;
+        for (const Region* r : m_regions)
+            out.insert(out.end(), r->notes().begin(), r->notes().end());
+        return out;
+    }
+    std::string summary_impl() const override {
+        size_t ops = 0;
+        for (const Region* r : m_regions) ops += r->graph_ops();
+        std::string s = std::to_string(m_regions.size()) + " TorchScript graph" +
+                        (m_regions.size() == 1 ? "" : "s") + " covering " + std::to_string(ops) +
+                        " of " + std::to_string(m_ops) + " ops";
+        for (const Region* r : m_regions)
+            s += "; graph " + std::to_string(r->number()) + ": " + std::to_string(r->graph_ops()) +
+                 " ops, " + std::to_string(r->traced()) + " traces, " +
+                 std::to_string(r->graph_runs()) + " graph runs, " +
+                 std::to_string(r->eager_runs()) + " eager runs";
+        return s;
+    }
+    std::vector<std::string> graph_texts_impl() const override {
+        std::vector<std::string> out;
+        for (const Region* r : m_regions) out.push_back(r->graph_text());
+        return out;
+    }
+
+    std::shared_ptr<const Plan> m_plan;
+    size_t m_ops;  // graph ops of the plan as captured
+    std::vector<Region*> m_regions;  // owned by the capsules in m_owners (and the plan's steps)
+    std::vector<py::Ref> m_owners;
+};
+
+Arg remap(const Arg& a, const std::vector<int>& slot_map, std::vector<Arg>& ext) {
+    if (a.kind == Arg::Kind::Slot && slot_map[static_cast<size_t>(a.index)] >= 0)
+        return Arg::slot(slot_map[static_cast<size_t>(a.index)]);
+    if (a.kind == Arg::Kind::Const && !is_tensor(a.constant.get())) return a;
+    for (size_t i = 0; i < ext.size(); ++i) {
+        const Arg& e = ext[i];
+        if (e.kind == a.kind && e.index == a.index && e.constant.get() == a.constant.get())
+            return Arg::input(static_cast<int>(i));
+    }
+    ext.push_back(a);
+    return Arg::input(static_cast<int>(ext.size() - 1));
+}
+
+class TorchScriptBackend final : public Backend {
+public:
+    TorchScriptBackend() : Backend("torchscript") {}
+
+private:
+    std::unique_ptr<CompiledGraph> compile_impl(std::shared_ptr<const Plan> plan,
+                                                std::string& note) const override {
+        std::vector<Span> spans = find_regions(*plan);
+        if (spans.empty()) {
+            note = "torchscript: no stretch of " + std::to_string(kMinGraphOps) +
+                   " or more tensor ops without writes in between; the plan runs as recorded";
+            return compile_eager(std::move(plan));
+        }
+        const std::vector<Step>& steps = plan->steps();
+        auto rewritten = std::make_shared<Plan>(*plan);
+        std::vector<Step> out_steps;
+        std::vector<Region*> regions;
+        std::vector<py::Ref> owners;
+        size_t next = 0;
+        for (const Span& sp : spans) {
+            for (; next < sp.begin; ++next) out_steps.push_back(steps[next]);
+            // The sub-plan: the region's steps on fresh slots, reading the region's inputs.
+            Plan sub;
+            for (const SourceLocation& l : plan->locations()) sub.add_location(l);
+            std::vector<int> slot_map(static_cast<size_t>(plan->num_slots()), -1);
+            std::vector<Arg> ext;
+            size_t ops = 0;
+            bool in_try = false;
+            for (size_t k = sp.begin; k < sp.end; ++k) {
+                Step s = steps[k];
+                for (Arg& a : s.args) a = remap(a, slot_map, ext);
+                int out = sub.add_slot();
+                slot_map[static_cast<size_t>(steps[k].out)] = out;
+                s.out = out;
+                ops += s.graph_op ? 1 : 0;
+                in_try = in_try || s.in_try;
+                sub.add_step(std::move(s));
+            }
+            // Outputs: results used after the region (all tensors, find_regions made sure).
+            std::vector<int> outputs;  // original slots
+            {
+                std::vector<bool> later(static_cast<size_t>(plan->num_slots()), false);
+                for (size_t k = sp.end; k < steps.size(); ++k)
+                    for (const Arg& a : steps[k].args)
+                        if (a.kind == Arg::Kind::Slot) later[static_cast<size_t>(a.index)] = true;
+                if (plan->result().kind == Arg::Kind::Slot)
+                    later[static_cast<size_t>(plan->result().index)] = true;
+                for (size_t k = sp.begin; k < sp.end; ++k)
+                    if (later[static_cast<size_t>(steps[k].out)]) outputs.push_back(steps[k].out);
+            }
+            Step tuple;
+            tuple.kind = StepKind::BuildTuple;
+            for (int o : outputs) tuple.args.push_back(Arg::slot(slot_map[static_cast<size_t>(o)]));
+            tuple.out = sub.add_slot();
+            sub.set_result(Arg::slot(tuple.out));
+            sub.add_step(std::move(tuple));
+
+            auto* region = new Region(static_cast<int>(regions.size()), std::move(sub), ops,
+                                      sp.end - sp.begin);
+            region->set_input_count(ext.size());
+            py::Ref capsule = py::Ref::steal(PyCapsule_New(region, "magpy.region", [](PyObject* c) {
+                delete static_cast<Region*>(PyCapsule_GetPointer(c, "magpy.region"));
+            }));
+            if (!capsule) {
+                delete region;
+                PyErr_Clear();
+                note = "torchscript: out of memory; the plan runs as recorded";
+                return compile_eager(std::move(plan));
+            }
+            py::Ref fn = py::Ref::steal(PyCFunction_New(&g_region_def, capsule.get()));
+            if (!fn) {
+                PyErr_Clear();
+                note = "torchscript: out of memory; the plan runs as recorded";
+                return compile_eager(std::move(plan));
+            }
+            regions.push_back(region);
+            owners.push_back(capsule);
+
+            Step call;
+            call.kind = StepKind::Call;
+            call.args.push_back(Arg::value(fn.get()));
+            for (const Arg& a : ext) call.args.push_back(a);
+            call.out = rewritten->add_slot();
+            call.graph_op = true;
+            call.in_try = in_try;
+            call.line = steps[sp.begin].line;
+            call.loc = -1;  // the region's own steps add the user's line to a traceback
+            call.result_kind = 2;
+            int tuple_slot = call.out;
+            out_steps.push_back(std::move(call));
+            for (size_t j = 0; j < outputs.size(); ++j) {
+                Step pick;
+                pick.kind = StepKind::GetItem;
+                pick.args = {Arg::slot(tuple_slot),
+                             Arg{Arg::Kind::Const, -1,
+                                 py::Ref::steal(PyLong_FromSize_t(j))}};
+                pick.out = outputs[j];
+                pick.line = call.line;
+                pick.result_kind = 1;
+                out_steps.push_back(std::move(pick));
+            }
+            next = sp.end;
+        }
+        for (; next < steps.size(); ++next) out_steps.push_back(steps[next]);
+        rewritten->set_steps(std::move(out_steps));
+        size_t ops = plan->graph_op_count();
+        return std::make_unique<TorchScriptGraph>(std::move(rewritten), ops, std::move(regions),
+                                                  std::move(owners));
+    }
+};
+
+}  // namespace
+
+const Backend* torchscript_backend() {
+    static TorchScriptBackend backend;
+    return &backend;
+}
+
+}  // namespace magpy
