@@ -31,6 +31,8 @@ namespace jit = torch::jit;
 constexpr size_t kMinGraphOps = 2;
 // Traces kept per region (one per input shape set, module state ...); further ones run eagerly.
 constexpr size_t kMaxSpecs = 8;
+// Inputs are told apart by a linear search up to this many tensors, by a hash map beyond.
+constexpr size_t kLinearSearch = 32;
 
 // [SECTION] regions ----------------------------------------------------------------------------
 
@@ -108,7 +110,7 @@ struct Gathered {
     std::vector<PyObject*> others;   // every other value, in order (borrowed)
     std::vector<bool> by_value;      // per other: compared by value (else by identity)
     std::string untraceable;         // non-empty: these inputs cannot be traced (why)
-    std::unordered_map<PyObject*, int> index;
+    std::unordered_map<PyObject*, int> index;  // tensors -> position, once there are many
 
     void clear() {
         tensors.clear();
@@ -161,9 +163,25 @@ void add_tensor(PyObject* o, Gathered& g) {
         g.untraceable = "an input is a tensor subclass (" + py::type_name(o) + ")";
         return;
     }
-    auto [it, fresh] = g.index.emplace(o, static_cast<int>(g.tensors.size()));
-    if (fresh) g.tensors.push_back(o);
-    g.occurrences.push_back(it->second);
+    // The same tensor twice is one graph input (the pattern is part of the key). A linear
+    // search while there are few tensors; past that, a hash map (filled once, then kept up).
+    int at = -1;
+    if (g.tensors.size() < kLinearSearch) {
+        auto it = std::find(g.tensors.begin(), g.tensors.end(), o);
+        if (it != g.tensors.end()) at = static_cast<int>(it - g.tensors.begin());
+    } else {
+        if (g.index.empty())
+            for (size_t i = 0; i < g.tensors.size(); ++i)
+                g.index.emplace(g.tensors[i], static_cast<int>(i));
+        auto it = g.index.find(o);
+        if (it != g.index.end()) at = it->second;
+        else g.index.emplace(o, static_cast<int>(g.tensors.size()));
+    }
+    if (at < 0) {
+        at = static_cast<int>(g.tensors.size());
+        g.tensors.push_back(o);
+    }
+    g.occurrences.push_back(at);
 }
 
 void add_other(PyObject* o, bool by_value, Gathered& g) {
@@ -171,9 +189,26 @@ void add_other(PyObject* o, bool by_value, Gathered& g) {
     g.by_value.push_back(by_value);
 }
 
-bool is_hook_dict(const std::string& name) {
-    return name == "_forward_hooks" || name == "_forward_pre_hooks" || name == "_backward_hooks" ||
-           name == "_backward_pre_hooks";
+// The attribute names of nn.Module's own bookkeeping, interned (compared by pointer first).
+struct ModuleNames {
+    PyObject* parameters = PyUnicode_InternFromString("_parameters");
+    PyObject* buffers = PyUnicode_InternFromString("_buffers");
+    PyObject* modules = PyUnicode_InternFromString("_modules");
+    PyObject* hooks[4] = {PyUnicode_InternFromString("_forward_hooks"),
+                          PyUnicode_InternFromString("_forward_pre_hooks"),
+                          PyUnicode_InternFromString("_backward_hooks"),
+                          PyUnicode_InternFromString("_backward_pre_hooks")};
+};
+
+const ModuleNames& module_names() {
+    static const ModuleNames names;  // kept for the process
+    return names;
+}
+
+bool same_name(PyObject* key, PyObject* name) {  // `name` is interned
+    if (key == name) return true;
+    return !PyUnicode_CHECK_INTERNED(key) && PyUnicode_CheckExact(key) &&
+           PyUnicode_Compare(key, name) == 0;
 }
 
 // A built-in module is called as one op: its parameters, buffers and submodules are read by its
@@ -187,22 +222,27 @@ void gather_module(PyObject* m, Gathered& g) {
         g.untraceable = "a module without an instance dict (" + py::type_name(m) + ")";
         return;
     }
+    const ModuleNames& names = module_names();
     PyObject *key, *value;
     Py_ssize_t pos = 0;
     while (PyDict_Next(dict, &pos, &key, &value)) {
         if (!PyUnicode_Check(key)) continue;
-        std::string name = PyUnicode_AsUTF8(key);
-        if (name == "_parameters" || name == "_buffers" || name == "_modules") {
-            if (!PyDict_Check(value)) continue;
-            PyObject *k2, *v2;
-            Py_ssize_t pos2 = 0;
-            while (PyDict_Next(value, &pos2, &k2, &v2)) gather_value(v2, g);
-            continue;
-        }
-        if (is_hook_dict(name)) {
-            if (PyDict_Check(value) && PyDict_GET_SIZE(value) > 0)
-                g.untraceable = "module " + py::type_name(m) + " has " + name.substr(1);
-            continue;
+        if (PyUnicode_GET_LENGTH(key) > 0 && PyUnicode_READ_CHAR(key, 0) == '_') {
+            if (same_name(key, names.parameters) || same_name(key, names.buffers) ||
+                same_name(key, names.modules)) {
+                if (!PyDict_Check(value)) continue;
+                PyObject *k2, *v2;
+                Py_ssize_t pos2 = 0;
+                while (PyDict_Next(value, &pos2, &k2, &v2)) gather_value(v2, g);
+                continue;
+            }
+            bool hook = false;
+            for (PyObject* h : names.hooks) hook = hook || same_name(key, h);
+            if (hook) {
+                if (PyDict_Check(value) && PyDict_GET_SIZE(value) > 0)
+                    g.untraceable = "module " + py::type_name(m) + " has " + py::str_of(key);
+                continue;
+            }
         }
         if (is_plain(value)) add_other(value, true, g);
         else if (is_function_like(value)) add_other(value, false, g);

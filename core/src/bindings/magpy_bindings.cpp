@@ -5,6 +5,7 @@
 
 #include "api/compiled_function.h"
 #include "cache/code_cache.h"
+#include "profile/profiler.h"
 #include "python/torch_api.h"
 #include "report/report.h"
 
@@ -51,4 +52,53 @@ PYBIND11_MODULE(_magpy, m) {
     m.def("reset", [] { magpy::clear_all_caches(); });
     m.def("backends", [] { return magpy::backend_names(); });
     m.attr("REPORT_SCHEMA_VERSION") = magpy::kReportSchemaVersion;
+
+    // Kernel profiler (profile/profiler.h): CUPTI where built in and a GPU is present; elsewhere
+    // it says why in the status and the rest are no-ops. The GIL is released around calls that
+    // may wait for the device.
+    m.def("profiler_status", [] {
+        magpy::Profiler& p = magpy::profiler();
+        py11::dict d;
+        d["available"] = p.available();
+        d["status"] = p.status();
+        d["backend"] = p.name();
+        d["running"] = p.running();
+        d["dropped"] = p.dropped();
+        d["error"] = p.error();
+        return d;
+    });
+    m.def("profiler_start", [] {
+        magpy::Profiler& p = magpy::profiler();
+        {
+            py11::gil_scoped_release release;
+            p.start();
+        }
+        return p.running();
+    });
+    m.def("profiler_stop", [] {
+        py11::gil_scoped_release release;
+        magpy::profiler().stop();
+    });
+    m.def("profiler_flush", [] {
+        std::vector<magpy::KernelRecord> records;
+        {
+            py11::gil_scoped_release release;
+            records = magpy::profiler().flush();
+        }
+        py11::list out;
+        for (const magpy::KernelRecord& r : records) {
+            py11::dict d;
+            d["name"] = r.name;
+            d["kind"] = magpy::activity_kind_name(r.kind);
+            d["start_ns"] = r.start_ns;
+            d["end_ns"] = r.end_ns;
+            d["graph_id"] = r.graph_id;
+            d["correlation_id"] = r.correlation_id;
+            d["device"] = r.device;
+            d["stream"] = r.stream;
+            d["bytes"] = r.bytes;
+            out.append(std::move(d));
+        }
+        return out;
+    });
 }

@@ -1,0 +1,329 @@
+"""The torchscript backend: pure tensor stretches of a plan run as torch::jit graphs.
+
+Every test compares against eager execution, and checks from the report that the graphs really
+ran (the backend summary counts graph runs and eager runs per graph)."""
+
+import json
+import re
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import magpy
+
+from conftest import Call, check
+
+
+def report(cf):
+    return json.loads(magpy._magpy.report_json(cf))
+
+
+def runs(cf):
+    """(graph runs, eager runs) summed over every graph of every entry."""
+    g = e = 0
+    for gr in report(cf)["graphs"]:
+        for m in re.finditer(r"(\d+) graph runs, (\d+) eager runs", gr.get("backend_summary", "")):
+            g += int(m.group(1))
+            e += int(m.group(2))
+    return g, e
+
+
+def ts(fn, **kw):
+    return magpy.compile(fn, backend="torchscript", **kw)
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 16)
+        self.b = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x))).softmax(-1)
+
+
+class Block(nn.Module):
+    """Attention with chunk(), a causal mask, cat of heads, layer norm and a residual."""
+
+    def __init__(self, d=8, heads=2):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln = nn.LayerNorm(d)
+        self.heads = heads
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln(x)).chunk(3, dim=-1)
+        outs = []
+        for h in range(self.heads):
+            s = slice(h * C // self.heads, (h + 1) * C // self.heads)
+            att = (q[..., s] @ k[..., s].transpose(-2, -1)) / (C // self.heads) ** 0.5
+            att = att.masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf")).softmax(-1)
+            outs.append(att @ v[..., s])
+        return x + self.proj(torch.cat(outs, dim=-1))
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = F.relu(self.bn(self.conv(x)))
+        return self.fc(F.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+def test_mlp_runs_one_graph_from_the_second_call():
+    m = MLP().eval()
+    cf = ts(m)
+    x = torch.randn(4, 6)
+    for _ in range(4):
+        assert torch.equal(cf(x), m(x))
+    (g,) = report(cf)["graphs"]
+    assert g["backend"] == "torchscript"
+    assert g["backend_summary"].startswith("1 TorchScript graph covering 4 of 4 ops")
+    assert "aten::linear" in g["backend_graphs"][0] and "aten::softmax" in g["backend_graphs"][0]
+    # call 1 captures, call 2 traces (its result comes from the traced run), calls 3-4 replay
+    assert runs(cf) == (2, 0)
+
+
+def test_attention_block_with_chunk_cat_and_mask():
+    m = Block().eval()
+    cf = ts(m)
+    for x in [torch.randn(2, 5, 8)] * 3 + [torch.randn(3, 4, 8)] * 3:
+        assert torch.allclose(cf(x), m(x), rtol=1e-5, atol=1e-6)
+    g, e = runs(cf)
+    assert g >= 2 and e == 0
+
+
+def test_convnet_eval_and_train_modes():
+    m = ConvNet()
+    cf = check(m.eval(), [torch.randn(2, 3, 8, 8)] * 4, compiled=ts(m))
+    assert runs(cf)[0] >= 2
+    m.train()  # batch norm updates its running stats in training: an effect, not in a graph
+    cf = ts(m)
+    ref = ConvNet()
+    ref.load_state_dict(m.state_dict())
+    ref.train()
+    for _ in range(3):
+        x = torch.randn(2, 3, 8, 8)
+        assert torch.allclose(cf(x), ref(x), atol=1e-6)
+    assert torch.allclose(m.bn.running_mean, ref.bn.running_mean)
+    assert torch.equal(m.bn.num_batches_tracked, ref.bn.num_batches_tracked)
+
+
+def test_parameter_replaced_or_updated_in_place_between_calls():
+    m = MLP().eval()
+    cf = ts(m)
+    x = torch.randn(2, 6)
+    for i in range(6):
+        if i == 3:
+            m.a.weight = nn.Parameter(torch.randn(16, 6))
+        if i == 4:
+            with torch.no_grad():
+                m.b.bias.add_(1.0)
+        assert torch.equal(cf(x), m(x))
+    assert runs(cf)[0] >= 4
+
+
+def test_module_attribute_change_retraces():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = nn.LeakyReLU(0.1)
+            self.ln = nn.LayerNorm(4)
+
+        def forward(self, x):
+            return self.act(self.ln(x) * 3)
+
+    m = M().eval()
+    cf = ts(m)
+    x = torch.randn(3, 4)
+    for i in range(6):
+        if i == 3:
+            m.act.negative_slope = 0.5
+            m.ln.eps = 0.5
+        assert torch.equal(cf(x), m(x)), i
+    assert "2 traces" in report(cf)["graphs"][0]["backend_summary"]
+
+
+def test_forward_hook_on_a_leaf_module_runs_eagerly_with_a_note():
+    m = MLP().eval()
+    cf = ts(m)
+    x = torch.randn(2, 6)
+    seen = []
+    for i in range(5):
+        if i == 2:
+            m.a.register_forward_hook(lambda mod, inp, out: seen.append(out.shape))
+        assert torch.equal(cf(x), m(x))
+    assert len(seen) == 2 * 3  # the hook ran in both worlds on calls 2, 3, 4
+    assert any("forward_hooks" in n for n in magpy.explain(cf).notes)
+
+
+def test_new_shapes_get_their_own_trace_up_to_a_limit():
+    def f(x):
+        return (x.sin() * 2).cos()
+
+    cf = ts(f, dynamic=False, cache_limit=20)
+    for n in range(2, 14):
+        for _ in range(2):
+            x = torch.randn(n)
+            assert torch.equal(cf(x), f(x))
+    # each size is its own cache entry (dynamic=False), each with one region and one trace
+    assert all("1 traces" in g["backend_summary"] for g in report(cf)["graphs"])
+
+
+def test_many_shapes_in_one_region_fall_back_to_eager_after_the_limit():
+    def f(x):
+        return (x.sin() * 2).cos()
+
+    cf = ts(f, dynamic=True)
+    for n in range(2, 14):
+        for _ in range(2):
+            x = torch.randn(n, 3)
+            assert torch.equal(cf(x), f(x))
+    notes = magpy.explain(cf).notes
+    assert any("more than 8 different input shapes" in n for n in notes), notes
+    g, e = runs(cf)
+    assert g > 0 and e > 0
+
+
+def test_error_in_a_graph_raises_the_users_error_at_their_line():
+    emb = nn.Embedding(5, 3)
+
+    def f(idx):
+        y = emb(idx) * 2  # line of interest
+        return y.sum(-1)
+
+    cf = ts(f)
+    ok = torch.tensor([0, 1, 4])
+    for _ in range(3):
+        assert torch.equal(cf(ok), f(ok))
+    bad = torch.tensor([0, 9, 1])
+    with pytest.raises(IndexError) as eager_err:
+        f(bad)
+    with pytest.raises(IndexError) as compiled_err:
+        cf(bad)
+    assert str(compiled_err.value) == str(eager_err.value)
+    lines = [fr.lineno for fr in compiled_err.traceback if fr.name == "f"]
+    assert f.__code__.co_firstlineno + 1 in [ln + 1 for ln in lines]
+    assert torch.equal(cf(ok), f(ok))  # the graph is still used afterwards
+    # calls: capture, trace, graph, graph failed -> steps ran eagerly and raised, graph
+    assert runs(cf) == (2, 1)
+
+
+def test_error_inside_try_reaches_the_handler():
+    emb = nn.Embedding(5, 3)
+
+    def f(idx):
+        try:
+            y = emb(idx).relu() * 2
+        except IndexError:
+            return torch.zeros(1)
+        return y
+
+    check(f, [Call(torch.tensor([0, 1])), Call(torch.tensor([2, 3])), Call(torch.tensor([7])),
+              Call(torch.tensor([4]))], compiled=ts(f))
+
+
+def test_gradients_match_eager():
+    torch.manual_seed(0)
+    m1 = MLP()
+    m2 = MLP()
+    m2.load_state_dict(m1.state_dict())
+    cf = ts(m2)
+    for _ in range(4):
+        x = torch.randn(5, 6)
+        m1.zero_grad()
+        m2.zero_grad()
+        m1(x).pow(2).sum().backward()
+        cf(x).pow(2).sum().backward()
+        for p1, p2 in zip(m1.parameters(), m2.parameters()):
+            assert torch.allclose(p1.grad, p2.grad, rtol=1e-5, atol=1e-7)
+    assert runs(cf)[0] >= 2
+
+
+def test_same_tensor_twice_is_its_own_trace():
+    def f(a, b):
+        return (a * 2 + b).tanh() - a
+
+    cf = ts(f)
+    x, y = torch.randn(3), torch.randn(3)
+    for args in [(x, y), (x, y), (x, x), (x, x), (x, y), (y, y)]:
+        assert torch.equal(cf(*args), f(*args))
+    assert "2 traces" in report(cf)["graphs"][0]["backend_summary"]
+
+
+def test_views_of_inputs_keep_aliasing():
+    def f(x):
+        v = x.view(-1)
+        return v, (v * 2).exp()
+
+    cf = ts(f)
+    for _ in range(3):
+        x = torch.randn(2, 3)
+        v, y = cf(x)
+        assert v.data_ptr() == x.data_ptr() and torch.equal(y, f(x)[1])
+        v[0] = 100.0
+        assert x[0, 0] == 100.0
+
+
+def test_tensor_subclass_input_runs_eagerly():
+    class Sub(torch.Tensor):
+        pass
+
+    def f(x):
+        return (x + 1).relu() * 2
+
+    cf = ts(f)
+    for _ in range(3):
+        x = torch.randn(3).as_subclass(Sub)
+        out = cf(x)
+        assert type(out) is Sub and torch.equal(out, f(x))
+
+
+def test_user_warnings_from_ops_are_still_issued():
+    def f(x):
+        return F.softmax(x).relu() * 2  # implicit dim: UserWarning from torch
+
+    cf = ts(f)
+    x = torch.randn(2, 3)
+    for _ in range(3):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert torch.equal(cf(x), f(x))
+        assert sum("Implicit dimension" in str(a.message) for a in w) >= 1
+
+
+def test_dynamic_sizes_read_in_python_still_match():
+    def f(x):
+        b = x.shape[0]
+        return (x.view(b, -1) * 2).sum(1) + b
+
+    cf = ts(f)
+    for n in [2, 2, 3, 4, 5, 5]:
+        x = torch.randn(n, 2, 2)
+        assert torch.equal(cf(x), f(x))
+
+
+def test_lstm_cell_loop():
+    cell = nn.LSTMCell(4, 5)
+
+    def f(xs):
+        h = torch.zeros(xs.shape[1], 5)
+        c = torch.zeros(xs.shape[1], 5)
+        for t in range(xs.shape[0]):
+            h, c = cell(xs[t], (h, c))
+        return h.relu()
+
+    cf = ts(f)
+    for _ in range(4):
+        xs = torch.randn(6, 2, 4)
+        assert torch.allclose(cf(xs), f(xs), atol=1e-6)
+    assert runs(cf)[0] >= 2
