@@ -327,3 +327,25 @@ def test_lstm_cell_loop():
         xs = torch.randn(6, 2, 4)
         assert torch.allclose(cf(xs), f(xs), atol=1e-6)
     assert runs(cf)[0] >= 2
+
+
+def test_every_call_is_timed_by_phase():
+    m = MLP().eval()
+    cf = ts(m)
+    x = torch.randn(2, 6)
+    with magpy.profile() as p:  # no GPU here: the block runs as it is, and says why
+        for _ in range(6):
+            cf(x)
+    assert isinstance(p.status, str) and p.status
+    e = magpy.explain(cf)
+    t = e.timings
+    assert set(t) == {"capture", "compile", "guard", "replay"}
+    assert t["capture"] > 0 and t["guard"] > 0 and t["replay"] > 0
+    # the trace on the first hit counts as compile time, not replay
+    assert t["compile"] > 0
+    (entry,) = e.report["cache_entries"]
+    assert entry["compile_ns"] == t["compile"] and entry["replay_ns"] == t["replay"]
+    assert e.profiler["status"] == magpy.profiler_status()["status"]
+    assert "us/hit" in str(e) and "TorchScript graph" in str(e)
+    if not torch.cuda.is_available():
+        assert e.kernels == {} and not e.profiler["available"]

@@ -272,7 +272,7 @@ BAD = {
     "negative_count": lambda r: r.update(cache_hits=-1),
     "fullgraph_as_int": lambda r: r.update(fullgraph=0),
     "other_schema_version": lambda r: r.update(schema_version=r["schema_version"] + 1),
-    "unknown_timing": lambda r: r["timings_ns"].update(replay=1),
+    "unknown_timing": lambda r: r["timings_ns"].update(overhead=1),
     "break_without_hint": lambda r: r["breaks"][0].pop("hint"),
     "break_lineno_as_string": lambda r: r["breaks"][0].update(lineno="3"),
     "unknown_entry_kind": lambda r: _graph_entry(r).update(kind="compiled"),

@@ -16,7 +16,7 @@ from ._explain import BREAK_REASONS, Explanation, GraphBreak
 
 __all__ = ["compile", "explain", "reset", "GraphBreakError", "Explanation", "GraphBreak",
            "BREAK_REASONS",
-           "backends", "load_ipython_extension"]
+           "backends", "profile", "profiler_status", "load_ipython_extension"]
 __version__ = "0.1.0"
 
 GraphBreakError = _magpy.GraphBreakError
@@ -72,6 +72,32 @@ def reset():
 
 def backends():
     return list(_magpy.backends())
+
+
+def profiler_status():
+    """The GPU activity profiler (CUPTI): {'available', 'status', 'running', ...}. `status` says
+    in one line what it can record here, or why not (no GPU, CUPTI not built)."""
+    return dict(_magpy.profiler_status())
+
+
+class profile:
+    """Records GPU kernels, copies and memsets while the block runs, attributed to the compiled
+    graphs that launched them; magpy.explain(cf) then lists them per graph. Where nothing can
+    be recorded (no GPU), the block runs as it is and `status` says why.
+
+        with magpy.profile() as p:
+            cf(x)
+        print(p.status, magpy.explain(cf).kernels)
+    """
+
+    def __enter__(self):
+        self.available = bool(_magpy.profiler_start())
+        self.status = _magpy.profiler_status()["status"]
+        return self
+
+    def __exit__(self, *exc):
+        _magpy.profiler_stop()
+        return False
 
 
 def load_ipython_extension(ipython):

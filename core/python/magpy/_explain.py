@@ -60,6 +60,11 @@ class Explanation:
         self.notes = list(r["notes"])
         self.graphs = r["graphs"]
         self.op_count = sum(g["op_count"] for g in self.graphs)
+        # nanoseconds, summed over calls: capture, compile, guard (every call), replay (hits)
+        self.timings = dict(r["timings_ns"])
+        self.profiler = dict(r.get("profiler", {}))
+        # per cache entry id: GPU work recorded while its graph ran (magpy.profile())
+        self.kernels = {e["id"]: e["kernels"] for e in r["cache_entries"] if "kernels" in e}
 
     def to_json(self):
         return self._json
@@ -76,6 +81,18 @@ class Explanation:
                  f"{self.cache_misses} misses" +
                  (f" (after breaks: {self.resume_hits} hits, {self.resume_misses} misses)"
                   if self.resume_hits or self.resume_misses else "")]
+        calls = max(r_calls := self.report.get("calls", 0), 1)
+        hits = max(self.cache_hits + self.resume_hits, 1)
+        t = self.timings
+        lines.append(f"  time: capture {t['capture'] / 1e6:.2f} ms, compile "
+                     f"{t['compile'] / 1e6:.2f} ms, guards {t['guard'] / calls / 1e3:.1f} us/call, "
+                     f"replay {t['replay'] / hits / 1e3:.1f} us/hit ({r_calls} calls)")
+        for g in self.graphs:
+            if g.get("backend_summary"):
+                lines.append(f"  {g['backend']} (entry {g['entry']}): {g['backend_summary']}")
+        for entry, k in self.kernels.items():
+            lines.append(f"  GPU (entry {entry}): {k['count']} kernels/copies, "
+                         f"{k['device_ns'] / 1e6:.3f} ms device time")
         for b in self.breaks:
             lines.append("  break " + str(b).replace("\n", "\n  "))
         for why in self.recompile_reasons:

@@ -32,6 +32,8 @@ struct CallStats {
     uint64_t eager_calls = 0;  // ran without capture (break entries, cache limit)
     int64_t capture_ns = 0;
     int64_t compile_ns = 0;
+    int64_t guard_ns = 0;   // checking guards on every call (hits and misses)
+    int64_t replay_ns = 0;  // running compiled graphs (plans) on hits
     std::vector<BreakInfo> breaks;  // unique by id and location
     std::vector<std::string> recompile_reasons;
     std::vector<std::string> notes;  // warnings: engine errors, cache limit, backend fallbacks

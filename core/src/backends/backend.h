@@ -4,6 +4,7 @@
 
 #include "replay/plan.h"
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,12 +26,16 @@ public:
     std::string summary() const { return summary_impl(); }
     std::vector<std::string> notes() const { return notes_impl(); }
     std::vector<std::string> graph_texts() const { return graph_texts_impl(); }
+    // Compiling done lazily inside run() (tracing on a first call), in nanoseconds: counted as
+    // compile time, not replay time, in the report.
+    int64_t deferred_compile_ns() const { return deferred_compile_ns_impl(); }
 
 private:
     virtual PyObject* run_impl(PyObject* const* inputs, Declined& declined) const = 0;
     virtual std::string summary_impl() const { return ""; }
     virtual std::vector<std::string> notes_impl() const { return {}; }
     virtual std::vector<std::string> graph_texts_impl() const { return {}; }
+    virtual int64_t deferred_compile_ns_impl() const { return 0; }
 };
 
 class Backend {

@@ -16,6 +16,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -487,6 +488,7 @@ public:
         return n;
     }
     uint64_t eager_runs() const { return m_eager_runs; }
+    int64_t trace_ns() const { return m_trace_ns; }
     const std::vector<std::string>& notes() const { return m_notes; }
     std::string graph_text() const {
         for (const auto& s : m_specs)
@@ -555,6 +557,16 @@ private:
     }
 
     PyObject* trace(PyObject* const* args, const Gathered& g) {
+        auto t0 = std::chrono::steady_clock::now();
+        struct AddTime {  // however trace() returns
+            std::chrono::steady_clock::time_point t0;
+            int64_t& total;
+            ~AddTime() {
+                total += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - t0)
+                             .count();
+            }
+        } add_time{t0, m_trace_ns};
         std::unique_ptr<Spec> spec = Spec::key_of(g);
         if (PyErr_Occurred()) return nullptr;
         jit::Stack inputs;
@@ -629,6 +641,7 @@ private:
     std::vector<std::unique_ptr<Spec>> m_specs;
     std::vector<std::string> m_notes;
     uint64_t m_eager_runs = 0;
+    int64_t m_trace_ns = 0;  // tracing and making graph executors (the steps' run included)
     Gathered m_gathered;
 };
 
@@ -673,6 +686,11 @@ private:
                  std::to_string(r->graph_runs()) + " graph runs, " +
                  std::to_string(r->eager_runs()) + " eager runs";
         return s;
+    }
+    int64_t deferred_compile_ns_impl() const override {
+        int64_t ns = 0;
+        for (const Region* r : m_regions) ns += r->trace_ns();
+        return ns;
     }
     std::vector<std::string> graph_texts_impl() const override {
         std::vector<std::string> out;

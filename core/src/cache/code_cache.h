@@ -33,6 +33,7 @@ struct CacheEntry {
     uint64_t hits = 0;
     int64_t capture_ns = 0;
     int64_t compile_ns = 0;
+    int64_t replay_ns = 0;  // summed over hits
     size_t instructions = 0;
 };
 

@@ -1,6 +1,8 @@
 // [SECTION] arming  [SECTION] entry frame: hit, capture or eager
 #include "hook/frame_hook.h"
 
+#include "profile/profiler.h"
+
 #include "cache/code_cache.h"
 #include "capture/break_reasons.h"
 #include "capture/monitor.h"
@@ -165,6 +167,7 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
         it->hits++;
         if (it != cc->entries.begin()) cc->entries.splice(cc->entries.begin(), cc->entries, it);
     };
+    int64_t guard_start = now_ns();
     for (auto it = cc->entries.begin(); it != cc->entries.end(); ++it) {
         if (it->options_key != key) continue;
         if (!last_own) last_own = &*it;
@@ -174,11 +177,21 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
             GuardTree::release_values(values);
             continue;
         }
+        int64_t replay_start = now_ns();
+        st.stats.guard_ns += replay_start - guard_start;
         PyObject* result;
         if (it->graph) {
             std::shared_ptr<const Continuation> cont = it->cont;  // `it` may move while resuming
             Declined declined;
+            // Kernels launched by this run are attributed to the entry (CUPTI, on a GPU).
+            uint64_t id = it->id;
+            profiler().begin_graph(id);
             result = it->graph->run(values.data(), declined);
+            profiler().end_graph(id);
+            int64_t replay_ns = now_ns() - replay_start;
+            it->replay_ns += replay_ns;
+            st.stats.replay_ns += replay_ns;
+            guard_start = now_ns();  // a declined run goes on to the next entry
             if (declined == Declined::Recapture) {
                 // A size relation the capture relied on does not hold: like a failed guard.
                 GuardTree::release_values(values);
@@ -200,6 +213,7 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
         GuardTree::release_values(values);
         return result;
     }
+    st.stats.guard_ns += now_ns() - guard_start;
     (reinterpret_cast<PyObject*>(code) == st.code.get() ? st.stats.misses : st.stats.resume_misses)++;
     if (last_own) {
         std::string why = relation_failed

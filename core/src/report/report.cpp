@@ -1,8 +1,10 @@
 #include "report/report.h"
 
 #include <algorithm>
+#include <map>
 
 #include "cache/code_cache.h"
+#include "profile/profiler.h"
 #include "python/compat.h"
 
 namespace magpy {
@@ -23,7 +25,52 @@ static std::vector<std::string> split_tabs(const std::string& s) {
     return out;
 }
 
+// GPU work recorded by the profiler, per graph (cache entry id), kept for the process: a flush
+// hands over everything recorded since the last one, whichever compiled callable ran it.
+struct GraphKernels {
+    uint64_t count = 0;
+    int64_t device_ns = 0;
+    std::map<std::string, std::pair<uint64_t, int64_t>> by_name;  // name -> (count, ns)
+};
+
+static std::map<uint64_t, GraphKernels>& kernels_by_graph() {
+    static auto* m = new std::map<uint64_t, GraphKernels>();  // never destroyed
+    return *m;
+}
+
+static void collect_kernels() {
+    for (const KernelRecord& k : profiler().flush()) {
+        if (k.kind == ActivityKind::Runtime || k.graph_id == 0) continue;
+        GraphKernels& g = kernels_by_graph()[k.graph_id];
+        int64_t ns = k.end_ns - k.start_ns;
+        g.count++;
+        g.device_ns += ns;
+        std::string name = k.kind == ActivityKind::Kernel ? k.name
+                                                          : activity_kind_name(k.kind);
+        auto& [n, total] = g.by_name[name];
+        n++;
+        total += ns;
+    }
+}
+
+static nlohmann::json kernels_json(uint64_t entry) {
+    auto it = kernels_by_graph().find(entry);
+    if (it == kernels_by_graph().end()) return nullptr;
+    const GraphKernels& g = it->second;
+    std::vector<std::pair<std::string, std::pair<uint64_t, int64_t>>> rows(g.by_name.begin(),
+                                                                         g.by_name.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    nlohmann::json top = nlohmann::json::array();
+    for (size_t i = 0; i < rows.size() && i < 20; ++i)
+        top.push_back({{"name", rows[i].first},
+                       {"count", rows[i].second.first},
+                       {"device_ns", rows[i].second.second}});
+    return {{"count", g.count}, {"device_ns", g.device_ns}, {"top", top}};
+}
+
 nlohmann::json make_report(const CompiledState& st) {
+    collect_kernels();
     nlohmann::json r;
     r["schema_version"] = kReportSchemaVersion;
     r["name"] = st.name;
@@ -37,7 +84,26 @@ nlohmann::json make_report(const CompiledState& st) {
     r["resume_misses"] = s.resume_misses;
     r["captures"] = s.captures;
     r["eager_calls"] = s.eager_calls;
-    r["timings_ns"] = {{"capture", s.capture_ns}, {"compile", s.compile_ns}};
+    int64_t deferred = 0;  // compiling done inside replays (torchscript traces on first use)
+    auto count_deferred = [&](CodeCache* cc) {
+        for (const CacheEntry& e : cc->entries)
+            if (e.options_key == st.options_key && e.graph) deferred += e.graph->deferred_compile_ns();
+    };
+    if (PyCodeObject* code = reinterpret_cast<PyCodeObject*>(st.code.get())) {
+        if (CodeCache* cc = code_cache(code, false)) {
+            count_deferred(cc);
+            for (const auto& [key, resume] : cc->resumes)
+                if (CodeCache* rc = code_cache(reinterpret_cast<PyCodeObject*>(resume.get()), false))
+                    count_deferred(rc);
+        }
+    }
+    r["timings_ns"] = {{"capture", s.capture_ns},
+                       {"compile", s.compile_ns + deferred},
+                       {"guard", s.guard_ns},
+                       {"replay", std::max<int64_t>(0, s.replay_ns - deferred)}};
+    r["profiler"] = {{"available", profiler().available()},
+                     {"running", profiler().running()},
+                     {"status", profiler().status()}};
     r["breaks"] = nlohmann::json::array();
     for (const BreakInfo& b : s.breaks) r["breaks"].push_back(break_json(b));
     r["recompile_reasons"] = s.recompile_reasons;
@@ -56,6 +122,11 @@ nlohmann::json make_report(const CompiledState& st) {
             entry["guards"] = e.guards ? e.guards->describe() : std::vector<std::string>{};
             entry["capture_ns"] = e.capture_ns;
             entry["compile_ns"] = e.compile_ns;
+            int64_t deferred_e = e.graph ? e.graph->deferred_compile_ns() : 0;
+            entry["compile_ns"] = e.compile_ns + deferred_e;
+            entry["replay_ns"] = std::max<int64_t>(0, e.replay_ns - deferred_e);
+            nlohmann::json kernels = kernels_json(e.id);
+            if (!kernels.is_null()) entry["kernels"] = kernels;
             entry["instructions"] = e.instructions;
             if (starts_at_line > 0) entry["starts_at_line"] = starts_at_line;
             if (e.cont) entry["ends_at_line"] = e.cont->line;
