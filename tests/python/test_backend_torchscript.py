@@ -349,3 +349,53 @@ def test_every_call_is_timed_by_phase():
     assert "us/hit" in str(e) and "TorchScript graph" in str(e)
     if not torch.cuda.is_available():
         assert e.kernels == {} and not e.profiler["available"]
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+        self.bn = nn.BatchNorm2d(3)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        out = self.bn(self.conv(x))
+        out += x  # in place on a temporary of the graph
+        return self.relu(out)  # inplace=True, on a temporary too
+
+
+def test_in_place_ops_on_temporaries_stay_in_the_graph():
+    m = Residual().eval()
+    cf = check(m, [torch.randn(1, 3, 6, 6) for _ in range(4)], compiled=ts(m))
+    (g,) = report(cf)["graphs"]
+    assert g["backend_summary"].startswith("1 TorchScript graph covering 4 of 4 ops")
+    assert runs(cf)[0] >= 2
+
+
+def test_in_place_change_of_an_input_through_a_view_happens_once():
+    def f(x):
+        v = x.t()
+        v.mul_(2)  # changes x
+        return (v + 1).relu()
+
+    cf = check(f, [torch.randn(3, 2) for _ in range(5)], compiled=ts(f))
+    assert runs(cf)[0] >= 3
+
+
+def test_inference_folds_batch_norm_and_follows_weight_changes():
+    torch.manual_seed(0)
+    m = Residual().eval()
+    m.bn.running_mean.uniform_(-1, 1)
+    m.bn.running_var.uniform_(0.5, 2)
+    cf = ts(m)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        for i in range(8):
+            if i == 4:
+                m.conv.weight.mul_(2)  # in place: the folded graph must notice
+            if i == 6:
+                m.conv.bias = nn.Parameter(torch.randn(3))  # replaced
+            assert torch.allclose(cf(x), m(x), rtol=1e-5, atol=1e-5), i
+    g = report(cf)["graphs"][0]
+    assert "aten::batch_norm" not in g["backend_graphs"][0]  # folded into the convolution
+    assert "3 traces" in g["backend_summary"]

@@ -11,8 +11,17 @@
 #include "guards/guard_tree.h"
 #include "python/torch_api.h"
 
+#include <ATen/Context.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/csrc/jit/passes/constant_pooling.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/frozen_conv_add_relu_fusion.h>
+#include <torch/csrc/jit/passes/frozen_graph_optimizations.h>
+#include <torch/csrc/jit/passes/frozen_linear_transpose.h>
+#include <torch/csrc/jit/passes/frozen_ops_to_mkldnn.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
@@ -41,8 +50,11 @@ struct Span {
     size_t begin = 0, end = 0;
 };
 
-bool pure_op(const Step& s) {
-    return s.graph_op && !s.effect && s.out >= 0 && s.result_kind != 0 &&
+// A tensor op that can be part of a graph: no effect, or an in-place change of a tensor the
+// region itself made (checked by the caller: `t = a + b; t += c` is fine, `x += 1` on an input
+// is not; see [Note: torchscript backend] for views).
+bool graph_step(const Step& s) {
+    return s.graph_op && (!s.effect || s.mutates >= 0) && s.out >= 0 && s.result_kind != 0 &&
            (s.kind == StepKind::Call || s.kind == StepKind::CallEx ||
             s.kind == StepKind::Binary || s.kind == StepKind::Unary ||
             s.kind == StepKind::Compare || s.kind == StepKind::GetItem ||
@@ -74,14 +86,24 @@ std::vector<Span> find_regions(const Plan& plan) {
     use(plan.result(), n);
 
     std::vector<Span> out;
+    std::vector<bool> made(static_cast<size_t>(plan.num_slots()), false);  // in this region
+    auto fits = [&](const Step& s) {
+        if (helper(s)) return true;
+        if (!graph_step(s)) return false;
+        if (!s.effect) return true;
+        if (static_cast<size_t>(s.mutates) >= s.args.size()) return false;
+        const Arg& t = s.args[static_cast<size_t>(s.mutates)];
+        return t.kind == Arg::Kind::Slot && made[static_cast<size_t>(t.index)];
+    };
     size_t i = 0;
     while (i < n) {
-        if (!pure_op(steps[i])) {
+        if (!graph_step(steps[i]) || steps[i].effect) {
             ++i;
             continue;
         }
         size_t end = i;
-        while (end < n && (pure_op(steps[end]) || helper(steps[end]))) ++end;
+        std::fill(made.begin(), made.end(), false);
+        while (end < n && fits(steps[end])) made[static_cast<size_t>(steps[end++].out)] = true;
         // Cut before the first step whose result is needed after the region but is not a
         // tensor (a list, a tuple from chunk(), a torch.Size).
         for (size_t k = i; k < end; ++k) {
@@ -107,6 +129,8 @@ std::vector<Span> find_regions(const Plan& plan) {
 
 struct Gathered {
     std::vector<PyObject*> tensors;  // unique, in order of first appearance (borrowed)
+    std::vector<bool> state;         // per tensor: a module's parameter, buffer or attribute
+    int module_depth = 0;            // > 0 while gathering a module's state
     std::vector<int> occurrences;    // per tensor seen: its index in `tensors`
     std::vector<PyObject*> others;   // every other value, in order (borrowed)
     std::vector<bool> by_value;      // per other: compared by value (else by identity)
@@ -115,6 +139,8 @@ struct Gathered {
 
     void clear() {
         tensors.clear();
+        state.clear();
+        module_depth = 0;
         occurrences.clear();
         others.clear();
         by_value.clear();
@@ -181,6 +207,7 @@ void add_tensor(PyObject* o, Gathered& g) {
     if (at < 0) {
         at = static_cast<int>(g.tensors.size());
         g.tensors.push_back(o);
+        g.state.push_back(g.module_depth > 0);
     }
     g.occurrences.push_back(at);
 }
@@ -217,6 +244,10 @@ bool same_name(PyObject* key, PyObject* name) {  // `name` is interned
 // the key. Other attributes (the hook and state-dict bookkeeping) do not affect forward.
 void gather_module(PyObject* m, Gathered& g) {
     add_other(m, false, g);
+    struct Depth {
+        int& d;
+        ~Depth() { --d; }
+    } depth{++g.module_depth};
     PyObject** dictptr = _PyObject_GetDictPtr(m);
     PyObject* dict = dictptr ? *dictptr : nullptr;
     if (!dict || !PyDict_Check(dict)) {
@@ -298,21 +329,50 @@ py::Ref snapshot(PyObject* o) {
     return copy;
 }
 
+// A module tensor folded into an inference graph as a constant ([Note: torchscript backend]):
+// the graph holds while the module holds the same tensor, unchanged in place and not re-pointed.
+struct FrozenKey {
+    py::WeakOrStrong object;
+    uint32_t version = 0;
+    const void* data = nullptr;
+
+    static FrozenKey of(PyObject* o) {
+        const at::Tensor& t = THPVariable_Unpack(o);
+        return {py::WeakOrStrong::make(o), t.unsafeGetTensorImpl()->version_counter().current_version(),
+                t.unsafeGetTensorImpl()->has_storage() ? t.data_ptr() : nullptr};
+    }
+    bool matches(PyObject* o) const {
+        if (object.get() != o) return false;
+        const at::Tensor& t = THPVariable_Unpack(o);
+        return t.unsafeGetTensorImpl()->version_counter().current_version() == version &&
+               (t.unsafeGetTensorImpl()->has_storage() ? t.data_ptr() : nullptr) == data;
+    }
+};
+
 struct Spec {
     std::vector<TensorKey> tensors;
     std::vector<int> occurrences;
     std::vector<OtherKey> others;
+    bool grad_mode = true;
+    // Per tensor: folded into the graph (then `frozen_keys` has its key), else a graph input.
+    std::vector<bool> frozen;
+    std::vector<FrozenKey> frozen_keys;
     std::shared_ptr<jit::Graph> graph;
     std::unique_ptr<jit::GraphExecutor> exec;  // null: inputs like these run eagerly
     std::string eager_why;
     uint64_t runs = 0;
+    // The traced run changed an input in place (an in-place op on a view of it): a failed
+    // graph run cannot be repeated step by step, so its error is raised as it is.
+    bool mutates_inputs = false;
 
     bool matches(const Gathered& g) const {
         if (g.tensors.size() != tensors.size() || g.others.size() != others.size() ||
-            g.occurrences != occurrences)
+            g.occurrences != occurrences || at::GradMode::is_enabled() != grad_mode)
             return false;
         for (size_t i = 0; i < tensors.size(); ++i)
             if (!tensors[i].matches(THPVariable_Unpack(g.tensors[i]))) return false;
+        for (size_t i = 0, k = 0; i < frozen.size(); ++i)
+            if (frozen[i] && !frozen_keys[k++].matches(g.tensors[i])) return false;
         for (size_t i = 0; i < others.size(); ++i) {
             const OtherKey& k = others[i];
             if (k.by_value != g.by_value[i]) return false;
@@ -339,6 +399,8 @@ struct Spec {
                                   t.sizes().vec()});
         }
         s->occurrences = g.occurrences;
+        s->grad_mode = at::GradMode::is_enabled();
+        s->frozen.assign(g.tensors.size(), false);
         for (size_t i = 0; i < g.others.size(); ++i) {
             OtherKey k;
             k.by_value = g.by_value[i];
@@ -352,14 +414,91 @@ struct Spec {
 
 // [SECTION] tracing ----------------------------------------------------------------------------
 
+uint32_t version_of(PyObject* t) {
+    return THPVariable_Unpack(t).unsafeGetTensorImpl()->version_counter().current_version();
+}
+
+// Functions of torch whose Python code turns traced sizes into Python numbers (the tracer hands
+// sizes to Python as tensors) and nothing else: a trace is only reused for the same sizes,
+// dtypes and module attributes, so what they computed holds. Anywhere else (batch norm's
+// `1.0 / float(num_batches_tracked)` with momentum=None, say) the number may come from tensor
+// data, and the trace is not used.
+struct TrustedSite {
+    std::string file;
+    int first = 0, last = 0;
+};
+
+const std::vector<TrustedSite>& trusted_sites() {
+    static const std::vector<TrustedSite> sites = [] {
+        static const char* kFunctions[][2] = {
+            {"torch.nn.modules.rnn", "RNNBase.check_input"},
+            {"torch.nn.modules.rnn", "RNNBase.get_expected_hidden_size"},
+            {"torch.nn.modules.rnn", "RNNBase.check_hidden_size"},
+            {"torch.nn.modules.rnn", "RNNBase.check_forward_args"},
+            {"torch.nn.modules.rnn", "RNNBase.forward"},
+            {"torch.nn.modules.rnn", "RNN.forward"},
+            {"torch.nn.modules.rnn", "LSTM.get_expected_cell_size"},
+            {"torch.nn.modules.rnn", "LSTM.check_forward_args"},
+            {"torch.nn.modules.rnn", "LSTM.forward"},
+            {"torch.nn.modules.rnn", "GRU.forward"},
+            {"torch.nn.modules.rnn", "RNNCell.forward"},
+            {"torch.nn.modules.rnn", "LSTMCell.forward"},
+            {"torch.nn.modules.rnn", "GRUCell.forward"},
+            {"torch.nn.functional", "multi_head_attention_forward"},
+            {"torch.nn.functional", "_mha_shape_check"},
+            {"torch.nn.functional", "_in_projection_packed"},
+            {"torch.nn.functional", "_in_projection"},
+            {"torch.nn.functional", "_scaled_dot_product_attention"},
+            {"torch.nn.functional", "_verify_batch_size"},
+            {"torch.nn.functional", "_verify_spatial_size"},
+            {"torch.nn.functional", "interpolate"},
+            {"torch.nn.functional", "_pad"},
+            {"torch.nn.functional", "pad"},
+            {"torch.nn.modules.activation", "MultiheadAttention.forward"},
+        };
+        std::vector<TrustedSite> out;
+        for (const auto& f : kFunctions) {
+            py::Ref obj = py::Ref::steal(PyImport_ImportModule(f[0]));
+            std::string path = f[1];
+            for (size_t start = 0; obj && start <= path.size();) {
+                size_t dot = path.find('.', start);
+                std::string part = path.substr(start, dot == std::string::npos ? dot : dot - start);
+                obj = py::Ref::steal(PyObject_GetAttrString(obj.get(), part.c_str()));
+                start = dot == std::string::npos ? path.size() + 1 : dot + 1;
+            }
+            py::Ref code = obj ? py::Ref::steal(PyObject_GetAttrString(obj.get(), "__code__"))
+                               : py::Ref();
+            PyErr_Clear();  // absent in this torch version: nothing to trust
+            if (!code || !PyCode_Check(code.get())) continue;
+            auto* co = reinterpret_cast<PyCodeObject*>(code.get());
+            TrustedSite site{py::str_of(co->co_filename), co->co_firstlineno, co->co_firstlineno};
+            py::Ref lines = py::Ref::steal(PyObject_CallMethod(code.get(), "co_lines", nullptr));
+            py::Ref it = lines ? py::Ref::steal(PyObject_GetIter(lines.get())) : py::Ref();
+            while (it) {
+                py::Ref t = py::Ref::steal(PyIter_Next(it.get()));
+                if (!t) break;
+                if (PyTuple_Check(t.get()) && PyTuple_GET_SIZE(t.get()) == 3) {
+                    long l = PyLong_AsLong(PyTuple_GET_ITEM(t.get(), 2));
+                    if (l > site.last) site.last = static_cast<int>(l);
+                }
+                PyErr_Clear();
+            }
+            PyErr_Clear();
+            out.push_back(std::move(site));
+        }
+        return out;
+    }();
+    return sites;
+}
+
+bool trusted_site(const std::string& file, long line) {
+    for (const TrustedSite& s : trusted_sites())
+        if (line >= s.first && line <= s.last && s.file == file) return true;
+    return false;
+}
+
 // Records the Python warnings raised while tracing, and issues the user's again. The tracer's
-// own (TracerWarning: Python computed a value from a traced tensor, which the trace keeps as a
-// constant) matter only when that value may differ on the next call:
-// - inside torch's own Python code (nn modules, F.*, Tensor methods), conversions are checks of
-//   sizes and dtypes (rnn.py's check_input, multi_head_attention_forward's head sizes: the
-//   tracer hands Python sizes as tensors). A trace is only reused for the same sizes, dtypes and
-//   module attributes, so those hold;
-// - anywhere else the value may come from tensor data: the trace is not used.
+// own (TracerWarning) make the trace unusable unless raised at a trusted site (above).
 class WarningLog {
 public:
     bool begin() {
@@ -378,8 +517,8 @@ public:
         return static_cast<bool>(r);
     }
 
-    // The messages of tracer warnings raised outside torch's own code. Keeps a pending Python
-    // error as it is.
+    // The tracer warnings raised outside the trusted sites, as "file:line: message". Keeps a
+    // pending Python error as it is.
     std::vector<std::string> end() {
         std::vector<std::string> tracer;
         if (!m_cm) return tracer;
@@ -407,8 +546,10 @@ public:
             py::Ref line = py::Ref::steal(PyObject_GetAttrString(w, "lineno"));
             if (tracer_warning && PyObject_IsSubclass(cat.get(), tracer_warning) == 1) {
                 std::string where = file ? py::str_of(file.get()) : "";
-                if (where.rfind(torch_dir(), 0) != 0)
-                    tracer.push_back(where + ":" + (line ? py::str_of(line.get()) : "?") + ": " +
+                long lineno = line ? PyLong_AsLong(line.get()) : -1;
+                PyErr_Clear();
+                if (!trusted_site(where, lineno))
+                    tracer.push_back(where + ":" + std::to_string(lineno) + ": " +
                                      py::str_of(msg.get()));
                 continue;
             }
@@ -425,17 +566,6 @@ public:
     }
 
 private:
-    static const std::string& torch_dir() {  // ".../torch/"
-        static const std::string dir = [] {
-            PyObject* f = PyObject_GetAttrString(torch_api().torch_module.get(), "__file__");
-            std::string path = f ? py::str_of(f) : "";
-            Py_XDECREF(f);
-            PyErr_Clear();
-            size_t slash = path.rfind('/');
-            return slash == std::string::npos ? std::string("\x01") : path.substr(0, slash + 1);
-        }();
-        return dir;
-    }
     py::Ref m_warnings, m_cm, m_log;
 };
 
@@ -528,11 +658,16 @@ private:
     PyObject* run_graph(Spec& s, PyObject* const* args, const Gathered& g) {
         jit::Stack stack;
         stack.reserve(g.tensors.size());
-        for (PyObject* t : g.tensors) stack.emplace_back(THPVariable_Unpack(t));
+        for (size_t i = 0; i < g.tensors.size(); ++i)
+            if (!s.frozen[i]) stack.emplace_back(THPVariable_Unpack(g.tensors[i]));
         std::string error;
         try {
             s.exec->run(stack);
         } catch (const std::exception& e) {
+            if (s.mutates_inputs) {
+                torch::translate_exception_to_python(std::current_exception());
+                return nullptr;
+            }
             error = e.what();
         }
         if (error.empty()) {
@@ -556,6 +691,46 @@ private:
         return r;
     }
 
+    // Without autograd, the modules' parameters and buffers become constants of the graph, and
+    // LibTorch's passes for frozen graphs fold batch norms into convolutions, fuse conv-add-relu,
+    // pre-transpose linear weights and move convolutions to oneDNN (MKLDNN). The spec then also
+    // holds each folded tensor's identity, version counter and data pointer.
+    void optimize_for_inference(Spec& spec, const Gathered& g, const std::vector<bool>& keep) {
+        jit::Graph& graph = *spec.graph;
+        if (graph.inputs().size() != g.tensors.size()) return;
+        bool any = false;
+        for (size_t i = g.tensors.size(); i-- > 0;) {
+            if (!g.state[i] || keep[i]) continue;
+            const at::Tensor& t = THPVariable_Unpack(g.tensors[i]);
+            jit::Value* in = graph.inputs()[i];
+            jit::WithInsertPoint at_start(graph.block()->nodes().front());
+            jit::Value* c = graph.insertConstant(t.detach());
+            in->replaceAllUsesWith(c);
+            graph.eraseInput(i);
+            spec.frozen[i] = true;
+            any = true;
+        }
+        if (!any) return;
+        for (size_t i = 0; i < g.tensors.size(); ++i)
+            if (spec.frozen[i]) spec.frozen_keys.push_back(FrozenKey::of(g.tensors[i]));
+        bool conv = false;
+        for (jit::Node* n : graph.nodes())
+            conv = conv || n->kind() == c10::Symbol::fromQualString("aten::conv2d") ||
+                   n->kind() == c10::Symbol::fromQualString("aten::_convolution");
+        try {
+            // Constant lists (strides, paddings) first: the folding passes read them.
+            jit::ConstantPropagation(spec.graph);
+            jit::ConstantPooling(spec.graph);
+            jit::OptimizeFrozenGraph(spec.graph, /*optimize_numerics=*/true);
+            jit::FuseFrozenConvAddRelu(spec.graph);
+            if (conv && at::hasMKLDNN()) jit::ConvertFrozenOpsToMKLDNN(spec.graph);
+            jit::FrozenLinearTranspose(spec.graph);
+            jit::EliminateDeadCode(spec.graph);
+        } catch (const std::exception& e) {
+            note("inference passes failed, the graph runs unoptimized: " + first_line(e.what()));
+        }
+    }
+
     PyObject* trace(PyObject* const* args, const Gathered& g) {
         auto t0 = std::chrono::steady_clock::now();
         struct AddTime {  // however trace() returns
@@ -570,7 +745,13 @@ private:
         std::unique_ptr<Spec> spec = Spec::key_of(g);
         if (PyErr_Occurred()) return nullptr;
         jit::Stack inputs;
-        for (PyObject* t : g.tensors) inputs.emplace_back(THPVariable_Unpack(t));
+        std::vector<uint32_t> versions;  // to see which inputs the run changes in place
+        for (PyObject* t : g.tensors) {
+            inputs.emplace_back(THPVariable_Unpack(t));
+            versions.push_back(version_of(t));
+        }
+        auto changed = [&](size_t i) { return version_of(g.tensors[i]) != versions[i]; };
+        bool any_changed = false;
         WarningLog log;
         if (!log.begin()) return nullptr;
         py::Ref result;
@@ -604,9 +785,18 @@ private:
             error = first_line(e.what());
         }
         std::vector<std::string> tracer_warnings = log.end();
+        for (size_t i = 0; i < g.tensors.size(); ++i) any_changed = any_changed || changed(i);
+        if (!state && step_failed && any_changed) {
+            // Inputs were changed before the failure: running the steps again would change
+            // them twice, so the error stands (the program would have raised it too, unless
+            // the tracer itself failed: [Note: torchscript backend]).
+            if (!PyErr_Occurred()) raise_declined();
+            return nullptr;
+        }
         if (!state) {
             // The steps failed (the user's error: raised as the program would) or the tracer
             // could not follow them (run them without it, and not try again for these inputs).
+            // Only temporaries of the region were changed, so the steps can run again.
             PyErr_Clear();
             result = py::Ref();
             spec->eager_why = step_failed ? "" : "tracing failed: " + error;
@@ -622,6 +812,12 @@ private:
             return result.release();
         }
         spec->graph = state->graph;
+        spec->mutates_inputs = any_changed;
+        if (!spec->grad_mode) {
+            std::vector<bool> keep(g.tensors.size(), false);  // changed in place: stay inputs
+            for (size_t i = 0; i < g.tensors.size(); ++i) keep[i] = changed(i);
+            optimize_for_inference(*spec, g, keep);
+        }
         try {
             spec->exec = std::make_unique<jit::GraphExecutor>(
                 spec->graph, "magpy_graph_" + std::to_string(m_number));

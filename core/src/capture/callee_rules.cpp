@@ -107,6 +107,46 @@ bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
     return kStateful.count(n) != 0;
 }
 
+int op_inplace_target(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
+                      PyObject* const* kwvalues, size_t npos) {
+    if (npos == 0) return -1;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    bool inplace_kw = false;
+    for (Py_ssize_t i = 0; i < nkw; ++i) {
+        std::string k = py::str_of(PyTuple_GET_ITEM(kwnames, i));
+        if ((k == "out" && kwvalues[i] != Py_None) || (k == "generator" && kwvalues[i] != Py_None))
+            return -1;
+        inplace_kw = inplace_kw || (k == "inplace" && PyObject_IsTrue(kwvalues[i]) == 1);
+    }
+    if (c.kind == CallKind::LeafModule) {
+        PyObject* tr = PyObject_GetAttrString(callable, "training");
+        bool training = tr && PyObject_IsTrue(tr) == 1;
+        Py_XDECREF(tr);
+        PyErr_Clear();
+        std::string type = Py_TYPE(callable)->tp_name;
+        bool stateful = type.find("Dropout") != std::string::npos ||
+                        type.find("RReLU") != std::string::npos ||
+                        type.find("Norm") != std::string::npos;
+        if (training && stateful) return -1;
+        PyObject* ip = PyObject_GetAttrString(callable, "inplace");
+        bool inplace = ip && PyObject_IsTrue(ip) == 1;
+        Py_XDECREF(ip);
+        PyErr_Clear();
+        return inplace ? 0 : -1;
+    }
+    if (c.kind != CallKind::TorchOp) return -1;
+    std::string n = c.op;
+    bool trailing = n.size() > 1 && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0;
+    std::string base = trailing ? n.substr(0, n.size() - 1) : n;
+    static const std::unordered_set<std::string> kRandom = {
+        "uniform", "normal", "bernoulli", "random", "exponential", "geometric", "cauchy",
+        "log_normal", "dropout", "alpha_dropout", "feature_alpha_dropout", "rrelu",
+        "dropout1d", "dropout2d", "dropout3d", "batch_norm", "instance_norm", "rand", "randn",
+        "randint", "randperm", "multinomial", "poisson"};
+    if (kRandom.count(base)) return -1;
+    return trailing || inplace_kw ? 0 : -1;
+}
+
 bool is_metadata_attribute(const char* n) {
     static const std::unordered_set<std::string> kAttrs = {
         "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_sparse",

@@ -50,6 +50,12 @@ bool has_data_dependent_shape(const std::string& op, size_t nargs);
 // module; `kwnames`/`kwvalues` its keyword arguments (may be null). Conservative: unknown is no.
 bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
                     PyObject* const* kwvalues);
+// Which positional argument (0: the first after the callee) an op with effects changes in place
+// when that is all it does: `t.add_(u)`, `torch.relu_(t)`, `F.relu(t, inplace=True)`, a leaf
+// module with inplace=True. -1 when it also draws from the RNG, updates module state, writes an
+// `out=` tensor, or is not an in-place op (compiling backends keep such ops out of graphs).
+int op_inplace_target(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
+                      PyObject* const* kwvalues, size_t npos);
 
 // Tensor attributes that are metadata (x.shape) and those that are ops (x.T).
 bool is_metadata_attribute(const char* name);

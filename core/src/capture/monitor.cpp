@@ -1514,6 +1514,11 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape) {
             kwvalues.push_back(m_cap.v(p.in[i]).real.get());
         s.effect = op_has_effects(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
                                   kwvalues.data());
+        if (s.effect) {
+            int t = op_inplace_target(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
+                                      kwvalues.data(), p.in.size() - kwvalues.size());
+            if (t >= 0 && !p.callee.bound_self) s.mutates = static_cast<int8_t>(1 + t);
+        }
     }
     if (p.callee.kind == CallKind::LeafModule && m_cap.v(p.callee_value).kind == ValueKind::Input) {
         PyObject* tr = PyObject_GetAttrString(m_cap.v(p.callee_value).real.get(), "training");
@@ -2053,6 +2058,7 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         if (!m_cap.arg_of(a, p) || !m_cap.arg_of(b, q)) return -1;
         s.args = {p, q};
         s.effect = op >= NB_INPLACE_ADD && x.tensor;  // t += 1 changes t
+        if (s.effect) s.mutates = 0;
         std::string label = op_label(x.label, binary_symbol(op), y.label);
         bool graph_op = x.tensor || y.tensor;
         int r = m_cap.record(std::move(s), real, label, graph_op);

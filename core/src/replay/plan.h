@@ -59,6 +59,9 @@ struct Step {
     // What the step produced during the capture (compiling backends only take tensor results
     // into a graph): 0 anything else, 1 a tensor, 2 a tuple or list of tensors.
     uint8_t result_kind = 0;
+    // An in-place tensor op: the index in `args` of the tensor it changes, when changing it is
+    // the step's only effect (not the RNG, not module state); -1 otherwise.
+    int8_t mutates = -1;
     int line = 0;           // source line of the user's code, for messages
     int loc = -1;           // Plan::location(): the file and function of that line
 };
