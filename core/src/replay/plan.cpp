@@ -109,6 +109,24 @@ PyObject* Plan::fail(const Step& s, Declined& declined) const {
     return add_user_frame(s);
 }
 
+const std::vector<std::vector<int>>& Plan::releases() const {
+    if (m_release.size() == m_steps.size()) return m_release;
+    std::vector<int> last(static_cast<size_t>(m_num_slots), -1);  // step of the last read
+    for (size_t i = 0; i < m_steps.size(); ++i) {
+        for (const Arg& a : m_steps[i].args)
+            if (a.kind == Arg::Kind::Slot) last[static_cast<size_t>(a.index)] = static_cast<int>(i);
+        int out = m_steps[i].out;
+        if (out >= 0 && last[static_cast<size_t>(out)] < static_cast<int>(i))
+            last[static_cast<size_t>(out)] = static_cast<int>(i);  // never read: dies at once
+    }
+    if (m_result.kind == Arg::Kind::Slot) last[static_cast<size_t>(m_result.index)] = -1;
+    m_release.assign(m_steps.size(), {});
+    for (int k = 0; k < m_num_slots; ++k)
+        if (last[static_cast<size_t>(k)] >= 0)
+            m_release[static_cast<size_t>(last[static_cast<size_t>(k)])].push_back(k);
+    return m_release;
+}
+
 PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
     declined = Declined::No;
     Slots slots(m_num_slots);
@@ -122,7 +140,13 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
     };
     PyObject* argv_small[16];
     std::vector<PyObject*> argv_big;
-    for (const Step& s : m_steps) {
+    const std::vector<std::vector<int>>& release = releases();
+    for (size_t i = 0; i < m_steps.size(); ++i) {
+        // Values die after their last use, as the program's temporaries would: a long plan
+        // does not hold every intermediate tensor until it returns.
+        if (i > 0)
+            for (int k : release[i - 1]) Py_CLEAR(slots.v[k]);
+        const Step& s = m_steps[i];
         PyObject* r = nullptr;
         switch (s.kind) {
         case StepKind::Call: {

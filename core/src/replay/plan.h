@@ -87,7 +87,10 @@ public:
     const std::vector<Step>& steps() const { return m_steps; }
     const std::vector<SourceLocation>& locations() const { return m_locations; }
     // Backends that rewrite a plan (replace stretches of steps by a compiled graph).
-    void set_steps(std::vector<Step> steps) { m_steps = std::move(steps); }
+    void set_steps(std::vector<Step> steps) {
+        m_steps = std::move(steps);
+        m_release.clear();
+    }
     const Arg& result() const { return m_result; }
     size_t graph_op_count() const;
 
@@ -107,6 +110,9 @@ public:
 
 private:
     PyObject* add_user_frame(const Step& s) const;  // always NULL
+    // Per step: the slots read there for the last time (freed after it). Made on first run.
+    const std::vector<std::vector<int>>& releases() const;
+    mutable std::vector<std::vector<int>> m_release;
     PyObject* fail(const Step& s, Declined& declined) const;  // always NULL
     int m_num_slots = 0;
     std::vector<Step> m_steps;

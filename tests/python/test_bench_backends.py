@@ -1,0 +1,57 @@
+"""bench/backends.py runs end to end: a quick run on the MLP writes its table and its JSON.
+
+Not a timing test: it checks that the harness works (eager and magpy-eager rows with positive
+times, results equal to eager, the table and the target lines printed), not the figures.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+BENCH = os.path.join(ROOT, "bench", "backends.py")
+
+
+def test_quick_mlp_run(tmp_path):
+    out = tmp_path / "backends.json"
+    env = dict(os.environ, PYTHONNOUSERSITE="1", PYTHONPATH=os.pathsep.join(
+        [os.path.join(ROOT, "core", "python"), os.path.join(ROOT, "build", "python")]))
+    proc = subprocess.run([sys.executable, BENCH, "--quick", "--filter", "mlp",
+                           "--json", str(out)],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+
+    # the printed table: header, one line per system, the geomean block and the target lines
+    assert "ms/call" in proc.stdout and "speedup" in proc.stdout, log[-4000:]
+    lines = proc.stdout.splitlines()
+    assert any(l.startswith("mlp") and " eager " in l for l in lines), log[-4000:]
+    assert any(l.startswith("mlp") and " magpy-eager " in l for l in lines), log[-4000:]
+    assert "geometric-mean speedup" in proc.stdout
+    assert any(l.startswith(("PASS:", "FAIL:", "SKIP:")) for l in lines), log[-4000:]
+
+    report = json.loads(out.read_text())
+    for key in ("cpu", "cores", "torch", "python", "date"):
+        assert report["machine"].get(key), key
+    rows = {r["system"]: r for r in report["rows"]}
+    assert {r["model"] for r in report["rows"]} == {"mlp"}
+    for name in ("eager", "magpy-eager"):
+        assert name in rows, sorted(rows)
+        r = rows[name]
+        assert r["status"] == "ok", r
+        assert r["time_ms"] > 0 and r["first_call_ms"] > 0, r
+        assert r["max_abs_diff"] <= 1e-5, r
+        assert r["speedup"] > 0, r
+    m = rows["magpy-eager"]["magpy"]
+    assert m["graphs"] == 1 and m["breaks"] == 0, m
+    assert m["cache_hits"] > 0, m
+    # every system magpy lists is benchmarked
+    for b in report["machine"]["magpy_backends"]:
+        assert f"magpy-{b}" in rows, sorted(rows)
+    # every other row either ran or says why not
+    for r in report["rows"]:
+        assert r["status"] in ("ok", "FAILED", "n/a"), r
+        if r["status"] == "n/a":
+            assert r["reason"], r
