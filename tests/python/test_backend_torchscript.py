@@ -399,3 +399,52 @@ def test_inference_folds_batch_norm_and_follows_weight_changes():
     g = report(cf)["graphs"][0]
     assert "aten::batch_norm" not in g["backend_graphs"][0]  # folded into the convolution
     assert "3 traces" in g["backend_summary"]
+
+
+def test_an_unused_op_that_raises_still_raises():
+    """Fuzz seed 7062: the executor drops ops whose results nothing uses; the graph returns
+    them so an index out of range still reaches the handler (and the user, outside try)."""
+    g_t = torch.randn(3)
+
+    def f(x, idx):
+        try:
+            t4 = g_t * 2
+            z5 = x[idx].sum()  # noqa: F841  (unused)
+        except Exception:
+            t4 = g_t - 1
+        return torch.add(x, t4, alpha=0.5).exp()
+
+    def h(x, idx):
+        y = x * 2
+        x[idx].sum()  # unused, outside try
+        return y.relu()
+
+    calls = [Call(torch.randn(4, 3), torch.tensor(i)) for i in ([0, 1], [0, 1], [0, 7], [1, 0], [1, 9])]
+    check(f, calls, compiled=ts(f))
+    cf = ts(h)
+    for c in calls:
+        try:
+            expected = h(*c.args)
+        except IndexError as e:
+            with pytest.raises(IndexError, match=str(e)[:20]):
+                cf(*c.args)
+            continue
+        assert torch.equal(cf(*c.args), expected)
+
+
+def test_outputs_require_grad_exactly_as_in_eager():
+    """Fuzz seed 7691: autodiff subgraphs marked every output as requiring grad."""
+    lin = nn.Linear(3, 4)
+
+    def f(x):
+        t1 = torch.stack((torch.exp(x[0] @ torch.ones(3, 4)), torch.maximum(lin.bias, lin.bias)))
+        t2 = x * 2
+        return t1, t2, (x * t2.abs()), torch.logsumexp(t2, dim=1)
+
+    cf = ts(f)
+    for _ in range(6):
+        x = torch.randn(2, 3)
+        got, want = cf(x), f(x)
+        assert [t.requires_grad for t in got] == [t.requires_grad for t in want]
+        assert all(torch.allclose(a, b) for a, b in zip(got, want))
+    assert runs(cf)[0] >= 4

@@ -662,6 +662,10 @@ private:
             if (!s.frozen[i]) stack.emplace_back(THPVariable_Unpack(g.tensors[i]));
         std::string error;
         try {
+            // With autograd on, the executor's autodiff subgraphs would mark every output of a
+            // subgraph as requiring grad (eager: only those computed from such inputs), so the
+            // graph runs op by op there; each op records its own backward, as in eager.
+            jit::GraphOptimizerEnabledGuard optimize(!s.grad_mode);
             s.exec->run(stack);
         } catch (const std::exception& e) {
             if (s.mutates_inputs) {
@@ -952,20 +956,34 @@ private:
                 sub.add_step(std::move(s));
             }
             // Outputs: results used after the region (all tensors, find_regions made sure).
+            // Then results nothing uses: the graph returns them too, or the executor would drop
+            // their ops, and an op that would have raised (an index out of range) must still.
             std::vector<int> outputs;  // original slots
+            std::vector<int> kept;
             {
-                std::vector<bool> later(static_cast<size_t>(plan->num_slots()), false);
+                std::vector<bool> live(static_cast<size_t>(plan->num_slots()), false);
                 for (size_t k = sp.end; k < steps.size(); ++k)
                     for (const Arg& a : steps[k].args)
-                        if (a.kind == Arg::Kind::Slot) later[static_cast<size_t>(a.index)] = true;
+                        if (a.kind == Arg::Kind::Slot) live[static_cast<size_t>(a.index)] = true;
                 if (plan->result().kind == Arg::Kind::Slot)
-                    later[static_cast<size_t>(plan->result().index)] = true;
+                    live[static_cast<size_t>(plan->result().index)] = true;
                 for (size_t k = sp.begin; k < sp.end; ++k)
-                    if (later[static_cast<size_t>(steps[k].out)]) outputs.push_back(steps[k].out);
+                    if (live[static_cast<size_t>(steps[k].out)]) outputs.push_back(steps[k].out);
+                for (size_t k = sp.end; k-- > sp.begin;) {
+                    size_t out = static_cast<size_t>(steps[k].out);
+                    if (!live[out] && steps[k].result_kind == 1) {
+                        live[out] = true;
+                        kept.push_back(steps[k].out);
+                    }
+                    if (live[out])
+                        for (const Arg& a : steps[k].args)
+                            if (a.kind == Arg::Kind::Slot) live[static_cast<size_t>(a.index)] = true;
+                }
             }
             Step tuple;
             tuple.kind = StepKind::BuildTuple;
             for (int o : outputs) tuple.args.push_back(Arg::slot(slot_map[static_cast<size_t>(o)]));
+            for (int o : kept) tuple.args.push_back(Arg::slot(slot_map[static_cast<size_t>(o)]));
             tuple.out = sub.add_slot();
             sub.set_result(Arg::slot(tuple.out));
             sub.add_step(std::move(tuple));
