@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -167,7 +168,7 @@ bool is_plain(PyObject* o) {
             if (!is_plain(PySequence_Fast_GET_ITEM(o, i))) return false;
         return true;
     }
-    return std::string(t->tp_name) == "torch.memory_format";
+    return std::strcmp(t->tp_name, "torch.memory_format") == 0;
 }
 
 // Functions and types are compared by identity: what they do does not change.

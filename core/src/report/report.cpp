@@ -84,23 +84,6 @@ nlohmann::json make_report(const CompiledState& st) {
     r["resume_misses"] = s.resume_misses;
     r["captures"] = s.captures;
     r["eager_calls"] = s.eager_calls;
-    int64_t deferred = 0;  // compiling done inside replays (torchscript traces on first use)
-    auto count_deferred = [&](CodeCache* cc) {
-        for (const CacheEntry& e : cc->entries)
-            if (e.options_key == st.options_key && e.graph) deferred += e.graph->deferred_compile_ns();
-    };
-    if (PyCodeObject* code = reinterpret_cast<PyCodeObject*>(st.code.get())) {
-        if (CodeCache* cc = code_cache(code, false)) {
-            count_deferred(cc);
-            for (const auto& [key, resume] : cc->resumes)
-                if (CodeCache* rc = code_cache(reinterpret_cast<PyCodeObject*>(resume.get()), false))
-                    count_deferred(rc);
-        }
-    }
-    r["timings_ns"] = {{"capture", s.capture_ns},
-                       {"compile", s.compile_ns + deferred},
-                       {"guard", s.guard_ns},
-                       {"replay", std::max<int64_t>(0, s.replay_ns - deferred)}};
     r["profiler"] = {{"available", profiler().available()},
                      {"running", profiler().running()},
                      {"status", profiler().status()}};
@@ -112,6 +95,8 @@ nlohmann::json make_report(const CompiledState& st) {
     r["cache_entries"] = nlohmann::json::array();
     // The entries of the compiled code, then those of its resume functions (the segments
     // after graph breaks), each with where its segment starts and ends.
+    // Compiling done inside replays (torchscript traces on first use) counts as compile time.
+    int64_t deferred = 0;
     auto add_entries = [&](CodeCache* cc, int starts_at_line) {
         for (const CacheEntry& e : cc->entries) {
             if (e.options_key != st.options_key) continue;  // another wrapper's
@@ -123,6 +108,7 @@ nlohmann::json make_report(const CompiledState& st) {
             entry["capture_ns"] = e.capture_ns;
             entry["compile_ns"] = e.compile_ns;
             int64_t deferred_e = e.graph ? e.graph->deferred_compile_ns() : 0;
+            deferred += deferred_e;
             entry["compile_ns"] = e.compile_ns + deferred_e;
             entry["replay_ns"] = std::max<int64_t>(0, e.replay_ns - deferred_e);
             nlohmann::json kernels = kernels_json(e.id);
@@ -189,6 +175,10 @@ nlohmann::json make_report(const CompiledState& st) {
             if (rc) add_entries(rc, py::code_line_of(code, rc->target));
         }
     }
+    r["timings_ns"] = {{"capture", s.capture_ns},
+                       {"compile", s.compile_ns + deferred},
+                       {"guard", s.guard_ns},
+                       {"replay", std::max<int64_t>(0, s.replay_ns - deferred)}};
     r["notes"] = notes;
     r["graph_count"] = r["graphs"].size();
     r["break_count"] = r["breaks"].size();
