@@ -382,12 +382,12 @@ def test_in_place_change_of_an_input_through_a_view_happens_once():
     assert runs(cf)[0] >= 3
 
 
-def test_inference_folds_batch_norm_and_follows_weight_changes():
+def test_freeze_backend_folds_batch_norm_and_follows_weight_changes():
     torch.manual_seed(0)
     m = Residual().eval()
     m.bn.running_mean.uniform_(-1, 1)
     m.bn.running_var.uniform_(0.5, 2)
-    cf = ts(m)
+    cf = magpy.compile(m, backend="torchscript-freeze")
     x = torch.randn(2, 3, 8, 8)
     with torch.no_grad():
         for i in range(8):
@@ -448,3 +448,19 @@ def test_outputs_require_grad_exactly_as_in_eager():
         assert [t.requires_grad for t in got] == [t.requires_grad for t in want]
         assert all(torch.allclose(a, b) for a, b in zip(got, want))
     assert runs(cf)[0] >= 4
+
+
+def test_plain_backend_does_not_freeze_so_writes_through_data_are_seen():
+    # `p.data.mul_()` changes a parameter without bumping its version counter: a frozen graph
+    # cannot notice it, so only torchscript-freeze folds module tensors (the user's promise).
+    torch.manual_seed(0)
+    m = Residual().eval()
+    cf = ts(m)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        for i in range(6):
+            if i >= 3:
+                m.conv.weight.data.mul_(1.5)
+            assert torch.allclose(cf(x), m(x), rtol=1e-5, atol=1e-5), i
+    g = report(cf)["graphs"][0]
+    assert "aten::batch_norm" in g["backend_graphs"][0]  # not folded: weights are inputs

@@ -163,6 +163,15 @@ PyObject* make_compiled_function(PyObject* target, const CompileOptions& options
         Py_XDECREF(fwd);
         st.expect_self = target;
     }
+    if (func && PyFunction_Check(func) && st.expect_self) {
+        PyObject* wrapped = PyObject_GetAttrString(func, "__wrapped__");
+        if (wrapped) {
+            st.expect_function = func;  // `self` is inside the wrapper's *args
+            Py_DECREF(wrapped);
+        } else {
+            PyErr_Clear();
+        }
+    }
     if (func && PyFunction_Check(func) &&
         py::code_is_plain_function(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(func)))) {
         st.code = py::Ref::borrow(PyFunction_GET_CODE(func));

@@ -43,6 +43,10 @@ struct CompiledState {
     py::Ref target;  // the user's function or module (called as given)
     py::Ref code;    // the code object whose frames are captured (null: nothing to capture)
     PyObject* expect_self = nullptr;  // module or bound-method self (owned by target)
+    // A forward or method wrapped by a decorator (functools.wraps: `@torch.no_grad()`): the
+    // wrapper's frame is captured, recognised by its function (the class keeps it alive), as
+    // its code is shared by every function the decorator wraps.
+    PyObject* expect_function = nullptr;
     std::string name;
     CompileOptions options;
     std::string options_key;  // options.key(), computed once (compared on every call)

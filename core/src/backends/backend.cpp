@@ -14,14 +14,15 @@ std::unique_ptr<CompiledGraph> Backend::compile(std::shared_ptr<const Plan> plan
 }
 
 const Backend* eager_backend();
-const Backend* torchscript_backend();
+const Backend* torchscript_backend(bool freeze);
 
 const Backend* find_backend(const std::string& name) {
     if (name == "eager") return eager_backend();
-    if (name == "torchscript") return torchscript_backend();
+    if (name == "torchscript") return torchscript_backend(false);
+    if (name == "torchscript-freeze") return torchscript_backend(true);
     return nullptr;
 }
 
-std::vector<std::string> backend_names() { return {"eager", "torchscript"}; }
+std::vector<std::string> backend_names() { return {"eager", "torchscript", "torchscript-freeze"}; }
 
 }  // namespace magpy

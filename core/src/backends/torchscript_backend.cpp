@@ -12,6 +12,9 @@
 #include "python/torch_api.h"
 
 #include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/version.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
@@ -104,7 +107,10 @@ std::vector<Span> find_regions(const Plan& plan) {
         }
         size_t end = i;
         std::fill(made.begin(), made.end(), false);
-        while (end < n && fits(steps[end])) made[static_cast<size_t>(steps[end++].out)] = true;
+        // A region stays inside one `with` block: a step that raises leaves through the
+        // block's __exit__, which the outer plan runs ([Note: with blocks]).
+        while (end < n && steps[end].ctx == steps[i].ctx && fits(steps[end]))
+            made[static_cast<size_t>(steps[end++].out)] = true;
         // Cut before the first step whose result is needed after the region but is not a
         // tensor (a list, a tuple from chunk(), a torch.Size).
         for (size_t k = i; k < end; ++k) {
@@ -579,14 +585,27 @@ std::string first_line(const std::string& s) {
 
 // The marker a region raises when its steps gave up for the user's try block: the plan step
 // that called the region is inside that try block too, and hands the call to eager execution.
+// Autocast changes which kernels ops dispatch to; a trace made with it on or off would bake
+// that in, so regions under autocast (and inference mode) run their recorded steps.
+bool dispatch_mode_on() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    bool autocast = at::autocast::is_autocast_enabled(at::kCPU) ||
+                    at::autocast::is_autocast_enabled(at::kCUDA);
+#else
+    bool autocast = at::autocast::is_cpu_enabled() || at::autocast::is_enabled();
+#endif
+    return autocast || c10::InferenceMode::is_enabled();
+}
+
 void raise_declined() {
     PyErr_SetString(PyExc_RuntimeError, "magpy: a region declined (run the frame eagerly)");
 }
 
 class Region {
 public:
-    Region(int number, Plan sub, size_t graph_ops, size_t steps)
-        : m_number(number), m_sub(std::move(sub)), m_graph_ops(graph_ops), m_steps(steps) {}
+    Region(int number, Plan sub, size_t graph_ops, size_t steps, bool freeze)
+        : m_number(number), m_sub(std::move(sub)), m_graph_ops(graph_ops), m_steps(steps),
+          m_freeze(freeze) {}
 
     // A tuple of the region's outputs (new reference), or NULL with a Python error.
     PyObject* call(PyObject* const* args) {
@@ -596,6 +615,9 @@ public:
         g.clear();
         for (size_t i = 0; i < m_sub_inputs; ++i) gather_value(args[i], g);
         if (!g.untraceable.empty()) return run_eagerly(args, "inputs: " + g.untraceable);
+        if (dispatch_mode_on())
+            return run_eagerly(args, "autocast or inference mode is on (a trace would fix "
+                                     "which kernels run)");
         for (const std::unique_ptr<Spec>& s : m_specs)
             if (s->matches(g)) return s->exec ? run_graph(*s, args, g) : run_eagerly(args, "");
         if (m_specs.size() >= kMaxSpecs)
@@ -818,7 +840,7 @@ private:
         }
         spec->graph = state->graph;
         spec->mutates_inputs = any_changed;
-        if (!spec->grad_mode) {
+        if (!spec->grad_mode && m_freeze) {
             std::vector<bool> keep(g.tensors.size(), false);  // changed in place: stay inputs
             for (size_t i = 0; i < g.tensors.size(); ++i) keep[i] = changed(i);
             optimize_for_inference(*spec, g, keep);
@@ -835,6 +857,7 @@ private:
     }
 
     int m_number;
+    bool m_freeze;  // torchscript-freeze: module tensors fold into inference graphs
     Plan m_sub;  // the region's steps, reading its inputs; the result is the outputs' tuple
     size_t m_sub_inputs = 0;
     size_t m_graph_ops;
@@ -920,7 +943,8 @@ Arg remap(const Arg& a, const std::vector<int>& slot_map, std::vector<Arg>& ext)
 
 class TorchScriptBackend final : public Backend {
 public:
-    TorchScriptBackend() : Backend("torchscript") {}
+    explicit TorchScriptBackend(bool freeze)
+        : Backend(freeze ? "torchscript-freeze" : "torchscript"), m_freeze(freeze) {}
 
 private:
     std::unique_ptr<CompiledGraph> compile_impl(std::shared_ptr<const Plan> plan,
@@ -954,6 +978,7 @@ private:
                 s.out = out;
                 ops += s.graph_op ? 1 : 0;
                 in_try = in_try || s.in_try;
+                s.ctx = -1;  // the outer plan's block: the region call carries it
                 sub.add_step(std::move(s));
             }
             // Outputs: results used after the region (all tensors, find_regions made sure).
@@ -990,7 +1015,7 @@ private:
             sub.add_step(std::move(tuple));
 
             auto* region = new Region(static_cast<int>(regions.size()), std::move(sub), ops,
-                                      sp.end - sp.begin);
+                                      sp.end - sp.begin, m_freeze);
             region->set_input_count(ext.size());
             py::Ref capsule = py::Ref::steal(PyCapsule_New(region, "magpy.region", [](PyObject* c) {
                 delete static_cast<Region*>(PyCapsule_GetPointer(c, "magpy.region"));
@@ -1017,6 +1042,7 @@ private:
             call.out = rewritten->add_slot();
             call.graph_op = true;
             call.in_try = in_try;
+            call.ctx = steps[sp.begin].ctx;
             call.line = steps[sp.begin].line;
             call.loc = -1;  // the region's own steps add the user's line to a traceback
             call.result_kind = 2;
@@ -1041,13 +1067,14 @@ private:
         return std::make_unique<TorchScriptGraph>(std::move(rewritten), ops, std::move(regions),
                                                   std::move(owners));
     }
+    bool m_freeze;
 };
 
 }  // namespace
 
-const Backend* torchscript_backend() {
-    static TorchScriptBackend backend;
-    return &backend;
+const Backend* torchscript_backend(bool freeze) {
+    static TorchScriptBackend plain(false), frozen(true);
+    return freeze ? &frozen : &plain;
 }
 
 }  // namespace magpy

@@ -172,7 +172,9 @@ CalleeInfo classify_callee(PyObject* f) {
                             : "";
         info.code = reinterpret_cast<PyCodeObject*>(fn->func_code);
         info.op = py::str_of(fn->func_name);
-        if (starts_with(m, "torch.nn.modules")) {
+        if (api.module_member_fn(f)) {
+            info.kind = CallKind::ModuleMembers;
+        } else if (starts_with(m, "torch.nn.modules")) {
             info.kind = CallKind::InlineFunction;  // e.g. super().forward(x)
         } else if (is_torch_module_name(m) && starts_with(m, "torch.") &&
                    (starts_with(m, "torch.jit") || starts_with(m, "torch._jit")) &&
@@ -253,6 +255,8 @@ CalleeInfo classify_callee(PyObject* f) {
             t == &PySlice_Type || t == api.size_type || t == api.device_type ||
             t == api.ordered_dict_type || t == &PyDict_Type)
             info.kind = CallKind::TypeCtor;
+        if (api.is_context_type(f)) info.kind = CallKind::Context;
+        if (t == &PyType_Type) info.kind = CallKind::TypeOf;
         // torch.finfo(dtype) / torch.iinfo(dtype): facts about a dtype, folded like math.*
         if (info.name == "torch.finfo" || info.name == "torch.iinfo")
             info.kind = CallKind::PureBuiltin;

@@ -22,6 +22,10 @@ enum class CallKind : uint8_t {
     EagerFact,       // torch.jit.is_scripting() & co: fixed answers in eager mode
     TypeCtor,        // int(), float(), tuple(), list(), range(), slice() ...
     IO,              // print, input, open
+    Context,         // torch.no_grad() & co (TorchApi::context_types): made for a with block
+    ContextExit,     // the bound __exit__ of a captured with block, called when it ends
+    TypeOf,          // type(x): known for every value (guarded, or fixed by how it was made)
+    ModuleMembers,   // m.parameters(), m.named_modules() & co: an iterator over guarded members
     Unsupported,
 };
 

@@ -193,6 +193,15 @@ void Capture::guard_len(int id, Py_ssize_t n) {
     m_guards->add_check(val.node, std::move(c));
 }
 
+void Capture::guard_identity(int id) {
+    Value& val = v(id);
+    if (val.node < 0 || val.identity) return;
+    Check c;
+    c.kind = CheckKind::IdIs;
+    c.expected = py::WeakOrStrong::make(val.real.get());
+    m_guards->add_check(val.node, std::move(c));
+}
+
 void Capture::guard_strides(int id) {
     Value& val = v(id);
     if (val.node < 0 || !val.tensor) return;
@@ -431,6 +440,7 @@ void Capture::add_step(Step step) {
     // eager execution, which is only right while nothing visible has happened yet.
     // [Note: replay errors inside try]
     step.in_try = m_in_try;
+    step.ctx = static_cast<int16_t>(m_ctx);
     if (step.in_try && m_effects && !m_failed)
         return fail(breaks::kTryAfterEffect,
                     "an operation inside a try block comes after a write or in-place change "
@@ -448,6 +458,24 @@ void Capture::add_step(Step step) {
         step.loc = it->second;
     }
     m_plan->add_step(std::move(step));
+}
+
+bool Capture::enter_context(int exit_value) {
+    const Value& e = v(exit_value);
+    if (e.kind != ValueKind::OpResult || e.slot < 0) {
+        internal_error("a with block's __exit__ is not a plan value");
+        return false;
+    }
+    if (m_plan->contexts().size() >= 0x7fff) {
+        fail(breaks::kUnsupportedOpcode, "too many with blocks", "split the function");
+        return false;
+    }
+    m_ctx = m_plan->add_context({e.slot, m_ctx});
+    return true;
+}
+
+void Capture::exit_context() {
+    if (m_ctx >= 0) m_ctx = m_plan->contexts()[static_cast<size_t>(m_ctx)].parent;
 }
 
 void Capture::record_effect(Step step, const std::vector<int>& values) {

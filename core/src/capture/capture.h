@@ -75,6 +75,7 @@ struct Value {
     bool mutated = false;   // an Input the capture changed: a dict (reads after that are
                             // unsupported) or a list only appended to (`items`: the appended)
     bool shadow = false;    // an Input list/tuple whose items are tracked in `items` (guarded)
+    bool ctx_exit = false;  // the bound __exit__ of a captured with block
     int built = -1;         // Fresh*: the plan slot of the object once it escaped (identity fixed)
     // Dynamic shapes ([Note: dynamic shapes]): a tensor whose sizes may differ at replay (an
     // op result computed from one; inputs read their symbolic dims from the guard tree), or a
@@ -140,6 +141,7 @@ public:
     // --- guards -------------------------------------------------------------------------
     void guard_len(int value, Py_ssize_t n);
     void guard_equals(int value);
+    void guard_identity(int value);  // `is` the object it is now (parameters(): tied weights)
     void guard_strides(int value);
     void guard_no_key(int dict_value, PyObject* key);        // key absent from the dict
     void guard_no_instance_attr(int value, PyObject* name);  // name absent from obj.__dict__
@@ -199,6 +201,13 @@ public:
     // Whether an exception at the current instruction would reach a handler of the captured
     // code (a try or with block of this frame or of a caller being traced).
     void set_in_try(bool in_try) { m_in_try = in_try; }
+    // `with` blocks ([Note: with blocks]): steps recorded between enter_context and
+    // exit_context leave through that block's __exit__ (the value `exit_value`, a plan slot)
+    // when they raise at replay.
+    bool enter_context(int exit_value);
+    void exit_context();
+    bool in_context() const { return m_ctx >= 0; }
+    void changes_grad_mode() { m_plan->set_changes_grad_mode(); }
 
     // Attribute writes made by the capture, read back by later loads: (object value, name).
     std::map<std::pair<int, std::string>, int>& overlay() { return m_overlay; }
@@ -245,6 +254,7 @@ private:
     bool m_writes = false;  // an effect was recorded
     bool m_effects = false; // a step with Step::effect was recorded (writes, in-place ops, RNG)
     bool m_in_try = false;
+    int m_ctx = -1;                     // innermost open `with` block (Plan::contexts())
     DynamicConfig m_dynamic;
     std::vector<int> m_dynamic_nodes;   // tensor guard nodes with symbolic dims
     std::vector<int> m_slot_values;     // plan slot -> value recorded into it (-1: none)

@@ -608,7 +608,7 @@ void Monitor::on_opcode(PyFrameObject* fo) {
         return stop_tracing();
     }
     py::Instruction ins = py::frame_current_instruction(f.frame);
-    f.in_try = f.caller_in_try || py::code_offset_in_handler(f.code, ins.offset);
+    f.in_try = f.caller_in_try || py::code_offset_reaches_user_handler(f.code, ins.offset);
     m_cap.set_in_try(f.in_try);
     if (!f.library_code) {
         m_cap.set_location(f.code, py::code_line_of(f.code, ins.offset));
@@ -921,6 +921,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     }
     case LOAD_ATTR: defer(1, 1); return;
     case LOAD_METHOD: defer(1, 2); return;
+    case BEFORE_WITH: defer(1, 2); return;
     case BINARY_OP: case COMPARE_OP: case BINARY_SUBSCR: case IS_OP: case CONTAINS_OP:
         defer(2, 1);
         return;
@@ -1190,6 +1191,8 @@ void Monitor::complete(ShadowFrame& f) {
     case CALL: case CALL_FUNCTION_EX:
         complete_call(f, p, tos);
         return;
+    case BEFORE_WITH:
+        return with_enter(f, p.in[0], real_stack(f, 1), tos);
     default:
         return m_cap.internal_error(std::string("no completion for ") + opname(p.opcode));
     }
@@ -1204,6 +1207,10 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     PyObject* fn = c.real.get();
     if (!fn) return m_cap.internal_error("call of an unknown object");
     p.callee = classify_callee(fn);
+    if (c.ctx_exit) {  // the end of a captured with block
+        p.callee.kind = CallKind::ContextExit;
+        p.callee.name = c.label;
+    }
     p.callee_value = callable;
     p.kwnames = kwnames;
     p.in = std::move(args);
@@ -1309,6 +1316,24 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::LeafModule: {
         size_t nargs = p.in.size() + (p.callee.bound_self ? 1 : 0) -
                        (p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0);
+        if (p.callee.kind == CallKind::TorchOp && is_global_state_query(p.callee.op) &&
+            p.in.empty() && (m_grad_state_set || m_other_state_set)) {
+            // Inside or after a captured with block: grad mode follows from the guarded mode
+            // at entry and the blocks; other state is not followed.
+            if (p.callee.op == "is_grad_enabled") return push_out(m_cap.const_value(result));
+            if (m_other_state_set)
+                return m_cap.fail(breaks::kUnsupportedCallee,
+                                  "`" + name + "()` reads state that a captured with block "
+                                  "(autocast, inference_mode) changed",
+                                  "read it outside the compiled function and pass it in");
+        }
+        if (p.callee.kind == CallKind::TorchOp && result &&
+            torch_api().is_context_type(reinterpret_cast<PyObject*>(Py_TYPE(result)))) {
+            // ctx.clone() in torch's decorator wrappers (@torch.no_grad()): a fresh context
+            // manager, made at replay too.
+            note_context_type(reinterpret_cast<PyObject*>(Py_TYPE(result)));
+            return push_out(record_call(p, result, false, false));
+        }
         if (p.callee.kind == CallKind::TorchOp && is_global_state_query(p.callee.op) &&
             p.in.empty()) {
             // Answered by global state: guarded by asking again on every call.
@@ -1482,6 +1507,25 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::ListMethod:
         push_out(mutate_list(p.callee_value, name, p.in));
         return;
+    case CallKind::Context:
+        // torch.no_grad() & co, made at replay too (set_grad_enabled(b) sets the mode here).
+        if (!require_const(p.in, "`" + name + "()`")) return;
+        note_context_type(m_cap.v(p.callee_value).real.get());
+        push_out(record_call(p, result, false, false));
+        return;
+    case CallKind::ModuleMembers:
+        push_out(module_members(p, result));
+        return;
+    case CallKind::TypeOf:
+        if (p.in.size() != 1 || p.kwnames)
+            return m_cap.fail(breaks::kUnsupportedCallee, "`type()` that makes a class",
+                              "define the class outside the compiled function");
+        push_out(m_cap.const_value(result));
+        return;
+    case CallKind::ContextExit:
+        m_cap.exit_context();  // __exit__ itself runs in the enclosing block
+        push_out(record_call(p, result, false, false));
+        return;
     case CallKind::Iteration:
     case CallKind::DictMethod:
         if (p.kwnames && PyTuple_GET_SIZE(p.kwnames) > 0)
@@ -1495,7 +1539,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
 }
 
 // A call replayed as it is (a torch op, a leaf module, a pure builtin on tensors).
-int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape) {
+int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool graph_op) {
     Step s;
     s.kind = StepKind::Call;
     Arg callee;
@@ -1533,9 +1577,170 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape) {
     std::string label = p.callee.kind == CallKind::LeafModule
                             ? m_cap.v(p.callee_value).label + "(...)"
                             : p.callee.name + "(...)";
-    int r = m_cap.record(std::move(s), result, label, true);
+    int r = m_cap.record(std::move(s), result, label, graph_op);
     m_cap.v(r).dyn_shape = dyn_shape;
     return r;
+}
+
+// [SECTION] module members -------------------------------------------------------------------
+
+// Module.named_modules(): each module once (by identity), depth first, with its dotted name.
+bool Monitor::walk_modules(int module, const std::string& prefix, std::vector<PyObject*>& memo,
+                           std::vector<std::pair<std::string, int>>& out) {
+    PyObject* obj = m_cap.v(module).real.get();
+    if (std::find(memo.begin(), memo.end(), obj) != memo.end()) return true;
+    memo.push_back(obj);
+    out.emplace_back(prefix, module);
+    int mods = modules_dict(module);
+    if (mods < 0) return false;
+    PyObject* d = m_cap.v(mods).real.get();
+    if (!PyDict_Check(d)) {
+        m_cap.fail(breaks::kUnsupportedCallee, m_cap.v(module).label + "._modules is not a dict",
+                   "keep the module's standard attributes");
+        return false;
+    }
+    py::Ref keys = py::Ref::steal(PySequence_Tuple(py::Ref::steal(PyDict_Keys(d)).get()));
+    if (m_cap.input_child(mods, AccessKind::DictKeys, 0, nullptr, ".keys()", keys.get()) < 0)
+        return false;
+    Py_ssize_t pos = 0;
+    int i = 0;
+    PyObject *k, *val;
+    while (PyDict_Next(d, &pos, &k, &val)) {
+        int child = m_cap.input_child(mods, AccessKind::DictValueAt, i, nullptr,
+                                      "[" + std::to_string(i) + "]", val);
+        ++i;
+        if (child < 0) return false;
+        if (val == Py_None) continue;
+        std::string name = prefix + (prefix.empty() ? "" : ".") + py::str_of(k);
+        if (!walk_modules(child, name, memo, out)) return false;
+    }
+    return true;
+}
+
+int Monitor::module_members(const Pending& p, PyObject* generator) {
+    const std::string& what = *torch_api().module_member_fn(m_cap.v(p.callee_value).real.get());
+    auto refuse = [&](const std::string& why) {
+        m_cap.fail(breaks::kUnsupportedCallee, "`" + what + "()` " + why,
+                   "call it without arguments, or with recurse= only");
+        return -1;
+    };
+    if (p.in.empty()) return refuse("without a module");
+    int self = p.in[0];
+    const Value& sv = m_cap.v(self);
+    if (sv.kind != ValueKind::Input || !sv.identity)
+        return refuse("of " + sv.label + ", a module the capture cannot guard");
+    size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+    bool recurse = what != "children" && what != "named_children";
+    if (p.in.size() - nkw != 1) return refuse("with positional arguments");
+    for (size_t i = 0; i < nkw; ++i) {
+        std::string k = py::str_of(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(i)));
+        const Value& a = m_cap.v(p.in[1 + i]);
+        if (k != "recurse" || a.kind != ValueKind::Const || !PyBool_Check(a.real.get()))
+            return refuse("with `" + k + "=`");
+        recurse = a.real.get() == Py_True;
+    }
+    bool named = what.rfind("named_", 0) == 0;
+    std::string kind = named ? what.substr(6) : what;
+    std::vector<PyObject*> memo;
+    std::vector<std::pair<std::string, int>> modules;
+    if (kind == "modules" || recurse) {
+        if (!walk_modules(self, "", memo, modules)) return -1;
+    } else {
+        modules.emplace_back("", self);
+    }
+    std::vector<std::pair<std::string, int>> members;  // (name, value)
+    if (kind == "modules") {
+        members = modules;
+    } else {
+        // children: the direct submodules; parameters / buffers: each module's own dict.
+        const char* dict_name = kind == "children" ? "_modules" : kind == "parameters" ? "_parameters" : "_buffers";
+        std::vector<PyObject*> seen;
+        for (const auto& [prefix, mod] : modules) {
+            PyObject* d = PyObject_GetAttrString(m_cap.v(mod).real.get(), dict_name);
+            if (!d) {
+                PyErr_Clear();
+                return refuse("of a module without " + std::string(dict_name));
+            }
+            int dv = m_cap.input_child(mod, AccessKind::ModuleAttr, 0, interned(dict_name),
+                                       std::string(".") + dict_name, d);
+            Py_DECREF(d);
+            if (dv < 0) return -1;
+            d = m_cap.v(dv).real.get();
+            if (!PyDict_Check(d)) return refuse("of a module whose " + std::string(dict_name) + " is not a dict");
+            py::Ref keys = py::Ref::steal(PySequence_Tuple(py::Ref::steal(PyDict_Keys(d)).get()));
+            if (m_cap.input_child(dv, AccessKind::DictKeys, 0, nullptr, ".keys()", keys.get()) < 0)
+                return -1;
+            Py_ssize_t pos = 0;
+            int i = 0;
+            PyObject *k, *val;
+            while (PyDict_Next(d, &pos, &k, &val)) {
+                int m = m_cap.input_child(dv, AccessKind::DictValueAt, i, nullptr,
+                                          "[" + std::to_string(i) + "]", val);
+                ++i;
+                if (m < 0) return -1;
+                if (val == Py_None) continue;
+                // Duplicates (tied weights, a module registered twice) are yielded once, as
+                // Module does; identities are guarded so the same ones stay the same.
+                m_cap.guard_identity(m);
+                if (std::find(seen.begin(), seen.end(), val) != seen.end()) continue;
+                seen.push_back(val);
+                members.emplace_back(prefix + (prefix.empty() ? "" : ".") + py::str_of(k), m);
+            }
+        }
+    }
+    int it = m_cap.new_value(ValueKind::Iterator, generator, sv.label + "." + what + "()");
+    Value& iv = m_cap.v(it);
+    iv.iter_kind = IterKind::Flat;
+    iv.iter_width = named ? 2 : 1;
+    for (const auto& [name, member] : members) {
+        if (named) {
+            py::Ref n = py::Ref::steal(PyUnicode_FromString(name.c_str()));
+            m_cap.v(it).items.push_back(m_cap.const_value(n.get()));
+        }
+        m_cap.v(it).items.push_back(member);
+    }
+    return it;
+}
+
+// [SECTION] with blocks ------------------------------------------------------------------------
+
+void Monitor::note_context_type(PyObject* t) {
+    std::string n = reinterpret_cast<PyTypeObject*>(t)->tp_name;
+    bool grad = n.find("grad") != std::string::npos;
+    m_grad_state_set = m_grad_state_set || grad;
+    m_other_state_set = m_other_state_set || (!grad && n.find("nullcontext") == std::string::npos);
+    if (grad) m_cap.changes_grad_mode();
+}
+
+void Monitor::with_enter(ShadowFrame& f, int ctx, PyObject* exit, PyObject* entered) {
+    Value& c = m_cap.v(ctx);
+    PyObject* obj = c.real.get();
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj));
+    if (!torch_api().is_context_type(type))
+        return m_cap.fail(breaks::kUnsupportedOpcode,
+                          "a `with` block over " + c.label + " (" + py::type_name(obj) + ")",
+                          "only torch.no_grad(), enable_grad(), set_grad_enabled(), "
+                          "inference_mode(), autocast() and nullcontext() blocks are captured; "
+                          "move other with blocks out of the compiled function");
+    note_context_type(type);
+    Arg ca;
+    if (!m_cap.arg_of(ctx, ca)) return;
+    Step get_exit;
+    get_exit.kind = StepKind::GetAttr;
+    get_exit.name = py::Ref::borrow(interned("__exit__"));
+    get_exit.args.push_back(ca);
+    int ex = m_cap.record(std::move(get_exit), exit, c.label + ".__exit__", false);
+    m_cap.v(ex).ctx_exit = true;
+    PyObject* enter_fn = _PyType_Lookup(Py_TYPE(obj), interned("__enter__"));
+    if (!enter_fn) return m_cap.internal_error("a context manager without __enter__");
+    Step enter;
+    enter.kind = StepKind::Call;
+    enter.args.push_back(Arg::value(enter_fn));  // the class's function (the type is fixed)
+    enter.args.push_back(ca);
+    int res = m_cap.record(std::move(enter), entered, c.label + ".__enter__()", false);
+    if (!m_cap.enter_context(ex)) return;
+    push(f, ex);
+    push(f, res);
 }
 
 // [SECTION] iteration --------------------------------------------------------------------------
@@ -1625,7 +1830,13 @@ int Monitor::next_item(int it, PyObject* real) {
             m_cap.internal_error("iteration past the known items");
             return -1;
         }
-        if (w == 1) return iter.items[at];
+        if (w == 1) {
+            if (m_cap.v(iter.items[at]).real.get() != real) {
+                m_cap.internal_error("iteration yielded another item than the one expected");
+                return -1;
+            }
+            return iter.items[at];
+        }
         return m_cap.fresh(ValueKind::FreshTuple,
                            std::vector<int>(iter.items.begin() + static_cast<long>(at),
                                             iter.items.begin() + static_cast<long>(at + w)),

@@ -91,7 +91,16 @@ private:
     void dispatch(ShadowFrame& f, const py::Instruction& ins);
     void dispatch_call(ShadowFrame& f, int callable, std::vector<int> args, PyObject* kwnames);
     void complete_call(ShadowFrame& f, Pending& p, PyObject* result);
-    int record_call(Pending& p, PyObject* result, bool dyn_shape);
+    int record_call(Pending& p, PyObject* result, bool dyn_shape, bool graph_op = true);
+    // A with block over a captured context manager ([Note: with blocks]): records its
+    // __exit__ and __enter__, pushes both as BEFORE_WITH does.
+    void with_enter(ShadowFrame& f, int ctx, PyObject* exit, PyObject* entered);
+    void note_context_type(PyObject* ctx_type);
+    // m.parameters() & co: the members nn.Module's generator will yield, in its order, as an
+    // iterator value (module structure, names and member identities guarded).
+    int module_members(const Pending& p, PyObject* generator);
+    bool walk_modules(int module, const std::string& prefix, std::vector<PyObject*>& memo,
+                      std::vector<std::pair<std::string, int>>& out);
 
     // Annotation helpers: each returns a value id, or -1 after calling m_cap.fail().
     int load_global(ShadowFrame& f, PyObject* name);
@@ -136,6 +145,11 @@ private:
     std::vector<ShadowFrame> m_frames;
     std::vector<PyFrameObject*> m_untraced;
     bool m_stopped = false;
+    // A captured context manager changed global state: grad mode (is_grad_enabled() is then
+    // known from the guarded entry mode and the blocks), or other state (autocast, inference
+    // mode), whose queries are refused.
+    bool m_grad_state_set = false;
+    bool m_other_state_set = false;
     bool m_fullgraph = false;
     bool m_raised = false;
     bool m_root_returned = false;

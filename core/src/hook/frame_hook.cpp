@@ -18,6 +18,7 @@ struct ActiveCall {
     CompiledState* st;
     PyCodeObject* code;
     PyObject* self;
+    PyObject* function;  // when set: the frame must be this function's (a decorator's wrapper)
     bool entered;
     ActiveCall* prev;
 };
@@ -27,8 +28,8 @@ thread_local ActiveCall* t_active = nullptr;
 // The frame the hook waits for while a call is under way (the innermost one is t_active).
 struct ActiveScope {
     ActiveCall call;
-    ActiveScope(CompiledState& st, PyCodeObject* code, PyObject* self)
-        : call{&st, code, self, false, t_active} {
+    ActiveScope(CompiledState& st, PyCodeObject* code, PyObject* self, PyObject* function)
+        : call{&st, code, self, function, false, t_active} {
         t_active = &call;
     }
     ~ActiveScope() { t_active = call.prev; }
@@ -68,7 +69,8 @@ struct ValuesLease {
 PyObject* magpy_eval_frame(PyThreadState* ts, py::IFrame* frame, int throwflag) {
     ActiveCall* a = t_active;
     if (a && !a->entered && !throwflag && py::frame_code(frame) == a->code &&
-        (!a->self || py::frame_local(frame, 0) == a->self)) {
+        (a->function ? py::frame_function(frame) == a->function
+                     : !a->self || py::frame_local(frame, 0) == a->self)) {
         a->entered = true;
         return handle_entry(*a->st, ts, frame);
     }
@@ -148,7 +150,7 @@ PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, Py
     argv.reserve(args.size());
     for (const py::Ref& a : args) argv.push_back(a.get());
     PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.get()));
-    ActiveScope scope(st, code, nullptr);
+    ActiveScope scope(st, code, nullptr, nullptr);
     return PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr);
 }
 
@@ -267,7 +269,8 @@ PyObject* call_with_hook(CompiledState& st, PyObject* const* args, size_t nargsf
                          PyObject* kwnames) {
     st.stats.calls++;
     if (!st.code) return PyObject_Vectorcall(st.target.get(), args, nargsf, kwnames);
-    ActiveScope scope(st, reinterpret_cast<PyCodeObject*>(st.code.get()), st.expect_self);
+    ActiveScope scope(st, reinterpret_cast<PyCodeObject*>(st.code.get()), st.expect_self,
+                      st.expect_function);
     if (g_hook_users++ == 0) {
         g_prev_eval = py::get_eval_frame();
         py::set_eval_frame(magpy_eval_frame);

@@ -110,9 +110,9 @@ inline int jump_target(const Instruction& ins) {
     }
 }
 
-// True when an exception at `offset` (code units) has a handler in this frame: the 3.11
+// The handler (code units) of an exception at `offset` in this frame, or -1: the 3.11
 // exception table (varint entries: start, size, target, depth and lasti) covers it.
-inline bool code_offset_in_handler(PyCodeObject* co, int offset) {
+inline int code_handler_of(PyCodeObject* co, int offset) {
     const unsigned char* p =
         reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(co->co_exceptiontable));
     const unsigned char* end = p + PyBytes_GET_SIZE(co->co_exceptiontable);
@@ -128,11 +128,41 @@ inline bool code_offset_in_handler(PyCodeObject* co, int offset) {
     while (p < end) {
         int start = varint();
         int size = varint();
-        varint();  // handler
+        int target = varint();
         varint();  // depth and lasti
-        if (offset >= start && offset < start + size) return true;
+        if (offset >= start && offset < start + size) return target;
     }
-    return false;
+    return -1;
+}
+
+// True when an exception at `offset` (code units) has a handler in this frame.
+inline bool code_offset_in_handler(PyCodeObject* co, int offset) {
+    return code_handler_of(co, offset) >= 0;
+}
+
+// True when an exception at `offset` reaches code of the user's that handles it: an except or
+// finally clause. The cleanup of a with block (PUSH_EXC_INFO, WITH_EXCEPT_START ... RERAISE 2)
+// and the cleanup that pops the exception state (COPY 3, POP_EXCEPT, RERAISE 1) pass the
+// exception on, so the search goes on from their RERAISE. A with block's __exit__ is then the
+// only code on the way, which a replay plan runs itself ([Note: with blocks]).
+inline bool code_offset_reaches_user_handler(PyCodeObject* co, int offset) {
+    const _Py_CODEUNIT* code = _PyCode_CODE(co);
+    Py_ssize_t n = Py_SIZE(co);
+    auto op_at = [&](int i) { return i >= 0 && i < n ? _Py_OPCODE(code[i]) : -1; };
+    for (int hops = 0; hops < 64; ++hops) {
+        int target = code_handler_of(co, offset);
+        if (target < 0) return false;
+        if (op_at(target) == PUSH_EXC_INFO && op_at(target + 1) == WITH_EXCEPT_START &&
+            op_at(target + 3) == RERAISE) {
+            offset = target + 3;
+        } else if (op_at(target) == COPY && op_at(target + 1) == POP_EXCEPT &&
+                   op_at(target + 2) == RERAISE) {
+            offset = target + 2;
+        } else {
+            return true;
+        }
+    }
+    return true;
 }
 
 inline int code_line_of(PyCodeObject* co, int offset_units) {

@@ -64,6 +64,25 @@ bool init_torch_api() {
             PyDict_Check(value))
             api.global_hooks.emplace_back("torch.nn.modules.module." + n, py::Ref::borrow(value));
     }
+    if (c) api.set_grad_enabled_fn = py::Ref::steal(PyObject_GetAttrString(c.get(), "_set_grad_enabled"));
+    if (!api.set_grad_enabled_fn) return false;
+    struct { const char* module; const char* name; } kContexts[] = {
+        {"torch", "no_grad"}, {"torch", "enable_grad"}, {"torch", "set_grad_enabled"},
+        {"torch", "inference_mode"}, {"torch", "autocast"}, {"torch.cpu.amp", "autocast"},
+        {"torch.cuda.amp", "autocast"}, {"contextlib", "nullcontext"}};
+    for (const auto& k : kContexts) {
+        py::Ref m = py::Ref::steal(PyImport_ImportModule(k.module));
+        py::Ref t = m ? py::Ref::steal(PyObject_GetAttrString(m.get(), k.name)) : py::Ref();
+        if (t && PyType_Check(t.get())) api.context_types.push_back(std::move(t));
+        PyErr_Clear();
+    }
+    for (const char* n : {"parameters", "named_parameters", "buffers", "named_buffers", "children",
+                          "named_children", "modules", "named_modules"}) {
+        py::Ref fn = py::Ref::steal(
+            PyObject_GetAttrString(reinterpret_cast<PyObject*>(api.module_type), n));
+        if (fn) api.module_member_fns.emplace_back(n, std::move(fn));
+        PyErr_Clear();
+    }
     api.torch_module = torch;
     g_api = std::move(api);
     return true;

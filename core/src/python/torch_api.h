@@ -30,6 +30,24 @@ struct TorchApi {
     py::Ref torch_module;                 // torch
     py::Ref module_call;                  // torch.nn.Module.__call__ (the function)
     py::Ref tensor_base_type;             // torch._C._TensorBase
+    py::Ref set_grad_enabled_fn;          // torch._C._set_grad_enabled
+    // Context managers whose `with` blocks are captured (their __enter__/__exit__ replayed as
+    // steps): torch.no_grad, enable_grad, set_grad_enabled, inference_mode, autocast (and its
+    // cpu/cuda variants), contextlib.nullcontext. Missing ones are skipped.
+    std::vector<py::Ref> context_types;
+    // nn.Module's generators over its members (parameters, named_parameters, buffers,
+    // named_buffers, children, named_children, modules, named_modules), by name.
+    std::vector<std::pair<std::string, py::Ref>> module_member_fns;
+    const std::string* module_member_fn(PyObject* f) const {
+        for (const auto& [name, fn] : module_member_fns)
+            if (fn.get() == f) return &name;
+        return nullptr;
+    }
+    bool is_context_type(PyObject* t) const {
+        for (const py::Ref& c : context_types)
+            if (c.get() == t) return true;
+        return false;
+    }
 };
 
 // PRECONDITION: GIL held. Returns false with a Python error set when torch cannot be used.

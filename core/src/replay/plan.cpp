@@ -2,6 +2,7 @@
 #include "replay/plan.h"
 
 #include "python/compat.h"
+#include "python/torch_api.h"
 
 #include <algorithm>
 #include <cctype>
@@ -96,17 +97,63 @@ PyObject* Plan::add_user_frame(const Step& s) const {
 // A failed step: the user's exception with the user's frame added, or, inside a try block, a
 // request to run the frame eagerly (see run()). Only Exception subclasses are handed back:
 // KeyboardInterrupt and SystemExit go on as they are.
-PyObject* Plan::fail(const Step& s, Declined& declined) const {
-    if (!PyErr_Occurred()) {
+PyObject* Plan::fail(const Step& s, Declined& declined, PyObject** slots,
+                     PyObject* grad_on_entry) const {
+    if (!PyErr_Occurred() && declined == Declined::No) {
         PyErr_SetString(PyExc_SystemError, "magpy: a replayed step failed without an error");
         return add_user_frame(s);
     }
-    if (s.in_try && PyErr_ExceptionMatches(PyExc_Exception)) {
+    if (declined == Declined::No && s.in_try && PyErr_ExceptionMatches(PyExc_Exception)) {
         PyErr_Clear();
         declined = Declined::RunEagerly;
-        return nullptr;
     }
-    return add_user_frame(s);
+    if (declined == Declined::No) add_user_frame(s);
+    unwind(s.ctx, slots, declined != Declined::No);
+    if (declined != Declined::No && grad_on_entry) {
+        // The frame runs again from its start: grad mode as it found it.
+        PyObject* r = PyObject_CallOneArg(torch_api().set_grad_enabled_fn.get(), grad_on_entry);
+        if (r) Py_DECREF(r);
+        else PyErr_WriteUnraisable(nullptr);
+    }
+    return nullptr;
+}
+
+// [Note: with blocks]
+void Plan::unwind(int ctx, PyObject** slots, bool declined) const {
+    for (; ctx >= 0 && ctx < static_cast<int>(m_contexts.size());
+         ctx = m_contexts[static_cast<size_t>(ctx)].parent) {
+        PyObject* exit = slots[m_contexts[static_cast<size_t>(ctx)].exit_slot];
+        if (!exit) continue;
+        PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+        PyErr_Fetch(&type, &value, &tb);
+        PyObject* r;
+        if (type) {
+            PyErr_NormalizeException(&type, &value, &tb);
+            if (tb) PyException_SetTraceback(value, tb);
+            r = PyObject_CallFunctionObjArgs(exit, type, value, tb ? tb : Py_None, nullptr);
+        } else {
+            r = PyObject_CallFunctionObjArgs(exit, Py_None, Py_None, Py_None, nullptr);
+        }
+        if (r) {
+            Py_DECREF(r);  // the captured context managers never swallow exceptions
+            PyErr_Restore(type, value, tb);
+        } else if (declined) {
+            PyErr_WriteUnraisable(exit);  // nothing to report it to: the frame runs again
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        } else {
+            // __exit__ raised: its exception replaces the pending one, chained as Python does.
+            PyObject *t2, *v2, *tb2;
+            PyErr_Fetch(&t2, &v2, &tb2);
+            PyErr_NormalizeException(&t2, &v2, &tb2);
+            if (value) PyException_SetContext(v2, value);
+            else Py_XDECREF(value);
+            Py_XDECREF(type);
+            Py_XDECREF(tb);
+            PyErr_Restore(t2, v2, tb2);
+        }
+    }
 }
 
 const std::vector<std::vector<int>>& Plan::releases() const {
@@ -130,6 +177,14 @@ const std::vector<std::vector<int>>& Plan::releases() const {
 PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
     declined = Declined::No;
     Slots slots(m_num_slots);
+    py::Ref grad_on_entry;
+    if (m_changes_grad) {
+        grad_on_entry = py::Ref::steal(PyObject_CallNoArgs(torch_api().is_grad_enabled.get()));
+        if (!grad_on_entry) return nullptr;
+    }
+    auto fail = [&](const Step& s) {
+        return this->fail(s, declined, slots.v, grad_on_entry.get());
+    };
     auto get = [&](const Arg& a) -> PyObject* {  // borrowed
         switch (a.kind) {
         case Arg::Kind::Input: return inputs[a.index];
@@ -221,11 +276,11 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
             break;
         case StepKind::SetAttr:
             if (PyObject_SetAttr(get(s.args[0]), s.name.get(), get(s.args[1])) < 0)
-                return fail(s, declined);
+                return fail(s);
             continue;
         case StepKind::SetItem:
             if (PyObject_SetItem(get(s.args[0]), get(s.args[1]), get(s.args[2])) < 0)
-                return fail(s, declined);
+                return fail(s);
             continue;
         case StepKind::Check: {
             PyObject* x = get(s.args[0]);
@@ -236,15 +291,15 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
             } else {
                 same = PyObject_RichCompareBool(x, get(s.args[1]), Py_EQ);
             }
-            if (same < 0) return fail(s, declined);
+            if (same < 0) return fail(s);
             if (!same) {
                 declined = Declined::Recapture;
-                return nullptr;
+                return fail(s);
             }
             continue;
         }
         }
-        if (!r) return fail(s, declined);
+        if (!r) return fail(s);
         if (s.out >= 0) {
             Py_XSETREF(slots.v[s.out], r);
         } else {

@@ -62,8 +62,18 @@ struct Step {
     // An in-place tensor op: the index in `args` of the tensor it changes, when changing it is
     // the step's only effect (not the RNG, not module state); -1 otherwise.
     int8_t mutates = -1;
+    // The innermost `with` block open while this step runs (Plan::contexts()), or -1. A step
+    // that raises at replay leaves through that block's __exit__ and its parents'.
+    int16_t ctx = -1;
     int line = 0;           // source line of the user's code, for messages
     int loc = -1;           // Plan::location(): the file and function of that line
+};
+
+// A captured `with` block ([Note: with blocks]): the slot holding its bound __exit__, and the
+// block it sits in (-1 for none).
+struct PlanContext {
+    int exit_slot = -1;
+    int parent = -1;
 };
 
 struct SourceLocation {
@@ -80,6 +90,14 @@ public:
         m_locations.push_back(std::move(loc));
         return static_cast<int>(m_locations.size() - 1);
     }
+    int add_context(PlanContext c) {
+        m_contexts.push_back(c);
+        return static_cast<int>(m_contexts.size() - 1);
+    }
+    const std::vector<PlanContext>& contexts() const { return m_contexts; }
+    // The plan changes grad mode (a `with torch.no_grad()` block, set_grad_enabled): when it
+    // declines, grad mode goes back to what it was when the run started.
+    void set_changes_grad_mode() { m_changes_grad = true; }
     // Input names for rendering, one per guard node (the accessor's source text).
     void set_input_names(std::vector<std::string> names) { m_input_names = std::move(names); }
 
@@ -113,12 +131,18 @@ private:
     // Per step: the slots read there for the last time (freed after it). Made on first run.
     const std::vector<std::vector<int>>& releases() const;
     mutable std::vector<std::vector<int>> m_release;
-    PyObject* fail(const Step& s, Declined& declined) const;  // always NULL
+    PyObject* fail(const Step& s, Declined& declined, PyObject** slots,
+                   PyObject* grad_on_entry) const;  // always NULL
+    // Leaves the `with` blocks open at a failing step, innermost first, as the unwinding
+    // frame would: __exit__ gets the pending exception (or None when the plan declines).
+    void unwind(int ctx, PyObject** slots, bool declined) const;
     int m_num_slots = 0;
     std::vector<Step> m_steps;
     Arg m_result;
     std::vector<std::string> m_input_names;
     std::vector<SourceLocation> m_locations;
+    std::vector<PlanContext> m_contexts;
+    bool m_changes_grad = false;
 };
 
 // Python spelling of a Binary / Compare step's operator ("+", "<=").

@@ -1,0 +1,281 @@
+"""`with` blocks over torch's context managers (no_grad, enable_grad, set_grad_enabled,
+inference_mode, autocast, nullcontext) are captured: __enter__ and __exit__ are replay steps,
+a step that raises leaves through __exit__ as the frame would, and grad mode after the call is
+what eager leaves. Also nn.Module's member generators (parameters(), named_modules() ...),
+which EMA-style updates under `@torch.no_grad()` iterate."""
+
+import contextlib
+
+import pytest
+import torch
+import torch.nn as nn
+
+import magpy
+from conftest import assert_stats, break_ids, check, module_state, restore_module
+
+lin = nn.Linear(4, 4)
+
+
+def no_grad_inside(x):
+    y = lin(x)
+    with torch.no_grad():
+        z = lin(y) * 2
+        flag = torch.is_grad_enabled()
+    return y + z, z.requires_grad, flag, torch.is_grad_enabled()
+
+
+def test_no_grad_block_matches_eager_and_restores_grad_mode():
+    cf = check(no_grad_inside, [torch.randn(2, 4) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, misses=1, hits=2)
+    assert torch.is_grad_enabled()
+    plan = magpy.explain(cf).report["graphs"][0]["replay_python"]
+    assert "__enter__" in plan and "__exit__" in plan
+
+
+def nested(x):
+    with torch.no_grad():
+        a = x * 2
+        with torch.enable_grad():
+            b = lin(a)
+        c = lin(b)
+    return a.requires_grad, b, c
+
+
+def test_nested_blocks():
+    cf = check(nested, [torch.randn(3, 4) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def set_grad(x, flag):
+    with torch.set_grad_enabled(flag):
+        y = lin(x)
+    return y, torch.is_grad_enabled()
+
+
+def test_set_grad_enabled_with_a_flag_recompiles_per_value():
+    calls = [(torch.randn(2, 4), f) for f in (True, False, True, False)]
+    cf = check(set_grad, calls)
+    assert_stats(cf, misses=2, hits=2, breaks=0)
+
+
+def test_called_under_no_grad_and_outside():
+    cf = magpy.compile(no_grad_inside)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        got = cf(x)
+    want = no_grad_inside(x)
+    assert got[0].requires_grad is False and want[0].requires_grad is True
+    with torch.no_grad():
+        want_ng = no_grad_inside(x)
+    for g, w in zip(got[1:], want_ng[1:]):
+        assert g == w
+    assert torch.is_grad_enabled()
+
+
+def raises_inside(x, idx):
+    with torch.no_grad():
+        y = x[idx] * 2  # IndexError at replay when idx grows past the tensor
+    return y
+
+
+def test_error_inside_block_restores_grad_mode_and_matches_eager():
+    cf = magpy.compile(raises_inside)
+    x = torch.randn(4, 3)
+    for i in range(3):
+        assert torch.equal(cf(x, torch.tensor([i])), raises_inside(x, torch.tensor([i])))
+    with pytest.raises(IndexError) as eager_err:
+        raises_inside(x, torch.tensor([9]))
+    assert torch.is_grad_enabled()
+    with pytest.raises(IndexError) as compiled_err:
+        cf(x, torch.tensor([9]))
+    assert torch.is_grad_enabled(), "grad mode must be restored after the error"
+    assert str(compiled_err.value) == str(eager_err.value)
+    # the traceback reaches the user's line
+    assert any(f.name == "raises_inside" for f in compiled_err.traceback)
+
+
+def try_around_block(x, idx):
+    try:
+        with torch.no_grad():
+            y = x[idx] * 2
+    except IndexError:
+        y = x.sum() * 0
+    return y, torch.is_grad_enabled()
+
+
+def test_error_inside_block_inside_try_runs_the_handler():
+    x = torch.randn(4, 3)
+    calls = [(x, torch.tensor([0])), (x, torch.tensor([1])), (x, torch.tensor([7])),
+             (x, torch.tensor([2]))]
+    check(try_around_block, calls)
+    assert torch.is_grad_enabled()
+
+
+def early_return(x, flag):
+    with torch.no_grad():
+        if flag:
+            return x * 2
+        y = x + 1
+    return y * 3
+
+
+def test_early_return_from_inside_the_block():
+    cf = check(early_return, [(torch.randn(3), True), (torch.randn(3), False)] * 2)
+    assert_stats(cf, breaks=0, misses=2, hits=2)
+    assert torch.is_grad_enabled()
+
+
+def loop_in_block(x, n):
+    out = []
+    with torch.no_grad():
+        for i in range(n):
+            out.append(lin(x) * i)
+    return out
+
+
+def test_loop_in_block():
+    check(loop_in_block, [(torch.randn(2, 4), 3)] * 3)
+
+
+def inference(x):
+    with torch.inference_mode():
+        y = lin(x) + 1
+    return y
+
+
+def test_inference_mode_block():
+    cf = check(inference, [torch.randn(2, 4) for _ in range(3)])
+    assert_stats(cf, breaks=0, hits=2)
+    assert cf(torch.randn(2, 4)).is_inference()
+
+
+def autocast_block(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = torch.mm(x, w)
+    return y, y.dtype, torch.mm(x, w).dtype
+
+
+def test_autocast_block():
+    calls = [(torch.randn(3, 4), torch.randn(4, 5)) for _ in range(3)]
+    cf = check(autocast_block, calls)
+    assert_stats(cf, breaks=0, hits=2)
+    assert cf(*calls[0])[1] == torch.bfloat16
+
+
+def reads_autocast_state_inside(x):
+    with torch.autocast("cpu"):
+        on = torch.is_autocast_cpu_enabled()
+    return x * 2, on
+
+
+def test_reading_autocast_state_inside_an_autocast_block_breaks_clearly():
+    cf = check(reads_autocast_state_inside, [torch.randn(3)] * 2)
+    assert "MB003" in break_ids(cf)
+    assert "autocast" in magpy.explain(cf).breaks[0].reason
+
+
+def null_context(x, ctx_is_none):
+    with contextlib.nullcontext():
+        y = x + 1
+    return y
+
+
+def test_nullcontext():
+    cf = check(null_context, [(torch.randn(3), True)] * 2)
+    assert_stats(cf, breaks=0, hits=1)
+
+
+class StoredContext(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.ctx = torch.no_grad()
+
+    def forward(self, x):
+        with self.ctx:
+            return self.lin(x)
+
+
+def test_context_manager_held_by_the_module():
+    cf = check(StoredContext(), [torch.randn(2, 4) for _ in range(3)])
+    assert_stats(cf, breaks=0, hits=2)
+
+
+def test_fullgraph_accepts_no_grad():
+    cf = magpy.compile(no_grad_inside, fullgraph=True)
+    x = torch.randn(2, 4)
+    assert torch.equal(cf(x)[0], no_grad_inside(x)[0])
+
+
+# --- module members and @torch.no_grad() methods (EMA, momentum encoders) ----------------------
+
+class EMA(nn.Module):
+    def __init__(self, tau=0.9):
+        super().__init__()
+        self.online = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))
+        self.target = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))
+        self.register_buffer("steps", torch.zeros(()))
+        self.tau = tau
+
+    @torch.no_grad()
+    def update(self):
+        for p_o, p_t in zip(self.online.parameters(), self.target.parameters()):
+            p_t.data.mul_(self.tau).add_(p_o.data, alpha=1 - self.tau)
+        for name, b in self.named_buffers():
+            b.add_(1)
+
+    def forward(self, x):
+        y = self.online(x)
+        self.update()
+        with torch.no_grad():
+            t = self.target(x)
+        return (y - t).pow(2).mean()
+
+
+def test_ema_update_in_a_no_grad_method_matches_eager():
+    torch.manual_seed(0)
+    m_eager, m_comp = EMA(), EMA()
+    m_comp.load_state_dict(m_eager.state_dict())
+    cf = magpy.compile(m_comp)
+    for i in range(4):
+        x = torch.randn(3, 4)
+        want = m_eager(x)
+        got = cf(x)
+        assert torch.equal(got, want) and got.requires_grad == want.requires_grad
+        for (k, a), (_, b) in zip(m_comp.state_dict().items(), m_eager.state_dict().items()):
+            assert torch.equal(a, b), k
+    assert_stats(cf, breaks=0, misses=1, hits=3)
+    assert torch.is_grad_enabled()
+
+
+class Members(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 3)
+        self.b = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+        self.b[0].weight = self.a.weight  # tied: parameters() yields it once
+
+    def forward(self, x):
+        total = 0
+        for p in self.parameters():
+            total = total + p.sum()
+        names = [n for n, _ in self.named_parameters()]
+        mods = [type(m).__name__ for m in self.modules()]
+        kids = [n for n, _ in self.named_children()]
+        bufs = [b.shape for b in self.buffers()]
+        own = list(self.parameters(recurse=False))
+        return x * total, names, mods, kids, bufs, len(own)
+
+
+def test_member_generators_follow_module_order_and_dedup():
+    m = Members()
+    cf = check(m, [torch.randn(2, 3) for _ in range(3)])
+    assert_stats(cf, breaks=0, hits=2)
+    # replacing a parameter (untying) fails the identity guards and recaptures
+    m.b[0].weight = nn.Parameter(torch.randn(3, 3))
+    check(m, [torch.randn(2, 3)], compiled=cf)
+    assert magpy.explain(cf).cache_misses == 2
+    # a new submodule changes the structure
+    m.c = nn.Linear(3, 3)
+    check(m, [torch.randn(2, 3)], compiled=cf)
+    assert magpy.explain(cf).cache_misses == 3
