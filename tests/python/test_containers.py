@@ -298,3 +298,49 @@ def test_dict_and_list_built_from_items():
     assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
     od_out = cf(torch.ones(1))[0]
     assert type(od_out) is dict
+
+
+def repeat_lists(x, n):
+    hs = [None] * n
+    pair = (0, 1) * 2
+    for i in range(n):
+        hs[i] = x * i
+    return hs, pair, [x] * 2
+
+
+def test_sequence_times_int_repeats_items():
+    cf = check(repeat_lists, [(torch.randn(3), 3), (torch.randn(3), 3), (torch.randn(3), 4)])
+    assert_stats(cf, breaks=0, misses=2, hits=1)
+
+
+class Skipper:
+    def __init__(self):
+        self.skip = {1, 3}
+
+
+def skip_by_set(x, cfg):
+    for i in range(4):
+        if i in cfg.skip:
+            continue
+        x = x * (i + 1)
+    return x, 2 in cfg.skip
+
+
+def test_set_of_constants_is_guarded_by_value():
+    cfg = Skipper()
+    calls = [(torch.randn(3), cfg)] * 3
+    cf = check(skip_by_set, calls, pin=[cfg])
+    assert_stats(cf, breaks=0, misses=1, hits=2)
+    cfg.skip.add(2)  # changed in place: the frozen copy in the guard notices
+    check(skip_by_set, [(torch.randn(3), cfg)], pin=[cfg], compiled=cf)
+    assert_stats(cf, breaks=0, misses=2)
+
+
+def float_methods(x, heads):
+    exact = (heads ** 0.5).is_integer()
+    return x * (2 if exact else 3), (7).bit_length()
+
+
+def test_methods_of_numbers_fold():
+    cf = check(float_methods, [(torch.randn(2), 4.0), (torch.randn(2), 4.0), (torch.randn(2), 8.0)])
+    assert_stats(cf, breaks=0, misses=2, hits=1)

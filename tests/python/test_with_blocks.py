@@ -279,3 +279,27 @@ def test_member_generators_follow_module_order_and_dedup():
     m.c = nn.Linear(3, 3)
     check(m, [torch.randn(2, 3)], compiled=cf)
     assert magpy.explain(cf).cache_misses == 3
+
+
+class DataSwap(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 3)
+
+    def forward(self, x):
+        with torch.no_grad():
+            for p, q in zip(self.a.parameters(), self.b.parameters()):
+                q.data = q.data * 0.5 + p.data * 0.5  # BYOL-style: a new tensor for .data
+        return self.b(x)
+
+
+def test_assigning_data_of_a_parameter_is_a_replayed_write():
+    torch.manual_seed(0)
+    m_eager, m_comp = DataSwap(), DataSwap()
+    m_comp.load_state_dict(m_eager.state_dict())
+    cf = magpy.compile(m_comp)
+    for _ in range(4):
+        x = torch.randn(2, 3)
+        assert torch.equal(cf(x), m_eager(x))
+        assert torch.equal(m_comp.b.weight, m_eager.b.weight)
+    assert_stats(cf, breaks=0, hits=3)

@@ -237,8 +237,8 @@ CalleeInfo classify_callee(PyObject* f) {
         } else if (PyType_IsSubtype(owner, &PyDict_Type)) {
             info.kind = CallKind::DictMethod;
             info.name = py::str_of(PyDescr_NAME(f));
-        } else if (owner == &PyUnicode_Type) {
-            info.kind = CallKind::PureBuiltin;
+        } else if (owner == &PyUnicode_Type || owner == &PyFloat_Type || owner == &PyLong_Type) {
+            info.kind = CallKind::PureBuiltin;  // "a,b".split(","), x.is_integer(), n.bit_length()
         }
         return info;
     }

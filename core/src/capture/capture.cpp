@@ -53,6 +53,14 @@ static bool is_constant_like(PyObject* o, int depth = 0) {
             if (!is_constant_like(PyTuple_GET_ITEM(o, i), depth + 1)) return false;
         return true;
     }
+    if (PyFrozenSet_CheckExact(o) && depth < 4 && PySet_GET_SIZE(o) <= 256) {
+        Py_ssize_t pos = 0;
+        PyObject* key;
+        Py_hash_t hash;
+        while (_PySet_NextEntry(o, &pos, &key, &hash))
+            if (!is_constant_like(key, depth + 1)) return false;
+        return true;
+    }
     if (PySlice_Check(o)) {
         auto* s = reinterpret_cast<PySliceObject*>(o);
         return is_constant_like(s->start, depth + 1) && is_constant_like(s->stop, depth + 1) &&
@@ -94,6 +102,25 @@ void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
         c.value = py::Ref::borrow(real);
         m_guards->add_check(node, std::move(c));
         return;
+    }
+    if (PySet_CheckExact(real) && !by_type) {
+        // A set of constants (flags, layer indices to skip): compared by value with a frozen
+        // copy (the set itself may change later); set methods are not captured, so the
+        // capture never changes it.
+        py::Ref frozen = py::Ref::steal(PyFrozenSet_New(real));
+        if (frozen && is_constant_like(frozen.get())) {
+            val.kind = ValueKind::Const;
+            Check t;
+            t.kind = CheckKind::TypeIs;
+            t.expected = py::WeakOrStrong::make(reinterpret_cast<PyObject*>(&PySet_Type));
+            m_guards->add_check(node, std::move(t));
+            Check c;
+            c.kind = CheckKind::Equals;
+            c.value = frozen;
+            m_guards->add_check(node, std::move(c));
+            return;
+        }
+        PyErr_Clear();
     }
     Check c;
     if (is_identity_object(real)) {

@@ -744,7 +744,9 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         PyObject* name = py::code_name(f.code, ins.oparg);
         int obj = pop(f), val = pop(f);
         Value& o = m_cap.v(obj);
-        if (o.kind != ValueKind::Input || o.tensor)
+        // `p.data = t` on a tensor passed in (EMA updates) swaps its storage: a write
+        bool data_swap = o.tensor && str(name) == "data";
+        if (o.kind != ValueKind::Input || (o.tensor && !data_swap))
             return m_cap.fail(breaks::kUnsupportedAttribute,
                               "attribute `" + str(name) + "` is set on " + o.label,
                               "set attributes only on objects passed in (modules, self)");
@@ -2295,6 +2297,25 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         return m_cap.fresh(PyList_CheckExact(x.real.get()) ? ValueKind::FreshList
                                                            : ValueKind::FreshTuple,
                            left, real);
+    }
+    if (op == NB_MULTIPLY || op == NB_INPLACE_MULTIPLY) {
+        // [None] * n, (0,) * k: the same items repeated (n fixed by the guards)
+        bool x_seq = PyList_CheckExact(x.real.get()) || PyTuple_CheckExact(x.real.get());
+        int seq = x_seq ? a : b, count = x_seq ? b : a;
+        Value& c = m_cap.v(count);
+        PyObject* sr = m_cap.v(seq).real.get();
+        if ((PyList_CheckExact(sr) || PyTuple_CheckExact(sr)) && PyLong_CheckExact(c.real.get()) &&
+            (op == NB_MULTIPLY || x_seq) && !(op == NB_INPLACE_MULTIPLY && PyList_CheckExact(sr))) {
+            m_cap.concretize(count);
+            if (m_cap.v(count).kind == ValueKind::Const) {
+                std::vector<int> items, out;
+                if (!items_of(seq, items)) return -1;
+                long n = PyLong_AsLong(m_cap.v(count).real.get());
+                for (long i = 0; i < n; ++i) out.insert(out.end(), items.begin(), items.end());
+                return m_cap.fresh(PyList_CheckExact(sr) ? ValueKind::FreshList : ValueKind::FreshTuple,
+                                   out, real);
+            }
+        }
     }
     m_cap.fail(breaks::kUnsupportedOpcode,
                "an operator is applied to " + x.label + " and " + y.label,

@@ -265,7 +265,9 @@ static bool same_float_bits(PyObject* a, PyObject* b) {
 
 static bool equals_value(PyObject* expected, PyObject* v) {
     if (expected == v) return true;
-    if (Py_TYPE(expected) != Py_TYPE(v)) return false;
+    // a set of constants is guarded against a frozen copy of it
+    if (Py_TYPE(expected) != Py_TYPE(v) && !(PyFrozenSet_CheckExact(expected) && PySet_CheckExact(v)))
+        return false;
     if (PyFloat_CheckExact(v)) return same_float_bits(expected, v);
     if (PyTuple_CheckExact(v)) {
         Py_ssize_t n = PyTuple_GET_SIZE(v);
