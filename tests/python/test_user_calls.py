@@ -234,3 +234,60 @@ def test_callee_kwdefaults_changed_recompiles():
         check(f, [torch.zeros(2), torch.zeros(2)], mutate=mutate)
     finally:
         kwonly_callee.__kwdefaults__ = old
+
+
+class Star:
+    def loss(self, a, b, scale=1.0, **kw):
+        return (a - b).pow(2).mean() * scale + kw.get("extra", 0)
+
+    def __call__(self, x, **kwargs):
+        return self.loss(x, x * 0.5, **kwargs)
+
+
+def test_bound_method_called_with_star_star_kwargs():
+    s = Star()
+    cf = check(s.__call__, [Call(torch.randn(3), scale=2.0), Call(torch.randn(3), scale=2.0)],
+               pin=[s])
+    assert_stats(cf, breaks=0, hits=1)
+
+
+def starred_unpack(x):
+    a, *rest = x.unbind(0)
+    *init, last = [1, 2, 3]
+    return a + sum(rest), init, last
+
+
+def test_starred_unpacking():
+    cf = check(starred_unpack, [torch.randn(4, 2)] * 2)
+    assert_stats(cf, breaks=0, hits=1)
+
+
+def method_taken_then_called(x, shape):
+    f = x.reshape
+    return f(*shape), (x + 1).view(*shape)
+
+
+def test_tensor_method_read_as_attribute_then_called():
+    cf = check(method_taken_then_called, [(torch.randn(6), (2, 3))] * 2)
+    assert_stats(cf, breaks=0, hits=1)
+
+
+class Noise(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.strength = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.full((), float(i))) for i in range(3)])
+
+    def forward(self, x):
+        for i, s in enumerate(self.strength):
+            x = x + s * i
+        return x
+
+
+def test_parameter_list_iteration():
+    m = Noise()
+    cf = check(m, [torch.randn(3)] * 2)
+    assert_stats(cf, breaks=0, hits=1)
+    m.strength.append(torch.nn.Parameter(torch.ones(())))  # length guarded
+    check(m, [torch.randn(3)], compiled=cf)
+    assert_stats(cf, misses=2)

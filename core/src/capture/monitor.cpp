@@ -938,6 +938,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case BUILD_STRING: defer(ins.oparg, 1); return;
     case FORMAT_VALUE: defer((ins.oparg & 0x04) ? 2 : 1, 1); return;
     case UNPACK_SEQUENCE: defer(1, ins.oparg); return;
+    case UNPACK_EX: defer(1, (ins.oparg & 0xff) + (ins.oparg >> 8) + 1); return;
     case FOR_ITER:
         if (m_cap.v(f.stack.back()).kind != ValueKind::Iterator)
             return m_cap.fail(breaks::kUnsupportedOpcode,
@@ -1190,6 +1191,40 @@ void Monitor::complete(ShadowFrame& f) {
         for (int i = n - 1; i >= 0; --i) push(f, items[static_cast<size_t>(i)]);
         return;
     }
+    case UNPACK_EX: {
+        // a, *rest, z = seq: the starred part is a new list
+        std::vector<int> items;
+        size_t before = static_cast<size_t>(p.oparg & 0xff), after = static_cast<size_t>(p.oparg >> 8);
+        int seq = p.in[0];
+        Value& sv = m_cap.v(seq);
+        if (sv.kind == ValueKind::Const || sv.tensor || sv.kind == ValueKind::OpResult) {
+            // the items as they came out: the first ones, the starred list, the last ones
+            std::vector<PyObject*> reals;
+            for (size_t i = 0; i < before; ++i) reals.push_back(real_stack(f, static_cast<int>(i)));
+            PyObject* star = real_stack(f, static_cast<int>(before));
+            if (!star || !PyList_Check(star)) return m_cap.internal_error("UNPACK_EX list");
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(star); ++i) reals.push_back(PyList_GET_ITEM(star, i));
+            for (size_t j = 0; j < after; ++j)
+                reals.push_back(real_stack(f, static_cast<int>(before + 1 + j)));
+            if (sv.tensor) m_cap.fix_length(seq);
+            for (size_t i = 0; i < reals.size(); ++i) {
+                int it = sv.kind == ValueKind::Const ? m_cap.const_value(reals[i])
+                                                     : item_of(seq, static_cast<Py_ssize_t>(i), reals[i]);
+                if (it < 0) return;
+                items.push_back(it);
+            }
+        } else if (!items_of(seq, items)) {
+            return;
+        }
+        if (items.size() < before + after) return m_cap.internal_error("unpack size");
+        std::vector<int> out(items.begin(), items.begin() + static_cast<long>(before));
+        std::vector<int> rest(items.begin() + static_cast<long>(before),
+                              items.end() - static_cast<long>(after));
+        out.push_back(m_cap.fresh(ValueKind::FreshList, rest, real_stack(f, static_cast<int>(before))));
+        out.insert(out.end(), items.end() - static_cast<long>(after), items.end());
+        for (size_t i = out.size(); i-- > 0;) push(f, out[i]);
+        return;
+    }
     case CALL: case CALL_FUNCTION_EX:
         complete_call(f, p, tos);
         return;
@@ -1208,6 +1243,17 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     Value& c = m_cap.v(callable);
     PyObject* fn = c.real.get();
     if (!fn) return m_cap.internal_error("call of an unknown object");
+    if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn)) &&
+        c.kind == ValueKind::Input) {
+        // self.method(*args, **kw): the function, with self first (both guarded)
+        int func = m_cap.input_child(callable, AccessKind::Attr, 0, interned("__func__"),
+                                     ".__func__", PyMethod_GET_FUNCTION(fn));
+        int self = m_cap.input_child(callable, AccessKind::Attr, 0, interned("__self__"),
+                                     ".__self__", PyMethod_GET_SELF(fn));
+        if (func < 0 || self < 0) return;
+        args.insert(args.begin(), self);
+        return dispatch_call(f, func, std::move(args), kwnames);
+    }
     p.callee = classify_callee(fn);
     if (c.ctx_exit) {  // the end of a captured with block
         p.callee.kind = CallKind::ContextExit;
@@ -1301,6 +1347,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         all_const = all_const && v.kind == ValueKind::Const;
         dyn = dyn || v.dyn_shape;
     }
+    if (p.callee.bound_self) dyn = dyn || m_cap.v(p.callee_value).dyn_shape;  // f = t.size
     switch (p.callee.kind) {
     case CallKind::InlineFunction:
     case CallKind::InlineModule: {
@@ -1777,6 +1824,38 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
         kind = IterKind::ModuleSeq;
         source = modules_dict(src);
         if (source < 0) return -1;
+    } else if (s.kind == ValueKind::Input && s.identity && torch_api().parameter_list_type &&
+               PyObject_TypeCheck(s.real.get(), torch_api().parameter_list_type) &&
+               _PyType_Lookup(Py_TYPE(s.real.get()), interned("__iter__")) ==
+                   _PyType_Lookup(torch_api().parameter_list_type, interned("__iter__"))) {
+        // ParameterList: self[i] for i in range(len(self)), i.e. attributes "0", "1", ...
+        PyObject* size = PyObject_GetAttrString(s.real.get(), "_size");
+        if (!size || !PyLong_Check(size)) {
+            Py_XDECREF(size);
+            PyErr_Clear();
+            m_cap.fail(breaks::kUnsupportedOpcode, "iteration over " + s.label + " (ParameterList)",
+                       "iterate over a list of parameters");
+            return -1;
+        }
+        int sv = m_cap.input_child(src, AccessKind::ModuleAttr, 0, interned("_size"), "._size", size);
+        long n = PyLong_AsLong(size);
+        Py_DECREF(size);
+        if (sv < 0) return -1;  // an int: guarded by value
+        for (long i = 0; i < n; ++i) {
+            py::Ref key = py::Ref::steal(PyUnicode_FromFormat("%ld", i));
+            PyObject* item = PyObject_GetAttr(s.real.get(), key.get());
+            if (!item) {
+                PyErr_Clear();
+                m_cap.internal_error("ParameterList item");
+                return -1;
+            }
+            int iv = m_cap.input_child(src, AccessKind::ModuleAttr, 0, key.get(),
+                                       "[" + std::to_string(i) + "]", item);
+            Py_DECREF(item);
+            if (iv < 0) return -1;
+            flat.push_back(iv);
+        }
+        kind = IterKind::Flat;
     } else if (s.tensor || s.kind == ValueKind::OpResult) {
         if (s.dyn_shape) {
             m_cap.fail(breaks::kDynamicShape, "iteration over a tensor whose length depends on data",
@@ -2095,6 +2174,19 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
             if (!m_cap.arg_of(obj, a)) return -1;
             s.args = {a};
             int r = m_cap.record(std::move(s), real, o.label + "." + n, true);
+            m_cap.v(r).dyn_shape = m_cap.v(obj).dyn_shape;
+            return r;
+        }
+        if (real && PyCFunction_Check(real) && PyCFunction_GET_SELF(real) == o.real.get()) {
+            // `f = x.reshape` (then f(*shape)): the bound method, taken at replay from the
+            // replayed tensor; calling it is the op.
+            Step s;
+            s.kind = StepKind::GetAttr;
+            s.name = py::Ref::borrow(name);
+            Arg a;
+            if (!m_cap.arg_of(obj, a)) return -1;
+            s.args = {a};
+            int r = m_cap.record(std::move(s), real, o.label + "." + n, false);
             m_cap.v(r).dyn_shape = m_cap.v(obj).dyn_shape;
             return r;
         }

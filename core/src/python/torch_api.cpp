@@ -33,6 +33,8 @@ bool init_torch_api() {
     api.sequential_type = get_type(nn.get(), "Sequential");
     api.module_list_type = get_type(nn.get(), "ModuleList");
     api.module_dict_type = get_type(nn.get(), "ModuleDict");
+    api.parameter_list_type = get_type(nn.get(), "ParameterList");
+    if (!api.parameter_list_type) PyErr_Clear();
     if (!api.tensor_type || !api.size_type || !api.dtype_type || !api.device_type || !api.layout_type ||
         !api.parameter_type || !api.module_type || !api.sequential_type ||
         !api.module_list_type || !api.module_dict_type)

@@ -16,6 +16,7 @@ struct TorchApi {
     PyTypeObject* sequential_type = nullptr;
     PyTypeObject* module_list_type = nullptr;
     PyTypeObject* module_dict_type = nullptr;
+    PyTypeObject* parameter_list_type = nullptr;  // nn.ParameterList (optional)
     PyTypeObject* size_type = nullptr;    // torch.Size
     PyTypeObject* dtype_type = nullptr;   // torch.dtype
     PyTypeObject* device_type = nullptr;  // torch.device
