@@ -8,9 +8,16 @@ execute_request to receiving both the execute_reply and the closing `idle` statu
 output is in). The three kernels run side by side and are measured in interleaved rounds of
 `--round` requests, after a warm-up, so drift hits all of them alike. Prints median and p90
 in milliseconds and writes JSON. Not a test.
+
+The `in-kernel` column is the kernel's own share of the round trip: from the `date` of its
+`busy` status to that of its `idle` status (both stamped by the kernel; the rest is ZeroMQ and
+jupyter_client in this process, which costs every kernel alike). Header dates are read from
+the raw strings: xeus 2.4.1 writes the fraction of a second without leading zeros
+(`...:49.9707Z` for 9707 us), which jupyter_client's own date parsing reads as 0.9707 s.
 """
 
 import argparse
+import calendar
 import json
 import os
 import platform
@@ -20,7 +27,11 @@ import sys
 import tempfile
 import time
 
+import jupyter_client.session
 from jupyter_client.manager import start_new_kernel
+
+# Keep header dates as the kernels wrote them (see the module docstring); parsed by header_time.
+jupyter_client.session.extract_dates = lambda obj: obj
 
 REQUESTS = {
     "pass": "pass",
@@ -42,10 +53,32 @@ def magpy_spec_dir(binary):
     return root
 
 
+def header_time(date):
+    """Seconds since the epoch of a header's ISO 8601 `date`, its fraction read as a count of
+    microseconds when it has fewer than 6 digits (xeus 2.4.1), as one otherwise."""
+    if not isinstance(date, str):  # already a datetime (another jupyter_client)
+        return date.timestamp()
+    date = date.strip()
+    offset = 0
+    if date.endswith("Z"):
+        date = date[:-1]
+    elif len(date) > 6 and date[-6] in "+-" and date[-3] == ":":
+        sign = 1 if date[-6] == "+" else -1
+        offset = sign * (int(date[-5:-3]) * 3600 + int(date[-2:]) * 60)
+        date = date[:-6]
+    whole, _, frac = date.partition(".")
+    t = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) - offset
+    if frac:
+        t += int(frac) / 1e6 if len(frac) < 6 else float("0." + frac)
+    return t
+
+
 def round_trip(kc, code):
+    """(round trip ms, in-kernel ms: busy to idle by the kernel's own header dates)."""
     t0 = time.perf_counter()
     msg_id = kc.execute(code, store_history=False)
     got_reply = got_idle = False
+    busy = idle = None
     while not (got_reply and got_idle):
         if not got_reply:
             msg = kc.get_shell_msg(timeout=30)
@@ -55,10 +88,15 @@ def round_trip(kc, code):
                     raise RuntimeError("%r failed: %s" % (code, msg["content"]))
             continue
         msg = kc.get_iopub_msg(timeout=30)
-        if (msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status"
-                and msg["content"]["execution_state"] == "idle"):
-            got_idle = True
-    return (time.perf_counter() - t0) * 1e3
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status":
+            if msg["content"]["execution_state"] == "busy":
+                busy = msg["header"]["date"]
+            elif msg["content"]["execution_state"] == "idle":
+                idle = msg["header"]["date"]
+                got_idle = True
+    elapsed = (time.perf_counter() - t0) * 1e3
+    in_kernel = (header_time(idle) - header_time(busy)) * 1e3 if busy and idle else float("nan")
+    return elapsed, in_kernel
 
 
 def percentile(xs, q):
@@ -98,12 +136,16 @@ def main():
                 for _ in range(args.warmup):
                     round_trip(kc, code)
         samples = {label: {req: [] for req in REQUESTS} for label in clients}
+        inside = {label: {req: [] for req in REQUESTS} for label in clients}
         done = 0
         while done < args.n:
             batch = min(args.round, args.n - done)
             for req, code in REQUESTS.items():
                 for label, (km, kc) in clients.items():
-                    samples[label][req].extend(round_trip(kc, code) for _ in range(batch))
+                    for _ in range(batch):
+                        total, in_kernel = round_trip(kc, code)
+                        samples[label][req].append(total)
+                        inside[label][req].append(in_kernel)
             done += batch
     finally:
         for km, kc in clients.values():
@@ -114,14 +156,18 @@ def main():
 
     rows = []
     print("request round trip (execute_request -> reply and idle), ms, n=%d each" % args.n)
-    print("%-12s %-8s %8s %8s" % ("kernel", "request", "median", "p90"))
+    print("%-12s %-8s %8s %8s %10s" % ("kernel", "request", "median", "p90", "in-kernel"))
     for label in clients:
         for req in REQUESTS:
             xs = samples[label][req]
+            ks = [x for x in inside[label][req] if x == x]  # not NaN
             row = {"kernel": label, "request": req, "n": len(xs),
-                   "median_ms": statistics.median(xs), "p90_ms": percentile(xs, 0.9)}
+                   "median_ms": statistics.median(xs), "p90_ms": percentile(xs, 0.9),
+                   "in_kernel_median_ms": statistics.median(ks) if ks else None}
             rows.append(row)
-            print("%-12s %-8s %8.3f %8.3f" % (label, req, row["median_ms"], row["p90_ms"]))
+            print("%-12s %-8s %8.3f %8.3f %10s" % (
+                label, req, row["median_ms"], row["p90_ms"],
+                "%.3f" % row["in_kernel_median_ms"] if ks else "n/a"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"python": platform.python_version(), "machine": platform.machine(),

@@ -34,16 +34,25 @@ SigintWindow::SigintWindow() {
     PyOS_setsig(SIGINT, SIG_IGN);
     drain_tripped_signals();
     // As ipykernel: the cell sees Python's default handler, even if an earlier cell changed it.
-    PyObject* signal_module = PyImport_ImportModule("signal");  // new reference
-    PyObject* handler = signal_module != nullptr
-                            ? PyObject_GetAttrString(signal_module, "default_int_handler")
-                            : nullptr;  // new reference
-    if (handler != nullptr) {
-        PyObject* r = PyObject_CallMethod(signal_module, "signal", "iO", SIGINT, handler);
+    // signal.signal and default_int_handler are looked up once (kept for the process).
+    static PyObject* set_handler = nullptr;   // signal.signal
+    static PyObject* default_handler = nullptr;  // signal.default_int_handler
+    if (set_handler == nullptr) {
+        PyObject* signal_module = PyImport_ImportModule("signal");
+        if (signal_module != nullptr) {
+            set_handler = PyObject_GetAttrString(signal_module, "signal");
+            default_handler = PyObject_GetAttrString(signal_module, "default_int_handler");
+            Py_DECREF(signal_module);
+        }
+        if (set_handler == nullptr || default_handler == nullptr) {
+            Py_CLEAR(set_handler);
+            Py_CLEAR(default_handler);
+        }
+    }
+    if (set_handler != nullptr) {
+        PyObject* r = PyObject_CallFunction(set_handler, "iO", SIGINT, default_handler);
         Py_XDECREF(r);
     }
-    Py_XDECREF(handler);
-    Py_XDECREF(signal_module);
     if (PyErr_Occurred()) PyErr_Clear();
     set_sigint_mask(SIG_UNBLOCK);
 }

@@ -1,6 +1,7 @@
 """The magpy kernel against the Jupyter messaging protocol, through jupyter_client: message
 order, execution counts, errors, stdin, interrupts, streams, magics, %%magpy."""
 
+import ast
 import os
 import queue
 import signal
@@ -361,6 +362,220 @@ def test_magpy_cell_runs_twice(k):
 def test_sys_executable_and_torch(k):
     _, msgs = k.execute("import sys, torch; (sys.executable, torch.__name__)")
     assert k.outputs(msgs)[0][1]["data"]["text/plain"] == "('/usr/bin/python3', 'torch')"
+
+
+# --- interrupting a %%magpy cell ------------------------------------------------------------
+# An interrupt during a %%magpy cell must end the cell with KeyboardInterrupt, give the live view
+# its final update, and leave no tracing hook behind: no Python-level trace or profile function,
+# no C-level one (magpy's monitor is installed with PyEval_SetTrace(fn, NULL), which
+# sys.gettrace() does not show), and no PEP 523 frame-evaluation hook.
+
+PROGRESS_MIME = "application/vnd.magpy.progress+json"
+
+# Runs in the kernel (a plain cell); prints one dict literal.
+HOOK_PROBE = r"""
+def _magpy_hook_probe():
+    import ctypes, sys, threading
+    out = {"gettrace": repr(sys.gettrace()), "getprofile": repr(sys.getprofile()),
+           "threading.gettrace": repr(threading.gettrace()),
+           "threading.getprofile": repr(threading.getprofile())}
+    traced, f = [], sys._getframe()
+    while f is not None:
+        if f.f_trace is not None or f.f_trace_opcodes:
+            traced.append(f.f_code.co_filename + ":" + f.f_code.co_name)
+        f = f.f_back
+    out["traced_frames"] = traced
+    api = ctypes.pythonapi
+    api.PyInterpreterState_Get.restype = ctypes.c_void_p
+    api._PyInterpreterState_GetEvalFrameFunc.restype = ctypes.c_void_p
+    api._PyInterpreterState_GetEvalFrameFunc.argtypes = [ctypes.c_void_p]
+    default = ctypes.cast(api._PyEval_EvalFrameDefault, ctypes.c_void_p).value
+    current = api._PyInterpreterState_GetEvalFrameFunc(api.PyInterpreterState_Get())
+    out["eval_frame_is_default"] = current == default
+    if sys.version_info[:2] == (3, 11):
+        # The head of CPython 3.11's PyThreadState (Include/cpython/pystate.h).
+        class ThreadState(ctypes.Structure):
+            _fields_ = [("prev", ctypes.c_void_p), ("next", ctypes.c_void_p),
+                        ("interp", ctypes.c_void_p), ("_initialized", ctypes.c_int),
+                        ("_static", ctypes.c_int), ("recursion_remaining", ctypes.c_int),
+                        ("recursion_limit", ctypes.c_int), ("recursion_headroom", ctypes.c_int),
+                        ("tracing", ctypes.c_int), ("tracing_what", ctypes.c_int),
+                        ("cframe", ctypes.c_void_p), ("c_profilefunc", ctypes.c_void_p),
+                        ("c_tracefunc", ctypes.c_void_p), ("c_profileobj", ctypes.c_void_p),
+                        ("c_traceobj", ctypes.c_void_p)]
+        api.PyThreadState_Get.restype = ctypes.c_void_p
+        ts = ThreadState.from_address(api.PyThreadState_Get())
+        assert ts.interp == api.PyInterpreterState_Get(), "unexpected PyThreadState layout"
+        assert ts.recursion_limit == sys.getrecursionlimit(), "unexpected PyThreadState layout"
+        out["c_tracefunc"] = ts.c_tracefunc is not None
+        out["c_profilefunc"] = ts.c_profilefunc is not None
+    return out
+print(repr(_magpy_hook_probe()))
+"""
+
+NO_HOOKS = {"gettrace": "None", "getprofile": "None", "threading.gettrace": "None",
+            "threading.getprofile": "None", "traced_frames": [], "eval_frame_is_default": True,
+            "c_tracefunc": False, "c_profilefunc": False}
+
+
+def _hook_state(k):
+    reply, msgs = k.execute(HOOK_PROBE)
+    assert reply["status"] == "ok", reply
+    state = ast.literal_eval(k.stdout(msgs).strip().splitlines()[-1])
+    if "c_tracefunc" not in state:  # not CPython 3.11: the C-level fields are not read
+        state.update(c_tracefunc=False, c_profilefunc=False)
+    return state
+
+
+def _run_until_marker(k, code, marker, timeout=180):
+    """Sends `code` and returns (msg_id, its IOPub messages so far) once some stream, of any
+    request, has printed `marker`: the cell is then demonstrably running."""
+    msg_id = k.kc.execute(code, allow_stdin=False)
+    msgs, seen = [], ""
+    deadline = time.time() + timeout
+    while marker not in seen:
+        msg = k.kc.get_iopub_msg(timeout=max(0.01, deadline - time.time()))
+        if msg["parent_header"].get("msg_id") == msg_id:
+            msgs.append(msg)
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                raise AssertionError("the cell ended before it printed %r: %r"
+                                     % (marker, [(m["msg_type"], m["content"]) for m in msgs]))
+        if msg["msg_type"] == "stream":
+            seen += msg["content"]["text"]
+    return msg_id, msgs
+
+
+def _interrupt(k, msg_id, msgs, timeout=60):
+    """Interrupts the running cell; (reply content, seconds to the reply, all its IOPub)."""
+    t0 = time.time()
+    k.km.interrupt_kernel()
+    reply = k.reply(msg_id, timeout=timeout)["content"]
+    elapsed = time.time() - t0
+    msgs = msgs + k.iopub_until_idle(msg_id, timeout=timeout)
+    return reply, elapsed, [(m["msg_type"], m["content"]) for m in msgs]
+
+
+def _assert_interrupted_live_view(msgs):
+    """The live view: shown, then a final update saying `interrupted`, before the error."""
+    types = [t for t, _ in msgs]
+    shown = [(i, c) for i, (t, c) in enumerate(msgs)
+             if t == "display_data" and PROGRESS_MIME in c["data"]]
+    assert len(shown) == 1, types
+    display_id = shown[0][1]["transient"]["display_id"]
+    updates = [(i, c) for i, (t, c) in enumerate(msgs)
+               if t == "update_display_data" and PROGRESS_MIME in c["data"]]
+    assert updates, types
+    assert all(c["transient"]["display_id"] == display_id for _, c in updates)
+    last_i, last = updates[-1]
+    final = last["data"][PROGRESS_MIME]
+    assert final["phase"] == "interrupted", final
+    assert final.get("error", "").startswith("KeyboardInterrupt"), final
+    assert "interrupted" in last["data"]["text/plain"].lower(), last["data"]["text/plain"]
+    errors = [i for i, (t, _) in enumerate(msgs) if t == "error"]
+    assert len(errors) == 1 and msgs[errors[0]][1]["ename"] == "KeyboardInterrupt", types
+    assert shown[0][0] < last_i < errors[0], types
+    assert types[-1] == "status" and msgs[-1][1]["execution_state"] == "idle", types
+
+
+def _assert_kernel_recovers(k, baseline, tag):
+    """After an interrupted %%magpy cell: no hooks left, an interrupt while idle is harmless,
+    and both a %%magpy cell (which must capture, not see a leftover tracer) and a plain cell
+    work."""
+    assert k.km.is_alive()
+    assert baseline == NO_HOOKS, baseline  # the probe sees a clean kernel as clean
+    assert _hook_state(k) == baseline
+    k.km.interrupt_kernel()  # a second interrupt, now while idle
+    time.sleep(0.5)
+    assert k.km.is_alive()
+    fn = "after_interrupt_" + tag  # a cell of its own: not one cached by an earlier test
+    reply, _ = k.execute("import torch\n"
+                         "def %s(x):\n    return torch.sin(x) * 2 + 1\n"
+                         "xa = torch.zeros(3)" % fn)
+    assert reply["status"] == "ok", reply
+    for _ in range(2):
+        reply, msgs = k.execute("%%%%magpy\n%s(xa) - 1" % fn, timeout=120)
+        assert reply["status"] == "ok", reply
+        assert [c["data"]["text/plain"] for t, c in msgs if t == "execute_result"] == \
+            ["tensor([0., 0., 0.])"]
+    reply, msgs = k.execute(
+        "import magpy\n"
+        "_r = magpy.explain(get_ipython().magics_manager.registry['MagpyMagics'].last).report\n"
+        "print(repr((_r['captures'], _r['cache_hits'], sorted(b['reason_id'] for b in "
+        "_r['breaks']))))")
+    assert reply["status"] == "ok", reply
+    captures, hits, breaks = ast.literal_eval(k.stdout(msgs).strip())
+    assert captures == 1 and hits == 1 and breaks == [], (captures, hits, breaks)
+    assert _hook_state(k) == baseline
+    reply, msgs = k.execute("print('plain cell after the interrupt')")
+    assert reply["status"] == "ok" and k.stdout(msgs) == "plain cell after the interrupt\n"
+
+
+def test_interrupt_during_magpy_cell(k):
+    """The capture stops tracing instructions at the cell's first graph break (its import and
+    print), but the loop of torch ops and sleeps that follows still runs with magpy's monitor
+    and frame hook installed: it is interrupted there."""
+    k.drain(0.05)
+    baseline = _hook_state(k)
+    reply, _ = k.execute("import torch")
+    assert reply["status"] == "ok", reply
+    cell = ("%%magpy\n"
+            "import time\n"
+            "acc = torch.zeros(4)\n"
+            "print('magpy-interrupt-cell-started', flush=True)\n"
+            "for step in range(20000):\n"
+            "    acc = acc + torch.ones(4)\n"
+            "    time.sleep(0.005)\n"
+            "acc\n")
+    msg_id, msgs = _run_until_marker(k, cell, "magpy-interrupt-cell-started")
+    time.sleep(0.2)  # well inside the loop
+    reply, elapsed, msgs = _interrupt(k, msg_id, msgs)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+    assert elapsed < 20, elapsed
+    assert not [c for t, c in msgs if t == "execute_result"]
+    _assert_interrupted_live_view(msgs)
+    _, out = k.execute("print(0 < step < 19999)")
+    assert k.stdout(out) == "True\n"  # it stopped in the loop
+    _assert_kernel_recovers(k, baseline, "sleep_loop")
+
+
+def test_interrupt_during_magpy_capture_of_a_torch_loop(k):
+    """Interrupted while the monitor traces every instruction: a loop of torch ops with no
+    graph break, called from the cell. A thread started before the cell says when the loop
+    runs (nothing inside the captured code may print: printing breaks the graph, and that
+    ends the instruction tracing)."""
+    k.drain(0.05)
+    baseline = _hook_state(k)
+    reply, _ = k.execute(
+        "import sys, threading, time, torch\n"
+        "def accumulate(a, b, n):\n"
+        "    acc = torch.zeros_like(a)\n"
+        "    for step in range(n):\n"
+        "        acc = (a @ b) * 0.5 + acc\n"
+        "    return acc\n"
+        "def _watch(code=accumulate.__code__, main=threading.main_thread().ident):\n"
+        "    deadline = time.monotonic() + 300\n"
+        "    while time.monotonic() < deadline:\n"
+        "        f = sys._current_frames().get(main)\n"
+        "        while f is not None:\n"
+        "            if f.f_code is code:\n"
+        "                print('magpy-accumulate-started', flush=True)\n"
+        "                return\n"
+        "            f = f.f_back\n"
+        "        time.sleep(0.005)\n"
+        "ma, mb = torch.rand(128, 128), torch.rand(128, 128)\n"
+        "threading.Thread(target=_watch, daemon=True).start()")
+    assert reply["status"] == "ok", reply
+    # about 1 ms an iteration (2 s uninterrupted) and 200 KB of live intermediates each
+    msg_id, msgs = _run_until_marker(k, "%%magpy\nacc = accumulate(ma, mb, 2500)\nacc.shape",
+                                     "magpy-accumulate-started")
+    time.sleep(0.1)
+    reply, elapsed, msgs = _interrupt(k, msg_id, msgs, timeout=300)
+    # Signal handlers also run inside the engine (repr() checks signals); the interrupt
+    # still reaches the program (py::clear_error_keep_interrupt, Monitor::trace).
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+    assert elapsed < 20, elapsed
+    _assert_interrupted_live_view(msgs)
+    _assert_kernel_recovers(k, baseline, "torch_loop")
 
 
 # --- lifecycle ---------------------------------------------------------------------------------

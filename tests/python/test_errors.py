@@ -2,6 +2,7 @@
 replay), the state they leave behind, and reference counts of everything passed in."""
 
 import gc
+import time
 import sys
 import traceback
 import weakref
@@ -402,3 +403,31 @@ def test_op_inside_try_after_a_visible_write_is_not_captured(write):
     assert torch.equal(y, f(x.clone(), torch.tensor([9]), [], Box())) or write == "random"
     assert log == ([1] if write == "append" else [])
     del box_c
+
+
+def test_keyboard_interrupt_during_capture_reaches_the_program():
+    # Signal handlers run inside the engine too (repr() checks signals): the interrupt must
+    # still stop the program, leave no tracer, and leave no break site behind.
+    import _thread
+    import threading
+
+    def spin(n):
+        i = 0
+        while i < n:
+            i += 1
+        return torch.ones(2) * i
+
+    cf = magpy.compile(spin)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        cf(50_000_000)
+    timer.join()
+    assert time.monotonic() - t0 < 30
+    assert sys.gettrace() is None
+    assert torch.equal(cf(1000), spin(1000))
+    assert torch.equal(cf(1000), spin(1000))
+    e = magpy.explain(cf)
+    assert e.cache_hits == 1 and e.graph_count == 1
+    assert any("interrupted" in b.reason for b in e.breaks)

@@ -334,7 +334,26 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
         break;
     default: break;
     }
-    if (PyErr_Occurred()) PyErr_Clear();  // an engine-side error must not leak into the program
+    if (PyErr_Occurred()) py::clear_error_keep_interrupt();  // engine errors must not leak
+    if (py::interrupt_pending()) {
+        // A signal handler ran inside the engine (PyObject_Repr and others check signals): the
+        // KeyboardInterrupt is the program's. Stop capturing and raise it where the program is.
+        if (!m->m_stopped) {
+            m->m_cap.fail(breaks::kException, "interrupted (KeyboardInterrupt)",
+                          "the call was interrupted; it captures again on the next call");
+            // Not stop_tracing(): an interrupt says nothing about the code, so it leaves no
+            // break site for later captures.
+            m->m_stopped = true;
+            for (ShadowFrame& sf : m->m_frames)
+                if (sf.frame_obj) py::frame_set_trace_opcodes(sf.frame_obj, false);
+        }
+        if (PyErr_Occurred()) PyErr_Clear();
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(etb);
+        py::take_interrupt();
+        return -1;
+    }
     bool again = m->m_raised && what != PyTrace_EXCEPTION;
     if (m->m_fullgraph && m->m_cap.failed() && (!m->m_raised || again) && what != PyTrace_RETURN) {
         // fullgraph=True: stop the program at the break, before it runs further. A handler

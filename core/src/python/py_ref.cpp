@@ -2,12 +2,31 @@
 
 namespace magpy::py {
 
+static thread_local PyObject* t_interrupt[3] = {nullptr, nullptr, nullptr};
+
+void clear_error_keep_interrupt() {
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt) && !t_interrupt[0]) {
+        PyErr_Fetch(&t_interrupt[0], &t_interrupt[1], &t_interrupt[2]);
+        return;
+    }
+    PyErr_Clear();
+}
+
+bool interrupt_pending() { return t_interrupt[0] != nullptr; }
+
+bool take_interrupt() {
+    if (!t_interrupt[0]) return false;
+    PyErr_Restore(t_interrupt[0], t_interrupt[1], t_interrupt[2]);
+    t_interrupt[0] = t_interrupt[1] = t_interrupt[2] = nullptr;
+    return true;
+}
+
 static std::string to_utf8(PyObject* s) {
     if (!s) return {};
     Py_ssize_t n = 0;
     const char* c = PyUnicode_AsUTF8AndSize(s, &n);
     if (!c) {
-        PyErr_Clear();
+        clear_error_keep_interrupt();
         return "<unprintable>";
     }
     return std::string(c, static_cast<size_t>(n));
@@ -17,7 +36,7 @@ std::string repr_string(PyObject* o) {
     if (!o) return "NULL";
     Ref r = Ref::steal(PyObject_Repr(o));
     if (!r) {
-        PyErr_Clear();
+        clear_error_keep_interrupt();
         return "<" + type_name(o) + " object>";
     }
     return to_utf8(r.get());

@@ -64,6 +64,12 @@ inline PyObject* WeakOrStrong::get() const {
     return o == Py_None ? nullptr : o;
 }
 
+// Clears the current error, but keeps a KeyboardInterrupt (a signal handler that ran inside
+// engine code) for take_interrupt(): the interrupt belongs to the program.
+void clear_error_keep_interrupt();
+// The KeyboardInterrupt kept by clear_error_keep_interrupt() (set as the current error), if any.
+bool take_interrupt();
+bool interrupt_pending();
 std::string repr_string(PyObject* o);  // never fails; for messages
 std::string str_of(PyObject* o);       // str(), never fails
 std::string type_name(PyObject* o);
