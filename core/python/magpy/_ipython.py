@@ -588,14 +588,16 @@ class MagpyMagics(Magics):
             return _views.progress_view(s)
 
         ticker = None
-        if not quiet:
-            live.show(snapshot())
-            if mode == "threaded":
-                ticker = _Ticker(live, snapshot).start()
-        program.runs += 1
-        self._running = True
         error = None
         try:
+            # Inside the try: an interrupt that lands here still gets the final update and
+            # resets _running (which `%magpy on` checks).
+            if not quiet:
+                live.show(snapshot())
+                if mode == "threaded":
+                    ticker = _Ticker(live, snapshot).start()
+            program.runs += 1
+            self._running = True
             result = program.compiled()
         except BaseException as e:
             error = e
