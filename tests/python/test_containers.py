@@ -1,5 +1,7 @@
 """Tuples, lists and dicts: built in the function, passed in, indexed, returned."""
 
+import collections
+
 import pytest
 import torch
 
@@ -344,3 +346,25 @@ def float_methods(x, heads):
 def test_methods_of_numbers_fold():
     cf = check(float_methods, [(torch.randn(2), 4.0), (torch.randn(2), 4.0), (torch.randn(2), 8.0)])
     assert_stats(cf, breaks=0, misses=2, hits=1)
+
+
+Pair = collections.namedtuple("Pair", ["left", "right", "scale"], defaults=[1.0])
+
+
+def make_named(x):
+    p = Pair(x * 2, right=x + 1)
+    q = Pair(p.left, p.right, scale=3.0)
+    return q, p.left * p.scale + q.right * q.scale, len(q)
+
+
+def read_named(p):
+    return p.left - p.right
+
+
+def test_namedtuples_made_read_and_returned():
+    cf = check(make_named, [torch.randn(3) for _ in range(3)])
+    assert_stats(cf, breaks=0, misses=1, hits=2)
+    out = cf(torch.ones(2))[0]
+    assert type(out) is Pair and out.scale == 3.0
+    cf2 = check(read_named, [(Pair(torch.randn(2), torch.randn(2)),) for _ in range(3)])
+    assert_stats(cf2, breaks=0, hits=2)

@@ -161,6 +161,24 @@ bool is_op_attribute(const char* n) {
     return kOps.count(n) != 0;
 }
 
+bool is_namedtuple_type(PyTypeObject* t) {
+    if (t == &PyTuple_Type || !PyType_IsSubtype(t, &PyTuple_Type)) return false;
+    PyObject* fields = _PyType_Lookup(t, PyUnicode_InternFromString("_fields"));
+    PyObject* make = _PyType_Lookup(t, PyUnicode_InternFromString("_make"));
+    return fields && PyTuple_Check(fields) && make;
+}
+
+int namedtuple_field(PyTypeObject* t, PyObject* name) {
+    if (!is_namedtuple_type(t)) return -1;
+    PyObject* fields = _PyType_Lookup(t, PyUnicode_InternFromString("_fields"));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); ++i) {
+        int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(fields, i), name, Py_EQ);
+        if (eq < 0) PyErr_Clear();
+        if (eq == 1) return static_cast<int>(i);
+    }
+    return -1;
+}
+
 CalleeInfo classify_callee(PyObject* f) {
     CalleeInfo info;
     const TorchApi& api = torch_api();
@@ -257,6 +275,18 @@ CalleeInfo classify_callee(PyObject* f) {
             info.kind = CallKind::TypeCtor;
         if (api.is_context_type(f)) info.kind = CallKind::Context;
         if (t == &PyType_Type) info.kind = CallKind::TypeOf;
+        if (is_namedtuple_type(t)) {
+            // The generated __new__ (defined beside _make), and no __init__ of the user's.
+            PyObject* mro = t->tp_mro;
+            bool plain = _PyType_Lookup(t, PyUnicode_InternFromString("__init__")) ==
+                         _PyType_Lookup(&PyBaseObject_Type, PyUnicode_InternFromString("__init__"));
+            for (Py_ssize_t i = 0; plain && mro && i < PyTuple_GET_SIZE(mro); ++i) {
+                PyObject* d = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+                if (!d || !PyDict_GetItemString(d, "__new__")) continue;
+                if (PyDict_GetItemString(d, "_make")) info.kind = CallKind::NamedTuple;
+                break;
+            }
+        }
         // torch.finfo(dtype) / torch.iinfo(dtype): facts about a dtype, folded like math.*
         if (info.name == "torch.finfo" || info.name == "torch.iinfo")
             info.kind = CallKind::PureBuiltin;

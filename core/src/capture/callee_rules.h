@@ -24,6 +24,7 @@ enum class CallKind : uint8_t {
     IO,              // print, input, open
     Context,         // torch.no_grad() & co (TorchApi::context_types): made for a with block
     ContextExit,     // the bound __exit__ of a captured with block, called when it ends
+    NamedTuple,      // a collections.namedtuple class called: a fresh tuple of its fields
     TypeOf,          // type(x): known for every value (guarded, or fixed by how it was made)
     ModuleMembers,   // m.parameters(), m.named_modules() & co: an iterator over guarded members
     Unsupported,
@@ -39,6 +40,11 @@ struct CalleeInfo {
 
 // PRECONDITION: GIL held. `callable` borrowed.
 CalleeInfo classify_callee(PyObject* callable);
+
+// For a namedtuple class: the index of field `name`, else -1 (also for other types).
+int namedtuple_field(PyTypeObject* type, PyObject* name);
+// Whether `type` is a collections.namedtuple class (a tuple subclass with _fields and _make).
+bool is_namedtuple_type(PyTypeObject* type);
 
 // Tensor methods and torch functions that answer from metadata only (shape, dtype...).
 // `nargs` counts the tensor itself for methods.

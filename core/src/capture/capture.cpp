@@ -2,6 +2,7 @@
 #include "capture/capture.h"
 
 #include "capture/break_reasons.h"
+#include "capture/callee_rules.h"
 #include "python/compat.h"
 #include "python/torch_api.h"
 
@@ -628,6 +629,23 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         s.out = m_plan->add_slot();
         out = Arg::slot(s.out);
         add_step(std::move(s));
+        if (val.real && val.kind == ValueKind::FreshTuple &&
+            is_namedtuple_type(Py_TYPE(val.real.get()))) {
+            // a namedtuple made in the call: Cls._make(tuple)
+            py::Ref make = py::Ref::steal(PyObject_GetAttrString(
+                reinterpret_cast<PyObject*>(Py_TYPE(val.real.get())), "_make"));
+            if (!make) {
+                PyErr_Clear();
+                internal_error("namedtuple without _make");
+                return false;
+            }
+            Step nt;
+            nt.kind = StepKind::Call;
+            nt.args = {Arg::value(make.get()), out};
+            nt.out = m_plan->add_slot();
+            out = Arg::slot(nt.out);
+            add_step(std::move(nt));
+        }
         if (val.real && Py_TYPE(val.real.get()) == torch_api().size_type) {
             // a shape with symbolic sizes: torch.Size(tuple), as the program had it
             Step size;

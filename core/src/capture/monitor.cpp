@@ -1584,6 +1584,29 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::ModuleMembers:
         push_out(module_members(p, result));
         return;
+    case CallKind::NamedTuple: {
+        // Point(x, y=...) -> the fields in order; missing ones from _field_defaults
+        auto* t = reinterpret_cast<PyTypeObject*>(m_cap.v(p.callee_value).real.get());
+        PyObject* fields = _PyType_Lookup(t, interned("_fields"));
+        Py_ssize_t nf = PyTuple_GET_SIZE(fields);
+        size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+        size_t npos = p.in.size() - nkw;
+        if (!result || Py_TYPE(result) != t || PyTuple_GET_SIZE(result) != nf ||
+            npos > static_cast<size_t>(nf))
+            return m_cap.internal_error("namedtuple construction");
+        std::vector<int> items(static_cast<size_t>(nf), -1);
+        for (size_t i = 0; i < npos; ++i) items[i] = p.in[i];
+        for (size_t k = 0; k < nkw; ++k) {
+            int idx = namedtuple_field(t, PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k)));
+            if (idx < 0) return m_cap.internal_error("namedtuple keyword");
+            items[static_cast<size_t>(idx)] = p.in[npos + k];
+        }
+        for (Py_ssize_t i = 0; i < nf; ++i)
+            if (items[static_cast<size_t>(i)] < 0)  // a default: the object the call used
+                items[static_cast<size_t>(i)] = m_cap.const_value(PyTuple_GET_ITEM(result, i));
+        push_out(m_cap.fresh(ValueKind::FreshTuple, items, result));
+        return;
+    }
     case CallKind::TypeOf:
         if (p.in.size() != 1 || p.kwnames)
             return m_cap.fail(breaks::kUnsupportedCallee, "`type()` that makes a class",
@@ -2171,6 +2194,14 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
     auto it = m_cap.overlay().find({obj, n});
     if (it != m_cap.overlay().end()) return it->second;
     Value& o = m_cap.v(obj);
+    if (!o.tensor && o.real && PyTuple_Check(o.real.get()) &&
+        (o.kind == ValueKind::FreshTuple || o.kind == ValueKind::Input)) {
+        int idx = namedtuple_field(Py_TYPE(o.real.get()), name);  // det.boxes
+        if (idx >= 0) {
+            if (o.kind == ValueKind::FreshTuple) return o.items[static_cast<size_t>(idx)];
+            return item_of(obj, idx, real);
+        }
+    }
     const char* cname = PyUnicode_AsUTF8(name);
     if (o.tensor) {
         if (is_metadata_attribute(cname)) {
