@@ -862,12 +862,8 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
             if (m_cap.v(m).kind != ValueKind::Input)
                 return m_cap.fail(breaks::kUnsupportedCallee, "a bound method object is called",
                                   "call the method directly on its object");
-            int fn = m_cap.input_child(m, AccessKind::Attr, 0, interned("__func__"),
-                                       ".__func__", PyMethod_GET_FUNCTION(callable));
-            int self = m_cap.input_child(m, AccessKind::Attr, 0,
-                                         interned("__self__"), ".__self__",
-                                         PyMethod_GET_SELF(callable));
-            if (fn < 0 || self < 0) return;
+            int fn, self;
+            if (!split_method(m, fn, self)) return;
             f.stack[f.stack.size() - static_cast<size_t>(n) - 2] = fn;
             f.stack[f.stack.size() - static_cast<size_t>(n) - 1] = self;
         }
@@ -1265,11 +1261,8 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn)) &&
         c.kind == ValueKind::Input) {
         // self.method(*args, **kw): the function, with self first (both guarded)
-        int func = m_cap.input_child(callable, AccessKind::Attr, 0, interned("__func__"),
-                                     ".__func__", PyMethod_GET_FUNCTION(fn));
-        int self = m_cap.input_child(callable, AccessKind::Attr, 0, interned("__self__"),
-                                     ".__self__", PyMethod_GET_SELF(fn));
-        if (func < 0 || self < 0) return;
+        int func, self;
+        if (!split_method(callable, func, self)) return;
         args.insert(args.begin(), self);
         return dispatch_call(f, func, std::move(args), kwnames);
     }
@@ -1673,6 +1666,16 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
     return r;
 }
 
+// A bound method passed in or read from an input: its function and self, both guarded.
+bool Monitor::split_method(int method, int& func, int& self) {
+    PyObject* m = m_cap.v(method).real.get();
+    func = m_cap.input_child(method, AccessKind::Attr, 0, interned("__func__"), ".__func__",
+                             PyMethod_GET_FUNCTION(m));
+    self = m_cap.input_child(method, AccessKind::Attr, 0, interned("__self__"), ".__self__",
+                             PyMethod_GET_SELF(m));
+    return func >= 0 && self >= 0;
+}
+
 // [SECTION] module members -------------------------------------------------------------------
 
 // Module.named_modules(): each module once (by identity), depth first, with its dotted name.
@@ -1682,28 +1685,49 @@ bool Monitor::walk_modules(int module, const std::string& prefix, std::vector<Py
     if (std::find(memo.begin(), memo.end(), obj) != memo.end()) return true;
     memo.push_back(obj);
     out.emplace_back(prefix, module);
-    int mods = modules_dict(module);
-    if (mods < 0) return false;
-    PyObject* d = m_cap.v(mods).real.get();
-    if (!PyDict_Check(d)) {
-        m_cap.fail(breaks::kUnsupportedCallee, m_cap.v(module).label + "._modules is not a dict",
+    std::vector<std::pair<PyObject*, int>> children;
+    if (!dict_entries(module, "_modules", children)) return false;
+    for (const auto& [key, child] : children) {
+        if (m_cap.v(child).real.get() == Py_None) continue;
+        std::string name = prefix + (prefix.empty() ? "" : ".") + py::str_of(key);
+        if (!walk_modules(child, name, memo, out)) return false;
+    }
+    return true;
+}
+
+// A module's `_modules` / `_parameters` / `_buffers`: (key, value) in order, with the keys
+// guarded (names, order and count) and each value an input by position.
+bool Monitor::dict_entries(int module, const char* dict_name,
+                           std::vector<std::pair<PyObject*, int>>& out) {
+    auto refuse = [&](const std::string& why) {
+        m_cap.fail(breaks::kUnsupportedCallee, m_cap.v(module).label + "." + dict_name + " " + why,
                    "keep the module's standard attributes");
         return false;
+    };
+    PyObject* d = PyObject_GetAttrString(m_cap.v(module).real.get(), dict_name);
+    if (!d) {
+        PyErr_Clear();
+        return refuse("is missing");
     }
+    int dv = m_cap.input_child(module, AccessKind::ModuleAttr, 0, interned(dict_name),
+                               std::string(".") + dict_name, d);
+    Py_DECREF(d);
+    if (dv < 0) return false;
+    d = m_cap.v(dv).real.get();
+    if (!PyDict_Check(d)) return refuse("is not a dict");
     py::Ref keys = py::Ref::steal(PySequence_Tuple(py::Ref::steal(PyDict_Keys(d)).get()));
-    if (m_cap.input_child(mods, AccessKind::DictKeys, 0, nullptr, ".keys()", keys.get()) < 0)
+    if (m_cap.input_child(dv, AccessKind::DictKeys, 0, nullptr, ".keys()", keys.get()) < 0)
         return false;
     Py_ssize_t pos = 0;
     int i = 0;
     PyObject *k, *val;
+    out.clear();
     while (PyDict_Next(d, &pos, &k, &val)) {
-        int child = m_cap.input_child(mods, AccessKind::DictValueAt, i, nullptr,
-                                      "[" + std::to_string(i) + "]", val);
+        int item = m_cap.input_child(dv, AccessKind::DictValueAt, i, nullptr,
+                                     "[" + std::to_string(i) + "]", val);
         ++i;
-        if (child < 0) return false;
-        if (val == Py_None) continue;
-        std::string name = prefix + (prefix.empty() ? "" : ".") + py::str_of(k);
-        if (!walk_modules(child, name, memo, out)) return false;
+        if (item < 0) return false;
+        out.emplace_back(k, item);
     }
     return true;
 }
@@ -1746,36 +1770,18 @@ int Monitor::module_members(const Pending& p, PyObject* generator) {
         // children: the direct submodules; parameters / buffers: each module's own dict.
         const char* dict_name = kind == "children" ? "_modules" : kind == "parameters" ? "_parameters" : "_buffers";
         std::vector<PyObject*> seen;
+        std::vector<std::pair<PyObject*, int>> entries;
         for (const auto& [prefix, mod] : modules) {
-            PyObject* d = PyObject_GetAttrString(m_cap.v(mod).real.get(), dict_name);
-            if (!d) {
-                PyErr_Clear();
-                return refuse("of a module without " + std::string(dict_name));
-            }
-            int dv = m_cap.input_child(mod, AccessKind::ModuleAttr, 0, interned(dict_name),
-                                       std::string(".") + dict_name, d);
-            Py_DECREF(d);
-            if (dv < 0) return -1;
-            d = m_cap.v(dv).real.get();
-            if (!PyDict_Check(d)) return refuse("of a module whose " + std::string(dict_name) + " is not a dict");
-            py::Ref keys = py::Ref::steal(PySequence_Tuple(py::Ref::steal(PyDict_Keys(d)).get()));
-            if (m_cap.input_child(dv, AccessKind::DictKeys, 0, nullptr, ".keys()", keys.get()) < 0)
-                return -1;
-            Py_ssize_t pos = 0;
-            int i = 0;
-            PyObject *k, *val;
-            while (PyDict_Next(d, &pos, &k, &val)) {
-                int m = m_cap.input_child(dv, AccessKind::DictValueAt, i, nullptr,
-                                          "[" + std::to_string(i) + "]", val);
-                ++i;
-                if (m < 0) return -1;
+            if (!dict_entries(mod, dict_name, entries)) return -1;
+            for (const auto& [key, m] : entries) {
+                PyObject* val = m_cap.v(m).real.get();
                 if (val == Py_None) continue;
                 // Duplicates (tied weights, a module registered twice) are yielded once, as
                 // Module does; identities are guarded so the same ones stay the same.
                 m_cap.guard_identity(m);
                 if (std::find(seen.begin(), seen.end(), val) != seen.end()) continue;
                 seen.push_back(val);
-                members.emplace_back(prefix + (prefix.empty() ? "" : ".") + py::str_of(k), m);
+                members.emplace_back(prefix + (prefix.empty() ? "" : ".") + py::str_of(key), m);
             }
         }
     }
@@ -2216,27 +2222,17 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
             if (n == "shape" && m_cap.sym_tensor(obj)) return shape_of(obj, real);
             return m_cap.const_value(real);
         }
-        if (is_op_attribute(cname)) {
+        // An op attribute (x.T, x.data), or `f = x.reshape` (then f(*shape)): the bound method
+        // taken at replay from the replayed tensor, calling it being the op.
+        bool op = is_op_attribute(cname);
+        if (op || (real && PyCFunction_Check(real) && PyCFunction_GET_SELF(real) == o.real.get())) {
             Step s;
             s.kind = StepKind::GetAttr;
             s.name = py::Ref::borrow(name);
             Arg a;
             if (!m_cap.arg_of(obj, a)) return -1;
             s.args = {a};
-            int r = m_cap.record(std::move(s), real, o.label + "." + n, true);
-            m_cap.v(r).dyn_shape = m_cap.v(obj).dyn_shape;
-            return r;
-        }
-        if (real && PyCFunction_Check(real) && PyCFunction_GET_SELF(real) == o.real.get()) {
-            // `f = x.reshape` (then f(*shape)): the bound method, taken at replay from the
-            // replayed tensor; calling it is the op.
-            Step s;
-            s.kind = StepKind::GetAttr;
-            s.name = py::Ref::borrow(name);
-            Arg a;
-            if (!m_cap.arg_of(obj, a)) return -1;
-            s.args = {a};
-            int r = m_cap.record(std::move(s), real, o.label + "." + n, false);
+            int r = m_cap.record(std::move(s), real, o.label + "." + n, op);
             m_cap.v(r).dyn_shape = m_cap.v(obj).dyn_shape;
             return r;
         }

@@ -99,6 +99,9 @@ private:
     // m.parameters() & co: the members nn.Module's generator will yield, in its order, as an
     // iterator value (module structure, names and member identities guarded).
     int module_members(const Pending& p, PyObject* generator);
+    bool dict_entries(int module, const char* dict_name,
+                      std::vector<std::pair<PyObject*, int>>& out);
+    bool split_method(int method, int& func, int& self);
     bool walk_modules(int module, const std::string& prefix, std::vector<PyObject*>& memo,
                       std::vector<std::pair<std::string, int>>& out);
 
