@@ -2017,7 +2017,7 @@ class DenseTopKMoE(nn.Module):
 
 class SparseMoE(nn.Module):
     """Mixtral-style sparse dispatch: one_hot expert mask, `torch.where(mask[i])` per expert,
-    index_add_ of the weighted expert outputs (data-dependent shapes: breaks on purpose)."""
+    index_add_ of the weighted expert outputs (data-dependent shapes that Python never reads)."""
 
     def __init__(self, dim=16, hidden=32, num_experts=4, top_k=2):
         super().__init__()

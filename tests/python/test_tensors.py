@@ -146,6 +146,36 @@ def test_tensor_index_gather():
     assert_stats(cf, graphs=1, hits=2, misses=1)
 
 
+def test_advanced_indexing_with_tuples_and_lists_is_one_graph():
+    # the indexing of nanoGPT's top-k filter, Mixtral's expert dispatch and RPN decoding
+    def f(logits, v, rows, cols):
+        last = logits[:, [-1]]
+        picked = logits[None, rows].reshape(-1, logits.shape[1])
+        pairs = logits[rows, cols, None]
+        both = logits[[0, 2]][:, [True, False, True]]
+        masked = logits.clone()
+        masked[masked < v[:, [-1]]] = -float("inf")
+        return last, picked, pairs, both, masked
+
+    def args(n):
+        return (torch.randn(4, 3), torch.randn(4, 2), torch.randint(0, 4, (n,)),
+                torch.randint(0, 3, (n,)))
+
+    cf = check(f, [args(2), args(2), args(2)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_mask_inside_an_index_tuple_makes_a_data_dependent_shape():
+    def f(x, m):
+        y = x[:, m]
+        return y * 2, y.shape[1]
+
+    x = torch.randn(3, 4)
+    m1, m2 = torch.tensor([True, False, True, True]), torch.tensor([False, False, True, False])
+    cf = check(f, [(x, m1), (x, m2), (x, m1)])
+    assert break_ids(cf) == ["MB010"]
+
+
 def test_autograd_through_replay_matches_eager():
     def f(x, w):
         return (torch.sigmoid(x @ w) ** 2).sum()

@@ -2307,23 +2307,42 @@ int Monitor::item_of(int seq, Py_ssize_t i, PyObject* real) {
     return -1;
 }
 
+// What a tensor may be indexed with: constants, sizes and slices of sizes (computed at replay),
+// tensors, and tuples or lists of these (x[:, [-1]], x[None, idx], x[rows, cols, None]).
+// dyn_shape: the result's shape depends on data (a boolean or uint8 mask).
+Monitor::IndexKey Monitor::index_key(int key, int depth) {
+    const Value& k = m_cap.v(key);
+    if (k.kind == ValueKind::Const || k.sym_number() ||
+        (k.sym && k.real && PySlice_Check(k.real.get())))
+        return {true, false};
+    if (k.tensor) {
+        PyObject* dt = PyObject_GetAttrString(k.real.get(), "dtype");
+        std::string d = dt ? str(dt) : "";
+        Py_XDECREF(dt);
+        if (!dt) PyErr_Clear();
+        return {true, d == "torch.bool" || d == "torch.uint8" || k.dyn_shape};
+    }
+    if ((k.kind == ValueKind::FreshTuple || k.kind == ValueKind::FreshList) && depth < 4) {
+        IndexKey all{true, false};
+        std::vector<int> items = k.items;
+        for (int it : items) {
+            IndexKey one = index_key(it, depth + 1);
+            all.ok = all.ok && one.ok;
+            all.dyn_shape = all.dyn_shape || one.dyn_shape;
+        }
+        return all;
+    }
+    return {false, false};
+}
+
 int Monitor::subscript(int cont, int key, PyObject* real) {
     Value& c = m_cap.v(cont);
     Value& k = m_cap.v(key);
     if (c.tensor || (c.kind == ValueKind::OpResult && !c.tensor)) {
-        // symbolic sizes in the index (x[:, :T]) are computed at replay
-        auto symbolic = [](const Value& x) {  // a size, or a slice of sizes (x[:, :T])
-            return x.sym_number() || (x.sym && x.real && PySlice_Check(x.real.get()));
-        };
-        bool sym_index = symbolic(k);
-        if (k.kind == ValueKind::FreshTuple) {
-            sym_index = true;
-            for (int it : k.items)
-                sym_index = sym_index && (m_cap.v(it).kind == ValueKind::Const || symbolic(m_cap.v(it)));
-        }
-        if (!k.tensor && k.kind != ValueKind::Const && !sym_index) {
+        IndexKey ik = index_key(key);
+        if (!ik.ok) {
             m_cap.fail(breaks::kUnsupportedOpcode, "a tensor is indexed with " + k.label,
-                       "index with constants, slices or tensors");
+                       "index with constants, slices, tensors, or tuples and lists of them");
             return -1;
         }
         Step s;
@@ -2332,15 +2351,7 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
         if (!m_cap.arg_of(cont, a) || !m_cap.arg_of(key, b)) return -1;
         s.args = {a, b};
         int r = m_cap.record(std::move(s), real, c.label + "[...]", true);
-        bool mask = false;
-        if (k.tensor) {
-            PyObject* dt = PyObject_GetAttrString(k.real.get(), "dtype");
-            std::string d = dt ? str(dt) : "";
-            Py_XDECREF(dt);
-            if (!dt) PyErr_Clear();
-            mask = d == "torch.bool" || d == "torch.uint8";
-        }
-        m_cap.v(r).dyn_shape = m_cap.v(cont).dyn_shape || m_cap.v(key).dyn_shape || mask;
+        m_cap.v(r).dyn_shape = m_cap.v(cont).dyn_shape || ik.dyn_shape;
         return r;
     }
     m_cap.concretize(key);

@@ -111,6 +111,11 @@ private:
     int load_deref(ShadowFrame& f, int index);
     int load_attr(int obj, PyObject* name, PyObject* real);
     int subscript(int container, int key, PyObject* real);
+    struct IndexKey {
+        bool ok;
+        bool dyn_shape;
+    };
+    IndexKey index_key(int key, int depth = 0);
     int binary(int op, int a, int b, PyObject* real);
     int item_of(int seq, Py_ssize_t i, PyObject* real);
     bool truthiness_known(int value);
