@@ -288,6 +288,28 @@ def test_membership_tests_on_guarded_containers():
     assert e.recompile_reasons == ["`L['self'].return_layers`: expected no key 'b', found one ('out')"]
 
 
+def test_builtins_over_a_list_held_by_the_model_are_guarded_constants():
+    class Weighted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weights = [0.2, 1.0, 1.5]
+
+        def forward(self, x):
+            total = sum(self.weights)
+            return x * total / max(self.weights), len(self.weights), min(self.weights)
+
+    m = Weighted()
+
+    def mutate(i):
+        if i == 2:
+            m.weights[1] = 3.0
+        if i == 3:
+            m.weights.append(0.5)
+
+    cf = check(m, [torch.randn(3)] * 5, mutate=mutate)
+    assert_stats(cf, graphs=3, breaks=0, hits=2, misses=3)
+
+
 def test_dict_and_list_built_from_items():
     import collections
 

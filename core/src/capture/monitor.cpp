@@ -2551,6 +2551,15 @@ bool Monitor::known(int id, int depth) {
     const Value& v = m_cap.v(id);
     m_cap.concretize(id);  // a symbolic number: Python needs it
     if (v.kind == ValueKind::Const || v.identity) return true;
+    if (v.kind == ValueKind::Input && !v.tensor && depth < 8 &&
+        (PyList_CheckExact(v.real.get()) || PyTuple_CheckExact(v.real.get()))) {
+        // a list held by the model (sum(self.class_weights)): its length and items guarded
+        if (!m_cap.shadow(id)) return false;
+        std::vector<int> items = m_cap.v(id).items;
+        for (int it : items)
+            if (!known(it, depth + 1)) return false;
+        return true;
+    }
     if ((v.kind == ValueKind::FreshList || v.kind == ValueKind::FreshTuple ||
          v.kind == ValueKind::FreshDict) && depth < 8) {
         std::vector<int> items = v.items;
