@@ -34,8 +34,8 @@ def test_default_vs_explicit_different_value():
     cf = check(target, [Call(x, x), Call(x, x, 1.0), Call(x, x, 2.0), Call(x, x, shift=1.0)])
     e = assert_stats(cf, graphs=3, hits=1, misses=3)
     # a miss is explained against the most recently used entry
-    assert e.recompile_reasons == ["`L['scale']`: expected 1.0, got 2.0",
-                                   "`L['scale']`: expected 2.0, got 1.0"]
+    assert e.recompile_reasons == ["`L['scale']`: expected 1.0, got 2.0; now dynamic: L['scale']",
+                                   "`L['shift']`: expected 0.0, got 1.0; now dynamic: L['shift']"]
 
 
 def test_positional_only_parameters():
@@ -91,7 +91,7 @@ def test_kwargs_values_and_keys_guarded():
     cf = check(f, [Call(x, a=2.0, b=1.0), Call(x * 2, b=1.0, a=2.0), Call(x, a=3.0, b=1.0),
                    Call(x, a=2.0, b=1.0, c=5)])
     e = assert_stats(cf, graphs=2, hits=2, misses=2)
-    assert e.recompile_reasons == ["`L['kwargs']['a']`: expected 2.0, got 3.0"]
+    assert e.recompile_reasons == ["`L['kwargs']['a']`: expected 2.0, got 3.0; now dynamic: L['kwargs']['a']"]
 
 
 def test_kwargs_tensor_shape_change():
@@ -155,7 +155,7 @@ def test_forwarding_star_args_and_kwargs_guards_keyword_values():
     x = torch.randn(2)
     cf = check(f, [Call(x, x, shift=1.0), Call(x, x * 2, shift=1.0), Call(x, x, shift=2.0)])
     e = assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
-    assert e.recompile_reasons == ["`L['kwargs']['shift']`: expected 1.0, got 2.0"]
+    assert e.recompile_reasons == ["`L['kwargs']['shift']`: expected 1.0, got 2.0; now dynamic: L['kwargs']['shift']"]
 
 
 def test_wrong_arguments_raise_like_eager():

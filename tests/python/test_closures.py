@@ -55,7 +55,7 @@ def test_rebinding_cell_recompiles():
 
     cf = check(read, [x, x, x, x * 2, x], mutate=mutate)
     e = assert_stats(cf, graphs=2, hits=3, misses=2)
-    assert e.recompile_reasons == ["`closure['value']`: expected 2.0, got 5.0"]
+    assert e.recompile_reasons == ["`closure['value']`: expected 2.0, got 5.0; now dynamic: closure['value']"]
 
 
 def test_rebinding_cell_to_tensor_of_other_shape():
@@ -123,7 +123,7 @@ def test_closure_over_list_items():
 
     cf = check(f, [x, x, x, x], mutate=mutate)
     e = assert_stats(cf, graphs=2, hits=2, misses=2)
-    assert e.recompile_reasons == ["`closure['items'][1]`: expected 3.0, got 4.0"]
+    assert e.recompile_reasons == ["`closure['items'][1]`: expected 3.0, got 4.0; now dynamic: closure['items'][1]"]
 
 
 def test_nonlocal_assignment_breaks_and_is_correct():
@@ -172,7 +172,7 @@ def test_inner_function_reads_changing_closure_cell():
 
     cf = check(f, [(torch.ones(2), 1.0), (torch.ones(2), 1.0), (torch.ones(2), 3.0)])
     e = assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
-    assert e.recompile_reasons == ["`L['k']`: expected 1.0, got 3.0"]
+    assert e.recompile_reasons == ["`L['k']`: expected 1.0, got 3.0; now dynamic: L['k']"]
 
 
 def test_list_comprehensions_and_lambdas_are_traced():
@@ -248,7 +248,8 @@ def test_comprehension_in_another_module_reads_its_globals_and_builtins():
     try:
         cf = check(f, [[t, t], [t, t * 2], [t, t], [t, t]], mutate=mutate)
         e = assert_stats(cf, graphs=3, breaks=0, hits=1, misses=3)
-        assert e.recompile_reasons[0] == "`sys.modules['other_mod'].__dict__['FACTOR']`: expected 2.0, got 5.0"
+        assert e.recompile_reasons[0] == ("`sys.modules['other_mod'].__dict__['FACTOR']`: expected 2.0, "
+                                          "got 5.0; now dynamic: sys.modules['other_mod'].__dict__['FACTOR']")
         assert "expected no key 'len'" in e.recompile_reasons[1]
     finally:
         mod.__dict__.pop("len", None)

@@ -68,7 +68,7 @@ def test_input_dict_constant_keys():
                    {"x": x * 3, "scale": 2.0, "bias": 1.0, "unused": "a"},
                    {"x": x, "scale": 3.0, "bias": 1.0}])
     e = assert_stats(cf, graphs=2, hits=1, misses=2)
-    assert e.recompile_reasons == ["`L['d']['scale']`: expected 2.0, got 3.0"]
+    assert e.recompile_reasons == ["`L['d']['scale']`: expected 2.0, got 3.0; now dynamic: L['d']['scale']"]
 
 
 def test_iteration_over_input_list_guards_length():
@@ -172,7 +172,7 @@ def test_nested_input_containers():
                    {"inputs": [x * 2, x], "meta": {"offset": 1}},
                    {"inputs": [x, x], "meta": {"offset": 2}}])
     e = assert_stats(cf, graphs=2, hits=1, misses=2)
-    assert e.recompile_reasons == ["`L['batch']['meta']['offset']`: expected 1, got 2"]
+    assert e.recompile_reasons == ["`L['batch']['meta']['offset']`: expected 1, got 2; now dynamic: L['batch']['meta']['offset']"]
 
 
 def test_item_of_input_list_changed_type():

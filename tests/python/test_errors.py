@@ -170,7 +170,7 @@ def test_exception_on_replay_keeps_earlier_side_effects():
 
 def test_fullgraph_error_leaves_no_entry_and_repeats():
     def f(x):
-        return x * x.sum().item()
+        return x * float(bool(x.sum() > 0))  # bool() of a tensor: MB002
 
     magpy.reset()
     cf = magpy.compile(f, fullgraph=True)
@@ -203,7 +203,7 @@ def test_refcounts_of_inputs_unchanged(path):
         return m(x, extra) * 2
 
     def break_fn(x, extra, m):
-        return m(x, extra) * m(x, extra).sum().item()
+        return m(x, extra) * float(bool(m(x, extra).sum() > 0))
 
     def exc_fn(x, extra, m):
         m(x, extra)

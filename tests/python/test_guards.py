@@ -36,8 +36,10 @@ def test_global_scalar_change():
     x = torch.randn(3)
     cf = check(f, [x, x, x, x, x], mutate=lambda i: set_global("SCALE", 3 if i in (2, 3) else 2))
     e = assert_stats(cf, graphs=2, hits=3, misses=2, entries=2)
-    assert e.recompile_reasons == ["`G['SCALE']`: expected 2, got 3"]
-    assert "G['SCALE'] == 2" in e.guards and "G['SCALE'] == 3" in e.guards
+    assert e.recompile_reasons == ["`G['SCALE']`: expected 2, got 3; now dynamic: G['SCALE']"]
+    # after it changed, SCALE is read at replay (automatic dynamic): the second entry has
+    # only its type guarded, and serves both values
+    assert "G['SCALE'] == 2" in e.guards and "type(G['SCALE']) is int" in e.guards
 
 
 def test_global_tensor_shape_change_and_value_change():
@@ -105,7 +107,7 @@ def test_attribute_changes():
     cf = check(f, [(o, torch.randn(2))] * 5, mutate=mutate, pin=(o,))
     e = assert_stats(cf, graphs=3, hits=2, misses=3)
     assert e.recompile_reasons == [
-        "`L['o'].k`: expected 1.0, got 5.0",
+        "`L['o'].k`: expected 1.0, got 5.0; now dynamic: L['o'].k",
         "tensor `L['o'].t` dtype: expected torch.float32, got torch.float64"]
 
 
@@ -124,7 +126,7 @@ def test_closure_cell_change():
 
     cf = check(read, [x, x, x], mutate=mutate)
     e = assert_stats(cf, graphs=2, hits=1, misses=2)
-    assert e.recompile_reasons == ["`closure['v']`: expected 1.0, got 2.0"]
+    assert e.recompile_reasons == ["`closure['v']`: expected 1.0, got 2.0; now dynamic: closure['v']"]
 
 
 def test_container_content_change():
@@ -142,8 +144,9 @@ def test_container_content_change():
     cf = check(f, [(x, cfg)] * 4, mutate=mutate, pin=(cfg,))
     e = assert_stats(cf, graphs=3, hits=1, misses=3)
     # each miss is explained against the most recently used entry
-    assert e.recompile_reasons == ["`L['cfg']['layers'][1]`: expected 2.0, got 3.0",
-                                   "`L['cfg']['layers'][1]`: expected 3.0, got 2.0"]
+    assert e.recompile_reasons == [
+        "`L['cfg']['layers'][1]`: expected 2.0, got 3.0; now dynamic: L['cfg']['layers'][1]",
+        "`L['cfg']['act']`: expected 'relu', got 'tanh'"]
 
 
 def test_list_length_change():

@@ -276,7 +276,7 @@ def test_tied_weights_are_one_parameter():
 def test_fullgraph_error_is_not_swallowed_by_user_handler():
     def f(x):
         try:
-            return x * x.sum().item()
+            return x * float(bool(x.sum() > 0))
         except Exception:
             return x
 

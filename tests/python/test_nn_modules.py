@@ -207,7 +207,7 @@ def test_module_attribute_scalar_change_recompiles():
 
     cf = check(m, [x, x, x], mutate=mutate)
     e = assert_stats(cf, graphs=2, hits=1, misses=2)
-    assert e.recompile_reasons == ["`L['self'].scale`: expected 0.5, got 0.25"]
+    assert e.recompile_reasons == ["`L['self'].scale`: expected 0.5, got 0.25; now dynamic: L['self'].scale"]
 
 
 def test_forward_hook_on_submodule_added_later():

@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 
+import magpy
+
 from conftest import assert_stats, check
 
 
@@ -23,7 +25,10 @@ def test_scalar_args_are_constants_and_guarded_by_value(a, b, a2):
     x = torch.randn(4, 3)
     cf = check(affine, [(x, a, b), (x * 2, a, b), (x, a2, b), (x, a, b)])
     e = assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2, entries=2)
-    assert e.recompile_reasons == [f"`L['a']`: expected {a!r}, got {a2!r}"]
+    # a number that changed becomes dynamic (read at replay) in the next capture; bools stay
+    # guarded by value
+    dynamic = "" if isinstance(a, bool) else "; now dynamic: L['a']"
+    assert e.recompile_reasons == [f"`L['a']`: expected {a!r}, got {a2!r}{dynamic}"]
     assert f"L['a'] == {a!r}" in e.guards
 
 
@@ -151,3 +156,60 @@ def test_string_formatting_of_constants_is_allowed():
 
     cf = check(f, [(torch.randn(2), "a"), (torch.randn(2), "a"), (torch.randn(2), "b")])
     assert_stats(cf, graphs=2, hits=1, misses=2)
+
+
+# --- automatic dynamic numbers ---------------------------------------------------------------
+
+def test_changing_number_is_read_at_replay_after_one_recompile():
+    def f(x, step, lr):
+        return x * lr / (1 + step), step + 1, lr * 0.5
+
+    x = torch.randn(3)
+    cf = check(f, [(x, i, 0.1 * (i + 1)) for i in range(10)])
+    e = assert_stats(cf, graphs=2, breaks=0, hits=8, misses=2)
+    assert e.recompile_reasons[0].endswith("now dynamic: L['step'], L['lr']")
+
+
+def test_dynamic_number_that_python_needs_is_guarded_by_value_again():
+    def f(x, n):
+        out = x
+        for _ in range(n):  # the loop needs n itself
+            out = out * 2
+        return out + n
+
+    x = torch.randn(3)
+    cf = check(f, [(x, 1), (x, 2), (x, 2), (x, 3), (x, 3)])
+    e = assert_stats(cf, graphs=3, breaks=0, hits=2, misses=3)
+    assert "L['n'] == 2" in e.guards and "L['n'] == 3" in e.guards
+
+
+def test_branch_on_a_dynamic_number_is_checked_at_replay():
+    def f(x, k):
+        y = x * k
+        if k > 2:
+            return y + 1
+        return y - 1
+
+    x = torch.randn(3)
+    cf = check(f, [(x, 1), (x, 2), (x, 0), (x, 1), (x, 5), (x, 7), (x, 4)])
+    e = magpy.explain(cf)
+    assert e.break_count == 0 and e.graph_count <= 3
+
+
+def test_dynamic_number_sizes_a_tensor():
+    def f(x, n):
+        z = torch.zeros(n, 2)
+        return z + x[:1], z.shape[0] * 2, x.new_ones(n + 1).sum()
+
+    x = torch.randn(3, 2)
+    cf = check(f, [(x, 2), (x, 3), (x, 4), (x, 5), (x, 4)])
+    assert magpy.explain(cf).break_count == 0
+
+
+def test_dynamic_off_keeps_numbers_guarded_by_value():
+    def f(x, k):
+        return x * k
+
+    x = torch.randn(2)
+    cf = check(f, [(x, 1), (x, 2), (x, 3)], dynamic=False)
+    assert_stats(cf, graphs=3, hits=0, misses=3)

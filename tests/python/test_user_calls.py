@@ -218,7 +218,7 @@ def test_callee_exception_free_path_after_recompile():
     x = torch.randn(2)
     cf = check(f, [Call(x, 0), Call(x, 2), Call(x, n=2), Call(x, 2)])
     e = assert_stats(cf, graphs=2, hits=2, misses=2)
-    assert e.recompile_reasons == ["`L['n']`: expected 0, got 2"]
+    assert e.recompile_reasons == ["`L['n']`: expected 0, got 2; now dynamic: L['n']"]
 
 
 def test_callee_kwdefaults_changed_recompiles():

@@ -97,7 +97,7 @@ def test_attribute_value_change_recompiles():
 
     cf = check(f, [(cfg, x), (cfg, x), (cfg, x), (cfg, x)], mutate=mutate, pin=(cfg,))
     e = assert_stats(cf, graphs=2, hits=2, misses=2)
-    assert e.recompile_reasons == ["`L['cfg'].shift`: expected 1.0, got 5.0"]
+    assert e.recompile_reasons == ["`L['cfg'].shift`: expected 1.0, got 5.0; now dynamic: L['cfg'].shift"]
 
 
 def test_nested_object_tensor_attribute():

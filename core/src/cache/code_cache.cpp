@@ -53,6 +53,7 @@ void clear_all_caches() {
         cc->entries.clear();
         cc->sites.clear();
         cc->dynamic_dims.clear();
+        cc->dynamic_numbers.clear();
     }
 }
 

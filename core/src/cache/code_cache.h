@@ -11,6 +11,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ struct CodeCache {
     // Automatic dynamic shapes: tensor dims (by the guard's source, e.g. L['x']) whose size
     // changed between captures; symbolic in later captures.
     std::map<std::string, uint64_t> dynamic_dims;
+    // Automatic dynamic numbers: int and float inputs (by source) whose value changed between
+    // captures; read at replay (guarded by type only) in later captures.
+    std::set<std::string> dynamic_numbers;
     ~CodeCache();
 };
 

@@ -49,6 +49,7 @@ static bool is_constant_like(PyObject* o, int depth = 0) {
     const TorchApi& api = torch_api();
     PyTypeObject* t = Py_TYPE(o);
     if (t == api.dtype_type || t == api.device_type || t == api.layout_type) return true;
+    if (t == &PyRange_Type) return true;  // start, stop and step are ints
     if ((PyTuple_CheckExact(o) || t == api.size_type) && depth < 4) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
             if (!is_constant_like(PyTuple_GET_ITEM(o, i), depth + 1)) return false;
@@ -140,6 +141,21 @@ void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
 // Tensors are not merged: the plan reads each path at replay and runs the real ops on the real
 // tensors, which is right whether or not two paths meet.
 int Capture::register_input(int node, PyObject* real, bool by_type) {
+    if (!by_type && m_dynamic.numbers && m_dynamic.mode != 0 &&
+        (PyFloat_CheckExact(real) || PyLong_CheckExact(real)) &&
+        m_dynamic.numbers->count(m_guards->node(node).source)) {
+        // A number whose value changed between calls (automatic dynamic): a symbolic number
+        // read at replay, guarded by type until Python needs its value (concretize).
+        int id = new_value(ValueKind::Input, real, m_guards->node(node).source);
+        v(id).node = node;
+        add_type_guards(id, real, true);
+        v(id).dyn_scalar = false;
+        v(id).sym = true;
+        v(id).sym_deps = {{node, 1}};
+        m_dynamic_numbers.push_back(id);
+        m_node_values[node] = id;
+        return id;
+    }
     if (!is_constant_like(real) && !is_tensor(real)) {
         auto seen = m_input_objects.find(real);
         if (seen != m_input_objects.end()) {
@@ -184,7 +200,7 @@ int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
         internal_error("path step from a value with no access path");
         return -1;
     }
-    if (p.mutated) {
+    if (p.mutated && !(p.keyed_writes && kind == AccessKind::DictItem)) {  // [Note: dict writes]
         fail(breaks::kMutatedThenRead,
              "`" + p.label + "` is read after this function changed it",
              "read it before changing it, or keep the value in a local variable");
@@ -382,8 +398,11 @@ void Capture::concretize(int id) {
     } else if (val.sym_all) {
         pin_all_dims();
     } else {
-        for (const auto& [node, dims] : val.sym_deps)
-            m_guards->set_dynamic_dims(node, m_guards->dynamic_dims(node) & ~dims);
+        for (const auto& [node, dims] : val.sym_deps) {
+            auto number = m_node_values.find(node);
+            if (number != m_node_values.end() && !v(number->second).tensor) pin_number(number->second);
+            else m_guards->set_dynamic_dims(node, m_guards->dynamic_dims(node) & ~dims);
+        }
     }
     val.sym = false;
     val.sym_all = false;
@@ -412,6 +431,20 @@ void Capture::check_length(int id) {
 
 void Capture::pin_all_dims() {
     for (int node : m_dynamic_nodes) m_guards->set_dynamic_dims(node, 0);
+    for (int id : m_dynamic_numbers) pin_number(id);
+}
+
+// A dynamic input number whose value Python needed: guarded by value from here on.
+void Capture::pin_number(int id) {
+    Value& n = v(id);
+    if (n.kind != ValueKind::Input || !n.sym) return;
+    Check c;
+    c.kind = CheckKind::Equals;
+    c.value = n.real;
+    m_guards->add_check(n.node, std::move(c));
+    n.sym = false;
+    n.sym_deps.clear();
+    n.kind = ValueKind::Const;
 }
 
 // [SECTION] plan -------------------------------------------------------------------------------
@@ -431,7 +464,7 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
     step.graph_op = graph_op;
     step.result_kind = result_kind_of(real_result);
     bool sym = false;
-    if (!m_dynamic_nodes.empty())
+    if (!m_dynamic_nodes.empty() || !m_dynamic_numbers.empty())
         for (const Arg& a : step.args) sym = sym || arg_sym(a);
     int id = new_value(ValueKind::OpResult, real_result, label);
     v(id).slot = step.out;

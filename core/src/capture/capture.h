@@ -11,6 +11,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -75,6 +76,9 @@ struct Value {
     bool mutated = false;   // an Input the capture changed: a dict (reads after that are
                             // unsupported) or a list only appended to (`items`: the appended)
     bool shadow = false;    // an Input list/tuple whose items are tracked in `items` (guarded)
+    bool keyed_writes = false;  // a mutated Input dict changed only by d["name"] = v: the
+                                // written items are in Capture::overlay() under "[name]",
+                                // every other key still holds what it held at entry
     bool ctx_exit = false;  // the bound __exit__ of a captured with block
     int built = -1;         // Fresh*: the plan slot of the object once it escaped (identity fixed)
     // Dynamic shapes ([Note: dynamic shapes]): a tensor whose sizes may differ at replay (an
@@ -110,6 +114,7 @@ class Monitor;
 struct DynamicConfig {
     int mode = -1;  // -1 automatic (dims that changed between calls), 0 off, 1 every dim
     const std::map<std::string, uint64_t>* dims = nullptr;  // automatic: by accessor source
+    const std::set<std::string>* numbers = nullptr;  // automatic: ints and floats read at replay
 };
 
 // magpy.GraphBreakError (set by the Python module at import). Borrowed.
@@ -178,6 +183,7 @@ public:
     // constant, and the dims it came from are guarded by value again. Always succeeds.
     void concretize(int value);
     void pin_all_dims();
+    void pin_number(int value);
     void fix_length(int tensor);  // Python reads len(tensor) (iteration, unpacking)
     void check_length(int op_result);
     bool add_replay_check(int value, PyObject* expected, bool length);
@@ -257,6 +263,7 @@ private:
     int m_ctx = -1;                     // innermost open `with` block (Plan::contexts())
     DynamicConfig m_dynamic;
     std::vector<int> m_dynamic_nodes;   // tensor guard nodes with symbolic dims
+    std::vector<int> m_dynamic_numbers; // input numbers read at replay (automatic dynamic)
     std::vector<int> m_slot_values;     // plan slot -> value recorded into it (-1: none)
     uint64_t dynamic_dims_for(int node, PyObject* tensor);
     bool arg_sym(const Arg& a);

@@ -24,6 +24,10 @@ PyObject* interned(const char* name) {
 }
 }  // namespace
 
+static bool is_number(PyObject* o) {
+    return PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || PyComplex_Check(o);
+}
+
 // How a computed value reads in messages: "(x * 2)", shortened when operands are long.
 static std::string op_label(const std::string& a, const char* op, const std::string& b) {
     auto brief = [](const std::string& s) { return s.size() <= 24 ? s : s.substr(0, 21) + "..."; };
@@ -169,14 +173,47 @@ int Monitor::dict_item(int dict, PyObject* key, PyObject* real) {
                              real);
 }
 
-// `key` looked up in a dict passed in: its value (guarded), or the null value with the key
-// guarded absent.
+// `key` looked up in a dict passed in: the value this call wrote there, its value (guarded), or
+// the null value with the key guarded absent.
 int Monitor::dict_lookup(int dict, PyObject* key) {
+    int written = written_item(dict, key);
+    if (written >= 0) return written;
     PyObject* hit = PyDict_GetItemWithError(m_cap.v(dict).real.get(), key);
     if (hit) return dict_item(dict, key, hit);
     PyErr_Clear();
     m_cap.guard_no_key(dict, key);
     return m_cap.null_value();
+}
+
+// [Note: dict writes]
+// A dict passed in (a stats or cache dict) written as d["name"] = v is still readable by key:
+// the written values are kept in the capture's overlay under "[name]", and any other key holds
+// what it held at entry, so reading it is an ordinary guarded input read. Only string keys are
+// tracked (1, 1.0 and True are one key to a dict but not to a name). Whole-dict reads (len,
+// iteration, passing it on) after a write, and writes with other keys, still break (MB008).
+static std::string item_name(PyObject* key) {
+    return key && PyUnicode_CheckExact(key) ? "[" + py::str_of(key) + "]" : std::string();
+}
+
+int Monitor::written_item(int dict, PyObject* key) {
+    const Value& d = m_cap.v(dict);
+    if (!d.keyed_writes) return -1;
+    std::string name = item_name(key);
+    if (name.empty()) return -1;
+    auto it = m_cap.overlay().find({dict, name});
+    return it == m_cap.overlay().end() ? -1 : it->second;
+}
+
+void Monitor::write_input_item(int dict, int key, int val) {
+    Value& d = m_cap.v(dict);
+    Step s;
+    s.kind = StepKind::SetItem;
+    m_cap.record_effect(std::move(s), {dict, key, val});
+    std::string name = m_cap.v(key).kind == ValueKind::Const ? item_name(m_cap.v(key).real.get())
+                                                             : std::string();
+    d.keyed_writes = !name.empty() && (!d.mutated || d.keyed_writes);
+    d.mutated = true;
+    if (d.keyed_writes) m_cap.overlay()[{dict, name}] = val;
 }
 
 // A list method on a list made in the function or passed in. The capture follows the contents;
@@ -814,13 +851,8 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
             }
             return;
         }
-        if (c.kind == ValueKind::Input && PyDict_Check(c.real.get())) {
-            Step s;
-            s.kind = StepKind::SetItem;
-            m_cap.record_effect(std::move(s), {cont, key, val});
-            c.mutated = true;
-            return;
-        }
+        if (c.kind == ValueKind::Input && PyDict_Check(c.real.get()))
+            return write_input_item(cont, key, val);
         return m_cap.fail(breaks::kUnsupportedOpcode, "item assignment on " + c.label,
                           "assign items of tensors, lists or dicts");
     }
@@ -1075,8 +1107,8 @@ void Monitor::complete(ShadowFrame& f) {
             return;
         }
         Value& c = m_cap.v(hay);
-        if (c.kind == ValueKind::Input && PyDict_Check(c.real.get()) && !c.mutated &&
-            m_cap.v(needle).kind == ValueKind::Const) {
+        if (c.kind == ValueKind::Input && PyDict_Check(c.real.get()) &&
+            (!c.mutated || c.keyed_writes) && m_cap.v(needle).kind == ValueKind::Const) {
             if (dict_lookup(hay, m_cap.v(needle).real.get()) < 0) return;
             out(m_cap.const_value(tos));
             return;
@@ -1158,34 +1190,50 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     }
     case BUILD_SLICE: {
-        // x[:T] with T a symbolic size: the slice is built at replay
-        bool sym = false;
-        for (int v : p.in) sym = sym || m_cap.v(v).sym_number();
-        if (sym) {
+        // x[:T] with T a symbolic size, x[p:p + n] with p read from tensor data: the slice
+        // is built at replay
+        bool sym = false, data = false;
+        for (int v : p.in) {
+            sym = sym || m_cap.v(v).sym_number();
+            data = data || m_cap.v(v).dyn_scalar;
+        }
+        if (sym || data) {
             Step s;
             s.kind = StepKind::BuildSlice;
             for (int v : p.in) {
-                if (!m_cap.v(v).sym_number() && !known(v))
+                if (!m_cap.v(v).sym_number() && !m_cap.v(v).dyn_scalar && !known(v))
                     return (void)require_const({v}, "a slice");
                 Arg a;
                 if (!m_cap.arg_of(v, a)) return;
                 s.args.push_back(std::move(a));
             }
-            out(m_cap.record(std::move(s), tos, "slice(...)", false));
+            int r = m_cap.record(std::move(s), tos, "slice(...)", false);
+            m_cap.v(r).dyn_scalar = data;  // its bounds come from tensor data
+            out(r);
             return;
         }
     }
         if (!require_const(p.in, "a slice")) return;
         out(m_cap.const_value(tos));
         return;
-    case BUILD_STRING: case FORMAT_VALUE:
-        for (int v : p.in)
+    case BUILD_STRING: case FORMAT_VALUE: {
+        bool data = false;
+        for (int v : p.in) {
             if (m_cap.v(v).tensor)
                 return m_cap.fail(breaks::kTensorToPython, "a tensor is formatted as text",
                                   "format tensors outside the compiled function");
+            data = data || m_cap.v(v).dyn_scalar;
+        }
+        if (data) {  // f"{loss.item():.3f}": formatted at replay
+            int r = format_step(p.opcode, p.oparg, p.in, tos);
+            if (r >= 0) m_cap.v(r).dyn_scalar = true;
+            out(r);
+            return;
+        }
         if (!require_const(p.in, "string formatting")) return;
         out(m_cap.const_value(tos));
         return;
+    }
     case UNPACK_SEQUENCE: {
         int seq = p.in[0];
         Value& s = m_cap.v(seq);
@@ -1346,7 +1394,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     auto push_out = [&](int id) {
         if (id >= 0) push(f, id);
     };
-    bool any_tensor = false, all_const = true, dyn = false;
+    bool any_tensor = false, all_const = true, dyn = false, dyn_number = false;
     bool flows = p.callee.kind == CallKind::TorchOp || p.callee.kind == CallKind::LeafModule ||
                  p.callee.kind == CallKind::InlineFunction ||
                  p.callee.kind == CallKind::InlineModule;
@@ -1358,6 +1406,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         any_tensor = any_tensor || v.tensor;
         all_const = all_const && v.kind == ValueKind::Const;
         dyn = dyn || v.dyn_shape;
+        dyn_number = dyn_number || has_dyn_scalar(a);
     }
     if (p.callee.bound_self) dyn = dyn || m_cap.v(p.callee_value).dyn_shape;  // f = t.size
     switch (p.callee.kind) {
@@ -1417,15 +1466,20 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             push_out(m_cap.const_value(result));
             return;
         }
-        if (result && !is_tensor(result) &&
-            (PyBool_Check(result) || PyLong_Check(result) || PyFloat_Check(result) ||
-             PyUnicode_Check(result) || PyComplex_Check(result))) {
+        bool reads_tensor = p.callee.bound_self || (!p.in.empty() && m_cap.v(p.in[0]).tensor);
+        if (result && !is_tensor(result) && is_number(result) && reads_tensor &&
+            p.callee.kind == CallKind::TorchOp)
+            return push_out(number_from_data(p, result));  // t.item(), torch.equal(a, b)
+        if (result && !is_tensor(result) && (is_number(result) || PyUnicode_Check(result))) {
             return m_cap.fail(breaks::kTensorToPython,
                               "`" + name + "` turns tensor data into a Python value",
                               "keep the value as a tensor (e.g. use torch.where instead of an "
                               "if), or move this outside the compiled function");
         }
-        push_out(record_call(p, result, dyn || has_data_dependent_shape(p.callee.op, nargs)));
+        // A number read from tensor data may decide the result's shape (interpolate's
+        // scale_factor, torch.zeros(n), x[:n]).
+        push_out(record_call(p, result, dyn || dyn_number ||
+                                        has_data_dependent_shape(p.callee.op, nargs)));
         return;
     }
     case CallKind::Len: {
@@ -1466,7 +1520,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::IsInstance: {
         // The type of every value is known: guarded for inputs, fixed for everything else.
         for (int a : p.in)
-            if (m_cap.v(a).kind == ValueKind::OpResult && !m_cap.v(a).tensor)
+            if (m_cap.v(a).kind == ValueKind::OpResult && !m_cap.v(a).tensor &&
+                !m_cap.v(a).dyn_scalar)  // a number's type follows from the guarded dtype
                 return m_cap.fail(breaks::kUnsupportedCallee, "isinstance() of an op result",
                                   "test the inputs instead");
         push_out(m_cap.const_value(result));
@@ -1540,6 +1595,11 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             push_out(record_call(p, result, dyn));
             return;
         }
+        bool number_ctor = p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 &&
+                           (name == "int" || name == "float") && any_tensor;
+        if (result && is_number(result) && (number_ctor || dyn_number) &&
+            (p.callee.kind == CallKind::PureBuiltin || p.callee.kind == CallKind::TypeCtor))
+            return push_out(number_from_data(p, result));  // int(t), round(loss.item(), 4)
         if (any_tensor)
             return m_cap.fail(breaks::kTensorToPython,
                               "`" + name + "()` is applied to a tensor",
@@ -1623,6 +1683,65 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
 }
 
 // A call replayed as it is (a torch op, a leaf module, a pure builtin on tensors).
+// FORMAT_VALUE (conversion, then format() with the spec) and BUILD_STRING ("".join) as steps
+// run at replay; `real` is the string the instruction made (may be null at a break).
+int Monitor::format_step(int opcode, int oparg, const std::vector<int>& in, PyObject* real) {
+    auto call = [&](PyObject* fn, std::vector<int> args) {
+        Step s;
+        s.kind = StepKind::Call;
+        s.args.push_back(Arg::value(fn));
+        for (int a : args) {
+            Arg x;
+            if (!m_cap.arg_of(a, x)) return -1;
+            s.args.push_back(std::move(x));
+        }
+        return m_cap.record(std::move(s), real, "str", false);
+    };
+    PyObject* builtins = PyEval_GetBuiltins();
+    if (opcode == BUILD_STRING) {
+        static PyObject* join = PyObject_GetAttrString(PyUnicode_FromString(""), "join");
+        py::Ref tuple = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(in.size())));
+        for (size_t i = 0; i < in.size(); ++i) {
+            PyObject* o = m_cap.v(in[i]).real ? m_cap.v(in[i]).real.get() : Py_None;
+            Py_INCREF(o);
+            PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), o);
+        }
+        int parts = m_cap.fresh(ValueKind::FreshTuple, in, tuple.get());
+        return call(join, {parts});
+    }
+    if (in.empty()) {
+        m_cap.internal_error("FORMAT_VALUE without a value");
+        return -1;
+    }
+    int v = in[0];
+    static const char* conversions[] = {nullptr, "str", "repr", "ascii"};
+    if (const char* conv = conversions[oparg & 0x03]) {
+        v = call(PyDict_GetItemString(builtins, conv), {v});
+        if (v < 0) return -1;
+    }
+    std::vector<int> args = {v};
+    if ((oparg & 0x04) && in.size() > 1) args.push_back(in[1]);
+    return call(PyDict_GetItemString(builtins, "format"), args);
+}
+
+int Monitor::number_from_data(Pending& p, PyObject* result) {
+    int r = record_call(p, result, false, false);
+    if (r >= 0) m_cap.v(r).dyn_scalar = true;
+    return r;
+}
+
+bool Monitor::has_dyn_scalar(int id, int depth) {
+    const Value& v = m_cap.v(id);
+    if (v.dyn_scalar) return true;
+    if ((v.kind == ValueKind::FreshList || v.kind == ValueKind::FreshTuple ||
+         v.kind == ValueKind::FreshDict) && depth < 8) {
+        std::vector<int> items = v.items;
+        for (int it : items)
+            if (has_dyn_scalar(it, depth + 1)) return true;
+    }
+    return false;
+}
+
 int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool graph_op) {
     Step s;
     s.kind = StepKind::Call;
@@ -2109,9 +2228,36 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
             int at = fresh_dict_slot(d, key);
             return at >= 0 ? m_cap.v(d).items[static_cast<size_t>(at)] : fallback;
         }
-        if (m_cap.v(d).mutated) return fail("dict.get() after this function changed " + m_cap.v(d).label);
+        if (m_cap.v(d).mutated && !m_cap.v(d).keyed_writes)
+            return fail("dict.get() after this function changed " + m_cap.v(d).label);
         int hit = dict_lookup(d, key);
         return hit == m_cap.null_value() ? fallback : hit;
+    }
+    if (name == "setdefault" && (args.size() == 2 || args.size() == 3) &&
+        m_cap.v(args[1]).kind == ValueKind::Const) {
+        // stats.setdefault("history", []).append(x)
+        PyObject* key = m_cap.v(args[1]).real.get();
+        int fallback = args.size() == 3 ? args[2] : m_cap.const_value(Py_None);
+        if (m_cap.v(d).kind == ValueKind::FreshDict) {
+            int at = fresh_dict_slot(d, key);
+            if (at >= 0) return m_cap.v(d).items[static_cast<size_t>(at)];
+            dict_set(d, args[1], fallback);
+            if (m_cap.v(d).built >= 0) {
+                Step s;
+                s.kind = StepKind::SetItem;
+                m_cap.record_effect(std::move(s), {d, args[1], fallback});
+            }
+            return fallback;
+        }
+        if (m_cap.v(d).mutated && !m_cap.v(d).keyed_writes)
+            return fail("dict.setdefault() after this function changed " + m_cap.v(d).label);
+        int written = written_item(d, key);
+        if (written >= 0) return written;
+        if (result != m_cap.v(fallback).real.get())  // the key was there: nothing changed
+            return dict_item(d, key, result);
+        m_cap.guard_no_key(d, key);
+        write_input_item(d, args[1], fallback);
+        return fallback;
     }
     return fail("dict." + name + "() on " + m_cap.v(d).label);
 }
@@ -2312,6 +2458,7 @@ int Monitor::item_of(int seq, Py_ssize_t i, PyObject* real) {
 // dyn_shape: the result's shape depends on data (a boolean or uint8 mask).
 Monitor::IndexKey Monitor::index_key(int key, int depth) {
     const Value& k = m_cap.v(key);
+    if (k.dyn_scalar) return {true, true};  // x[n], x[p:p + n] with n read from tensor data
     if (k.kind == ValueKind::Const || k.sym_number() ||
         (k.sym && k.real && PySlice_Check(k.real.get())))
         return {true, false};
@@ -2387,7 +2534,10 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
             }
             return item_of(cont, i, real);
         }
-        if (PyDict_Check(o)) return dict_item(cont, kr, real);
+        if (PyDict_Check(o)) {
+            int written = written_item(cont, kr);
+            return written >= 0 ? written : dict_item(cont, kr, real);
+        }
         if (c.identity && PyLong_Check(kr) &&
             plain_module_container(o, "__getitem__")) {
             int mv = modules_dict(cont);
@@ -2573,6 +2723,13 @@ bool Monitor::known(int id, int depth) {
 bool Monitor::require_const(const std::vector<int>& values, const std::string& what) {
     for (int id : values) {
         Value& v = m_cap.v(id);
+        if (has_dyn_scalar(id))
+            return m_cap.fail(breaks::kTensorToPython,
+                              what + " needs the value of " + v.label +
+                                  ", a number read from tensor data",
+                              "keep the value in a tensor, or use it outside the compiled "
+                              "function"),
+                   false;
         if (!known(id)) {
             m_cap.fail(v.tensor ? breaks::kTensorToPython : breaks::kUnsupportedOpcode,
                        what + " uses " + v.label + ", which is not a constant",

@@ -92,6 +92,11 @@ private:
     void dispatch_call(ShadowFrame& f, int callable, std::vector<int> args, PyObject* kwnames);
     void complete_call(ShadowFrame& f, Pending& p, PyObject* result);
     int record_call(Pending& p, PyObject* result, bool dyn_shape, bool graph_op = true);
+    // A Python number computed from tensor data (t.item(), int(t), float(t), round(of one)):
+    // read at replay, never guarded (Value::dyn_scalar, [Note: numbers from tensor data]).
+    int number_from_data(Pending& p, PyObject* result);
+    bool has_dyn_scalar(int value, int depth = 0);
+    int format_step(int opcode, int oparg, const std::vector<int>& in, PyObject* real);
     // A with block over a captured context manager ([Note: with blocks]): records its
     // __exit__ and __enter__, pushes both as BEFORE_WITH does.
     void with_enter(ShadowFrame& f, int ctx, PyObject* exit, PyObject* entered);
@@ -141,6 +146,9 @@ private:
     int fresh_dict_slot(int dict, PyObject* key);
     int dict_item(int dict, PyObject* key, PyObject* real);
     int dict_lookup(int dict, PyObject* key);
+    // Input dicts changed by d["name"] = v ([Note: dict writes]).
+    void write_input_item(int dict, int key, int val);
+    int written_item(int dict, PyObject* key);  // the value written this call, or -1
     int mutate_list(int callee, const std::string& name, const std::vector<int>& in);
     int index_items(const std::vector<int>& items, PyObject* key, ValueKind kind, PyObject* real);
 

@@ -257,6 +257,17 @@ bool Monitor::break_step(ShadowFrame& f, const py::Instruction& at, std::vector<
         s.kind = StepKind::GetAttr;
         s.name = py::Ref::borrow(py::code_name(f.code, ins.oparg));
         return run(std::move(s), {pop()}, ins.opcode == LOAD_METHOD);
+    case FORMAT_VALUE: case BUILD_STRING: {  // f"{x}" of a tensor: formatted in the segment
+        size_t n = ins.opcode == BUILD_STRING ? static_cast<size_t>(ins.oparg)
+                                              : (ins.oparg & 0x04) ? 2 : 1;
+        if (stack.size() < n) return false;
+        std::vector<int> in(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+        stack.resize(stack.size() - n);
+        int out = format_step(ins.opcode, ins.oparg, in, nullptr);
+        if (out < 0) return false;
+        stack.push_back(out);
+        return true;
+    }
     case GET_ITER:
         s.kind = StepKind::Call;
         s.args.push_back(Arg::value(builtin("iter")));

@@ -522,6 +522,33 @@ std::vector<std::pair<std::string, uint64_t>> GuardTree::changed_dims(py::IFrame
     return out;
 }
 
+std::vector<std::string> GuardTree::changed_numbers(py::IFrame* frame) const {
+    std::vector<std::string> out;
+    std::vector<PyObject*> values(m_nodes.size(), nullptr);
+    auto number = [](PyObject* o) { return PyFloat_CheckExact(o) || PyLong_CheckExact(o); };
+    for (size_t i = 0; i < m_nodes.size(); ++i) {
+        const Accessor& a = m_nodes[i];
+        if (a.parent >= 0 && !values[static_cast<size_t>(a.parent)]) continue;
+        PyObject* parent = a.parent >= 0 ? values[static_cast<size_t>(a.parent)] : nullptr;
+        PyObject* v = fetch(a, frame, parent);
+        if (!v) {
+            PyErr_Clear();
+            continue;
+        }
+        values[i] = v;
+        for (const Check& c : a.checks) {
+            if (c.kind != CheckKind::Equals || !c.value || !number(c.value.get()) ||
+                Py_TYPE(v) != Py_TYPE(c.value.get()))
+                continue;
+            int same = PyObject_RichCompareBool(v, c.value.get(), Py_EQ);
+            if (same < 0) PyErr_Clear();
+            if (same == 0) out.push_back(a.source);
+        }
+    }
+    release_values(values);
+    return out;
+}
+
 std::string GuardTree::check_verbose(py::IFrame* frame) const {
     std::string why;
     if (!run_checks(nullptr, nullptr, nullptr, &why)) return why;

@@ -108,6 +108,9 @@ public:
     // Automatic dynamic: per tensor node (by source) whose rank matches, the dims whose size
     // differs from the one guarded. PRECONDITION: GIL held; `frame` before it runs.
     std::vector<std::pair<std::string, uint64_t>> changed_dims(py::IFrame* frame) const;
+    // Automatic dynamic numbers: the sources of value-guarded ints and floats that now hold
+    // another number of the same type (a running sum, a step counter).
+    std::vector<std::string> changed_numbers(py::IFrame* frame) const;
 
     // One line per check, as Python-like text (for explain() and the report).
     std::vector<std::string> describe() const;

@@ -88,7 +88,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     st.stats.captures++;
     int64_t t0 = now_ns();
     Capture cap(py::frame_function(frame));
-    cap.set_dynamic({st.options.dynamic, &cc.dynamic_dims});
+    cap.set_dynamic({st.options.dynamic, &cc.dynamic_dims, &cc.dynamic_numbers});
     SegmentOptions seg;
     seg.sites = &cc.sites;
     seg.origin = cc.shift ? cc.origin : py::frame_code(frame);  // a resume code continues origin
@@ -234,6 +234,9 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
                         dims += (dims.empty() ? "" : ", ") + source + " dim " + std::to_string(d);
                 known |= changed;
             }
+            for (const std::string& source : last_own->guards->changed_numbers(frame))
+                if (cc->dynamic_numbers.insert(source).second)
+                    dims += (dims.empty() ? "" : ", ") + source;
             if (!dims.empty()) why += "; now dynamic: " + dims;
         }
         st.stats.recompile_reasons.push_back(why.empty() ? "guard failed" : why);
