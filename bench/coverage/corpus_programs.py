@@ -854,7 +854,7 @@ class PatchGANDiscriminator(nn.Module):
 
 class GANStep(nn.Module):
     """Hinge losses of one GAN step, a dict of losses and `.item()` logging into a history
-    list passed in (graph breaks on purpose)."""
+    list passed in."""
 
     def __init__(self):
         super().__init__()
@@ -1499,8 +1499,8 @@ class AverageMeter:
 
 
 class ClassifierTrainStep(nn.Module):
-    """Forward + loss + accuracy with `.item()` logging into AverageMeters (graph breaks on
-    purpose: loss.item(), the top-k accuracy in Python floats)."""
+    """Forward + loss + accuracy with `.item()` logging into AverageMeters (loss.item(), the
+    top-k accuracy in Python floats)."""
 
     def __init__(self, in_dim=32, num_classes=10, topk=(1, 5)):
         super().__init__()
@@ -1538,7 +1538,7 @@ def train_step_inputs():
 
 class LabelSmoothingSeqLoss(nn.Module):
     """Token-level cross entropy with label smoothing and ignore_index; token accuracy and the
-    running sums go into a plain `stats` dict passed in (float(), .item(): breaks on purpose)."""
+    running sums go into a plain `stats` dict passed in (float(), .item())."""
 
     def __init__(self, vocab=20, dim=16, pad_idx=0, smoothing=0.1):
         super().__init__()
@@ -2425,7 +2425,7 @@ class BYOL(nn.Module):
 
 class MoCo(nn.Module):
     """MoCo v1/v2: momentum update of the key encoder and the dequeue/enqueue of a queue buffer
-    at `ptr = int(self.queue_ptr)` (a tensor-to-Python conversion: breaks on purpose)."""
+    at `ptr = int(self.queue_ptr)` (a number read from tensor data, used in a slice)."""
 
     def __init__(self, dim=8, in_dim=16, K=32, m=0.999, T=0.07):
         super().__init__()
