@@ -390,3 +390,18 @@ def test_namedtuples_made_read_and_returned():
     assert type(out) is Pair and out.scale == 3.0
     cf2 = check(read_named, [(Pair(torch.randn(2), torch.randn(2)),) for _ in range(3)])
     assert_stats(cf2, breaks=0, hits=2)
+
+
+def test_namedtuple_replace_and_asdict():
+    def f(x, prior):
+        p = Pair(x * 2, x + 1)
+        q = p._replace(right=p.right * prior.scale, scale=prior.scale + 1)
+        r = prior._replace(left=x)
+        sizes = {k: (v.shape[0] if torch.is_tensor(v) else v) for k, v in q._asdict().items()}
+        return q, r, sizes, list(prior._asdict())
+
+    calls = [(torch.randn(3), Pair(torch.randn(3), torch.randn(3), 2.0)) for _ in range(3)]
+    cf = check(f, calls)
+    assert_stats(cf, breaks=0, misses=1, hits=2)
+    q, r, _, _ = cf(*calls[0])
+    assert type(q) is Pair and type(r) is Pair and q.scale == 3.0

@@ -179,6 +179,29 @@ int namedtuple_field(PyTypeObject* t, PyObject* name) {
     return -1;
 }
 
+// The code of collections.namedtuple's generated _replace and _asdict (shared by every
+// namedtuple class), looked up once.
+static bool is_namedtuple_method(PyCodeObject* code, const char* name) {
+    static PyObject* sample = [] {
+        PyObject* collections = PyImport_ImportModule("collections");
+        PyObject* t = collections ? PyObject_CallMethod(collections, "namedtuple", "ss", "_T", "a")
+                                  : nullptr;
+        Py_XDECREF(collections);
+        if (!t) PyErr_Clear();
+        return t;  // kept for the process
+    }();
+    if (!sample) return false;
+    PyObject* fn = PyObject_GetAttrString(sample, name);
+    if (!fn) {
+        PyErr_Clear();
+        return false;
+    }
+    bool same = PyFunction_Check(fn) &&
+                reinterpret_cast<PyFunctionObject*>(fn)->func_code == reinterpret_cast<PyObject*>(code);
+    Py_DECREF(fn);
+    return same;
+}
+
 CalleeInfo classify_callee(PyObject* f) {
     CalleeInfo info;
     const TorchApi& api = torch_api();
@@ -201,6 +224,9 @@ CalleeInfo classify_callee(PyObject* f) {
         } else if (is_torch_module_name(m)) {
             info.kind = CallKind::TorchOp;  // F.relu, torch.functional.*, Tensor python methods
             info.name = m == "torch.nn.functional" ? "F." + info.name : m + "." + info.name;
+        } else if (m == "collections" && (is_namedtuple_method(info.code, "_replace") ||
+                                          is_namedtuple_method(info.code, "_asdict"))) {
+            info.kind = CallKind::NamedTupleMethod;
         } else if (!py::code_is_plain_function(info.code)) {
             info.kind = CallKind::Unsupported;
             info.name += " (a generator or coroutine)";

@@ -82,6 +82,17 @@ bool Monitor::items_of(int seq, std::vector<int>& out) {
         out = m_cap.v(seq).items;
         return true;
     }
+    if (s.kind == ValueKind::Input && !s.tensor && is_namedtuple_type(Py_TYPE(o))) {
+        // immutable, and its length is fixed by its class (guarded): the items by position
+        out.clear();
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i) {
+            int item = m_cap.input_child(seq, AccessKind::Item, static_cast<int>(i), nullptr,
+                                         "[" + std::to_string(i) + "]", PyTuple_GET_ITEM(o, i));
+            if (item < 0) return false;
+            out.push_back(item);
+        }
+        return true;
+    }
     if (s.kind == ValueKind::Input && s.identity &&
         plain_module_container(o, "__iter__")) {
         int mv = modules_dict(seq);
@@ -1584,9 +1595,15 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 &&
             (name == "list" || name == "tuple")) {
             Value& s = m_cap.v(p.in[0]);
-            if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
+            if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple ||
+                s.kind == ValueKind::FreshDict) {
+                std::vector<int> items = s.items;
+                if (s.kind == ValueKind::FreshDict) {  // list(d): its keys
+                    items.clear();
+                    for (size_t i = 0; i < s.items.size(); i += 2) items.push_back(s.items[i]);
+                }
                 push_out(m_cap.fresh(name == "list" ? ValueKind::FreshList : ValueKind::FreshTuple,
-                                     s.items, result));
+                                     items, result));
                 return;
             }
         }
@@ -1659,6 +1676,35 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                 items[static_cast<size_t>(i)] = m_cap.const_value(PyTuple_GET_ITEM(result, i));
         push_out(m_cap.fresh(ValueKind::FreshTuple, items, result));
         return;
+    }
+    case CallKind::NamedTupleMethod: {
+        // nt._replace(f=v): a fresh tuple of the same class; nt._asdict(): {field: item}
+        PyObject* self_real = p.in.empty() ? nullptr : m_cap.v(p.in[0]).real.get();
+        if (!self_real || !is_namedtuple_type(Py_TYPE(self_real)) || !result)
+            return m_cap.internal_error("namedtuple method");
+        PyTypeObject* t = Py_TYPE(self_real);
+        std::vector<int> items;
+        if (!items_of(p.in[0], items)) return;
+        PyObject* fields = _PyType_Lookup(t, interned("_fields"));
+        if (static_cast<Py_ssize_t>(items.size()) != PyTuple_GET_SIZE(fields))
+            return m_cap.internal_error("namedtuple length");
+        size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+        if (p.in.size() != 1 + nkw)
+            return m_cap.internal_error("namedtuple method arguments");
+        if (p.callee.op == "_asdict") {
+            std::vector<int> pairs;
+            for (size_t i = 0; i < items.size(); ++i) {
+                pairs.push_back(m_cap.const_value(PyTuple_GET_ITEM(fields, static_cast<Py_ssize_t>(i))));
+                pairs.push_back(items[i]);
+            }
+            return push_out(m_cap.fresh(ValueKind::FreshDict, pairs, result));
+        }
+        for (size_t k = 0; k < nkw; ++k) {
+            int idx = namedtuple_field(t, PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k)));
+            if (idx < 0) return m_cap.internal_error("namedtuple field");
+            items[static_cast<size_t>(idx)] = p.in[1 + k];
+        }
+        return push_out(m_cap.fresh(ValueKind::FreshTuple, items, result));
     }
     case CallKind::TypeOf:
         if (p.in.size() != 1 || p.kwnames)
