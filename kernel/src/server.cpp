@@ -22,6 +22,24 @@ bool is_eintr(const zmq::error_t& e) { return e.num() == EINTR; }
 
 std::string msg_type_of(const nl::json& header) { return header.value("msg_type", ""); }
 
+// xeus 2.4.1 writes the microseconds of a header's date without leading zeros
+// ("12:00:54.96634Z" for 54.096634 s), which clients read as another time. The digits are
+// the whole microsecond count, so padding them to six restores the time it meant.
+nl::json fixed_header(const nl::json& header) {
+    auto date = header.find("date");
+    if (date == header.end() || !date->is_string()) return header;
+    const std::string& d = date->get_ref<const std::string&>();
+    const size_t dot = d.rfind('.');
+    const size_t end = d.find_first_not_of("0123456789", dot == std::string::npos ? 0 : dot + 1);
+    if (dot == std::string::npos || end == std::string::npos || end - dot - 1 >= 6 ||
+        end == dot + 1)
+        return header;
+    nl::json fixed = header;
+    fixed["date"] = d.substr(0, dot + 1) + std::string(6 - (end - dot - 1), '0') +
+                    d.substr(dot + 1);
+    return fixed;
+}
+
 }  // namespace
 
 KernelServer::KernelServer(zmq::context_t& context, const xeus::xconfiguration& config,
@@ -117,15 +135,15 @@ void KernelServer::note_request(const xeus::xmessage& msg) {
 }
 
 void KernelServer::publish_impl(xeus::xpub_message message, xeus::channel c) {
+    nl::json content = message.content();
     if (msg_type_of(message.header()) == "execute_input") {
         // xeus numbers execute_input with its own counter, which also counts
         // store_history=false; use the protocol's.
-        nl::json content = message.content();
         content["execution_count"] = m_counter.current;
-        message = xeus::xpub_message(message.topic(), message.header(), message.parent_header(),
-                                     message.metadata(), std::move(content),
-                                     xeus::buffer_sequence(message.buffers()));
     }
+    message = xeus::xpub_message(message.topic(), fixed_header(message.header()),
+                                 message.parent_header(), message.metadata(), std::move(content),
+                                 xeus::buffer_sequence(message.buffers()));
     std::lock_guard<std::mutex> lock(m_socket);
     xserver_zmq::publish_impl(std::move(message), c);
 }
@@ -142,8 +160,8 @@ xeus::xmessage KernelServer::fix_reply(xeus::xmessage message) {
         // word for them is "aborted".
         content["status"] = "aborted";
     }
-    return xeus::xmessage(message.identities(), message.header(), message.parent_header(),
-                          message.metadata(), std::move(content),
+    return xeus::xmessage(message.identities(), fixed_header(message.header()),
+                          message.parent_header(), message.metadata(), std::move(content),
                           xeus::buffer_sequence(message.buffers()));
 }
 
@@ -163,8 +181,9 @@ void KernelServer::send_stdin_impl(xeus::xmessage message) {
         content["password"] = content["pwd"];
         content.erase("pwd");
     }
-    xeus::xmessage request(message.identities(), message.header(), message.parent_header(),
-                           message.metadata(), std::move(content), xeus::buffer_sequence());
+    xeus::xmessage request(message.identities(), fixed_header(message.header()),
+                           message.parent_header(), message.metadata(), std::move(content),
+                           xeus::buffer_sequence());
 
     // A reply that arrived after an earlier, interrupted request must not answer this one.
     for (;;) {

@@ -595,3 +595,29 @@ def test_shutdown_reply_and_exit():
         kernel.kc.stop_channels()
         if kernel.km.is_alive():
             kernel.km.shutdown_kernel(now=True)
+
+
+def test_header_dates_have_six_digit_microseconds(k):
+    # xeus 2.4.1 drops the leading zeros of the microseconds ("54.96634Z" for 54.096634 s);
+    # the kernel pads them. About one date in ten has fewer than six digits before the fix.
+    import re
+    raw = []
+    unpack = k.kc.session.unpack
+    ours = None
+
+    def recording(s):
+        d = unpack(s)
+        if isinstance(d, dict) and "date" in d and "msg_type" in d:
+            raw.append((d.get("session"), d["date"]))
+        return d
+
+    k.kc.session.unpack = recording
+    try:
+        for _ in range(25):
+            k.execute("pass")
+    finally:
+        k.kc.session.unpack = unpack
+    ours = [date for session, date in raw if session != k.kc.session.session]
+    assert len(ours) >= 100, raw
+    bad = [d for d in ours if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", d)]
+    assert bad == [], bad
