@@ -227,6 +227,10 @@ CalleeInfo classify_callee(PyObject* f) {
         } else if (m == "collections" && (is_namedtuple_method(info.code, "_replace") ||
                                           is_namedtuple_method(info.code, "_asdict"))) {
             info.kind = CallKind::NamedTupleMethod;
+        } else if ((info.code->co_flags & CO_GENERATOR) &&
+                   !(info.code->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR |
+                                            CO_ITERABLE_COROUTINE))) {
+            info.kind = CallKind::Generator;
         } else if (!py::code_is_plain_function(info.code)) {
             info.kind = CallKind::Unsupported;
             info.name += " (a generator or coroutine)";

@@ -25,6 +25,8 @@ enum class CallKind : uint8_t {
     Context,         // torch.no_grad() & co (TorchApi::context_types): made for a with block
     ContextExit,     // the bound __exit__ of a captured with block, called when it ends
     NamedTuple,      // a collections.namedtuple class called: a fresh tuple of its fields
+    Generator,       // a generator function (a generator expression) called: its frame is
+                     // traced when it is resumed ([Note: generators])
     NamedTupleMethod,  // nt._replace(**fields), nt._asdict(): fresh tuple / dict of the fields
     TypeOf,          // type(x): known for every value (guarded, or fixed by how it was made)
     ModuleMembers,   // m.parameters(), m.named_modules() & co: an iterator over guarded members

@@ -55,6 +55,7 @@ enum class IterKind : uint8_t {
     Flat,       // `items` in order, `iter_width` at a time (dict views, reversed)
     Zip,        // `items`: one iterator per input
     Enumerate,  // `items`: the one inner iterator; the count comes from the yielded tuple
+    Generator,  // a generator made in the call (`iter_source`: Monitor's record of it)
 };
 
 struct Value {

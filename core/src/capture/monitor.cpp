@@ -65,6 +65,7 @@ int Monitor::modules_dict(int container) {
 // The items of a sequence whose contents the capture knows: a fresh list or tuple, a constant
 // tuple, or an input list or tuple (its length and items are then guarded).
 bool Monitor::items_of(int seq, std::vector<int>& out) {
+    if (generator_of(seq)) return generator_items(seq, out);  // a, b = (f(z) for z in zs)
     Value& s = m_cap.v(seq);
     PyObject* o = s.real.get();
     if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
@@ -451,6 +452,7 @@ void Monitor::on_call(PyFrameObject* fo) {
         py::frame_set_trace_opcodes(fo, !m_stopped);
         return;
     }
+    if ((co->co_flags & CO_GENERATOR) && resume_generator(fo, f, co)) return;
     ShadowFrame& top = m_frames.back();
     Pending& p = top.pending;
     bool inline_call = p.opcode == CALL || p.opcode == CALL_FUNCTION_EX;
@@ -485,6 +487,71 @@ void Monitor::on_call(PyFrameObject* fo) {
     py::frame_set_trace_opcodes(fo, true);
 }
 
+// [Note: generators] The frame of a generator made in the call, resumed: bound like a callee
+// on its first resume, its shadow frame restored on later ones (with the None that resuming
+// pushes). False: not one of ours (it runs untraced).
+bool Monitor::resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co) {
+    GenRecord* g = nullptr;
+    int index = -1;
+    for (size_t i = 0; i < m_gens.size(); ++i) {
+        if (m_gens[i].code != co || m_gens[i].done) continue;
+        if (g) {  // two live generators of one code: which one runs is not known
+            m_cap.fail(breaks::kUnsupportedOpcode, "two generators of one expression are "
+                       "consumed together", "make a list of the first before using the second");
+            stop_tracing();
+            return true;
+        }
+        g = &m_gens[i];
+        index = static_cast<int>(i);
+    }
+    if (!g) return false;
+    bool in_try = m_frames.back().in_try;
+    if (!g->started) {
+        g->started = true;
+        ShadowFrame sf;
+        sf.frame = f;
+        sf.frame_obj = fo;
+        sf.code = co;
+        sf.caller_in_try = in_try;
+        sf.gen = index;
+        m_frames.push_back(std::move(sf));
+        Pending call = g->call;
+        if (!bind_callee(m_frames.back(), call, g->func_value)) {
+            stop_tracing();
+            return true;
+        }
+    } else {
+        ShadowFrame sf = std::move(g->frame);
+        sf.frame = f;
+        sf.frame_obj = fo;
+        sf.caller_in_try = in_try;
+        sf.stack.push_back(m_cap.const_value(Py_None));  // what next() sends in
+        m_frames.push_back(std::move(sf));
+    }
+    py::frame_set_trace_opcodes(fo, true);
+    return true;
+}
+
+Monitor::GenRecord* Monitor::generator_of(int value) {
+    const Value& v = m_cap.v(value);
+    if (v.kind != ValueKind::Iterator || v.iter_kind != IterKind::Generator) return nullptr;
+    return &m_gens[static_cast<size_t>(v.iter_source)];
+}
+
+// The items a generator yielded, once it has run to its end.
+bool Monitor::generator_items(int value, std::vector<int>& out) {
+    GenRecord* g = generator_of(value);
+    if (!g) return false;
+    if (!g->done) {
+        m_cap.fail(breaks::kUnsupportedOpcode,
+                   "a generator is used without being run to its end (" + m_cap.v(value).label + ")",
+                   "consume it whole (list(), sum(), a for loop without break)");
+        return false;
+    }
+    out = g->yielded;
+    return true;
+}
+
 void Monitor::on_return(PyFrameObject* fo, PyObject* value) {
     if (!m_untraced.empty() && m_untraced.back() == fo) {
         m_untraced.pop_back();
@@ -503,6 +570,18 @@ void Monitor::on_return(PyFrameObject* fo, PyObject* value) {
         m_cap.fail(breaks::kException, "an exception was raised inside the captured code",
                    "code that raises (or catches) exceptions runs eagerly");
         stop_tracing();
+        return;
+    }
+    if (done.gen >= 0) {  // a yield, or the generator's end ([Note: generators])
+        GenRecord& g = m_gens[static_cast<size_t>(done.gen)];
+        if (done.pending.opcode == YIELD_VALUE && done.pending.in.size() == 1) {
+            g.yielded.push_back(done.pending.in[0]);
+            done.pending = Pending{};
+            g.frame = std::move(done);
+        } else {
+            g.done = true;
+        }
+        m_cap.set_in_try(m_frames.back().in_try);
         return;
     }
     m_frames.back().pending.inline_result = done.return_value;
@@ -724,6 +803,12 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         return;
     case KW_NAMES:
         f.kwnames = py::code_const(f.code, ins.oparg);
+        return;
+    case YIELD_VALUE:
+        if (f.gen < 0)
+            return m_cap.fail(breaks::kUnsupportedOpcode, "a yield in a frame that is not a "
+                              "generator made in the call", "yield from generators made inside");
+        defer(1, 0);  // completed by the frame's return event (on_return)
         return;
     case POP_TOP: pop(f); return;
     case PUSH_NULL: push(f, m_cap.null_value()); return;
@@ -1405,6 +1490,23 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     auto push_out = [&](int id) {
         if (id >= 0) push(f, id);
     };
+    if (p.callee.kind != CallKind::InlineFunction && p.callee.kind != CallKind::InlineModule &&
+        p.callee.kind != CallKind::Generator) {
+        // sum(g), tuple(g), torch.cat(list(g)): a generator the call ran to its end is the list
+        // of what it yielded ([Note: generators])
+        for (int& a : p.in) {
+            if (!generator_of(a)) continue;
+            std::vector<int> items;
+            if (!generator_items(a, items)) return;
+            py::Ref list = py::Ref::steal(PyList_New(static_cast<Py_ssize_t>(items.size())));
+            for (size_t i = 0; i < items.size(); ++i) {
+                PyObject* o = m_cap.v(items[i]).real ? m_cap.v(items[i]).real.get() : Py_None;
+                Py_INCREF(o);
+                PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(i), o);
+            }
+            a = m_cap.fresh(ValueKind::FreshList, items, list.get());
+        }
+    }
     bool any_tensor = false, all_const = true, dyn = false, dyn_number = false;
     bool flows = p.callee.kind == CallKind::TorchOp || p.callee.kind == CallKind::LeafModule ||
                  p.callee.kind == CallKind::InlineFunction ||
@@ -1676,6 +1778,20 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                 items[static_cast<size_t>(i)] = m_cap.const_value(PyTuple_GET_ITEM(result, i));
         push_out(m_cap.fresh(ValueKind::FreshTuple, items, result));
         return;
+    }
+    case CallKind::Generator: {
+        // a generator function called (a generator expression made): nothing runs yet
+        if (!result || !PyGen_Check(result)) return m_cap.internal_error("generator call");
+        GenRecord g;
+        g.code = p.callee.code;
+        g.call = p;
+        g.func_value = p.callee_value;
+        g.object = result;
+        int it = m_cap.new_value(ValueKind::Iterator, result, name + "(...)");
+        m_cap.v(it).iter_kind = IterKind::Generator;
+        m_cap.v(it).iter_source = static_cast<int>(m_gens.size());
+        m_gens.push_back(std::move(g));
+        return push_out(it);
     }
     case CallKind::NamedTupleMethod: {
         // nt._replace(f=v): a fresh tuple of the same class; nt._asdict(): {field: item}
@@ -2118,6 +2234,14 @@ int Monitor::next_item(int it, PyObject* real) {
         return m_cap.input_child(src, AccessKind::DictValueAt, pos, nullptr,
                                  "[" + std::to_string(pos) + "]", real);
     case IterKind::OpSeq: return item_of(src, pos, real);
+    case IterKind::Generator: {  // for x in g: the item the loop's next() made it yield
+        const std::vector<int>& got = m_gens[static_cast<size_t>(src)].yielded;
+        if (pos >= static_cast<int>(got.size()) || m_cap.v(got[static_cast<size_t>(pos)]).real.get() != real) {
+            m_cap.internal_error("a generator out of step with its loop");
+            return -1;
+        }
+        return got[static_cast<size_t>(pos)];
+    }
     case IterKind::Flat: {
         size_t w = static_cast<size_t>(iter.iter_width), at = static_cast<size_t>(pos) * w;
         if (at + w > iter.items.size()) {

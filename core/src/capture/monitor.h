@@ -68,7 +68,26 @@ private:
         bool caller_in_try = false; // the call into this frame sits in a try/with of a caller
         bool in_try = false;        // the current instruction is (Capture::set_in_try)
         int return_value = -1;
+        int gen = -1;  // a generator's frame: its index in m_gens
     };
+    // [Note: generators] A generator made in the call: its frame is traced each time it is
+    // resumed (by a builtin consuming it, a for loop, unpacking), its shadow frame kept between
+    // yields, and what it yielded collected. A consumer that ran it to its end sees the items
+    // as a list made in the call.
+    struct GenRecord {
+        PyCodeObject* code = nullptr;
+        Pending call;         // the call that made it: binds its arguments on first resume
+        int func_value = -1;
+        bool started = false;
+        bool done = false;
+        ShadowFrame frame;    // between yields
+        std::vector<int> yielded;
+        PyObject* object = nullptr;  // borrowed: the consumer holds it while it runs
+    };
+    std::vector<GenRecord> m_gens;
+    GenRecord* generator_of(int value);
+    bool resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
+    bool generator_items(int value, std::vector<int>& out);
 
     static int trace(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg);
     void on_call(PyFrameObject* frame);

@@ -177,6 +177,8 @@ int Monitor::iterator_state(int it, int depth) {
         args.push_back(Arg::value(count));
         return call(builtin("enumerate"), std::move(args), m_cap.v(it).label);
     }
+    case IterKind::Generator:  // its frame cannot be handed over: the break stays eager
+        return -1;
     }
     return -1;
 }

@@ -1,0 +1,110 @@
+"""Generator expressions and generator functions made in the call ([Note: generators]): their
+frames are traced when a builtin, a for loop or unpacking resumes them, and the consumer sees
+the items they yielded. Every test compares against eager on every call."""
+
+import torch
+
+import magpy
+from conftest import assert_stats, break_ids, check
+
+
+def test_generator_expression_summed():
+    def f(feats):
+        return sum(t.mean() for t in feats) / len(feats)
+
+    calls = [([torch.randn(3), torch.randn(4)],) for _ in range(3)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_generator_expression_unpacked():
+    def f(q, k, v, heads):
+        b, t, c = q.shape
+        q, k, v = (z.view(b, t, heads, c // heads).transpose(1, 2) for z in (q, k, v))
+        return (q @ k.transpose(-1, -2)).softmax(-1) @ v
+
+    x = torch.randn(2, 5, 8)
+    cf = check(f, [(x, x * 2, x * 3, 2), (x * 4, x, x, 2), (x, x, x, 2)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_generator_expression_into_tuple_list_any_all_max():
+    def f(xs, scale):
+        t = tuple(x * scale for x in xs)
+        lst = list(x.sum() for x in t if x.numel() > 1)
+        big = max(x.shape[0] for x in xs)
+        return t, lst, big, any(x.dim() == 2 for x in xs), all(x.dim() == 1 for x in xs)
+
+    calls = [([torch.randn(3), torch.randn(2), torch.randn(1)], 2.0) for _ in range(3)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_generator_expression_iterated_by_a_for_loop():
+    def f(xs):
+        out = []
+        for y in (x.relu() * i for i, x in enumerate(xs)):
+            out.append(y + 1)
+        return out
+
+    cf = check(f, [([torch.randn(2), torch.randn(2), torch.randn(3)],) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_generator_function_defined_by_the_user():
+    def pairs(xs):
+        for a, b in zip(xs, xs[1:]):
+            yield a - b
+
+    def f(xs):
+        return torch.stack(list(pairs(xs)))
+
+    cf = check(f, [([torch.randn(3) for _ in range(4)],) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_generator_with_side_effects_in_order():
+    def f(xs, log):
+        total = sum(log.append(i) or x * i for i, x in enumerate(xs))
+        log.append("end")
+        return total
+
+    calls = [([torch.randn(2)] * 3, ["start"]) for _ in range(3)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_generator_not_run_to_its_end_breaks_and_is_correct():
+    def f(xs):
+        g = (x * 2 for x in xs)
+        first = next(g)
+        return first + sum(g)
+
+    cf = check(f, [([torch.randn(2)] * 3,) for _ in range(3)])
+    assert magpy.explain(cf).break_count >= 1
+
+
+def test_short_circuit_consumer_breaks_and_is_correct():
+    def f(xs):
+        return xs[0] * int(any(x.shape[0] > 2 for x in xs))
+
+    cf = check(f, [([torch.randn(3), torch.randn(2)],), ([torch.randn(1), torch.randn(4)],)])
+    assert magpy.explain(cf).break_count >= 1
+
+
+def test_exception_inside_a_generator_is_raised_like_eager():
+    def f(xs):
+        return sum(x.view(5) for x in xs)
+
+    cf = magpy.compile(f)
+    for _ in range(2):
+        try:
+            f([torch.randn(3)])
+        except RuntimeError as e:
+            expected = str(e)
+        try:
+            cf([torch.randn(3)])
+            raise AssertionError("no error")
+        except RuntimeError as e:
+            assert str(e) == expected
+    assert "MB006" in break_ids(cf)
