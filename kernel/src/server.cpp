@@ -25,18 +25,24 @@ std::string msg_type_of(const nl::json& header) { return header.value("msg_type"
 // xeus 2.4.1 writes the microseconds of a header's date without leading zeros
 // ("12:00:54.96634Z" for 54.096634 s), which clients read as another time. The digits are
 // the whole microsecond count, so padding them to six restores the time it meant.
-nl::json fixed_header(const nl::json& header) {
+// The number of zeros the date's microseconds lack (0: nothing to fix).
+size_t missing_zeros(const nl::json& header) {
     auto date = header.find("date");
-    if (date == header.end() || !date->is_string()) return header;
+    if (date == header.end() || !date->is_string()) return 0;
     const std::string& d = date->get_ref<const std::string&>();
     const size_t dot = d.rfind('.');
-    const size_t end = d.find_first_not_of("0123456789", dot == std::string::npos ? 0 : dot + 1);
-    if (dot == std::string::npos || end == std::string::npos || end - dot - 1 >= 6 ||
-        end == dot + 1)
-        return header;
+    if (dot == std::string::npos) return 0;
+    const size_t end = d.find_first_not_of("0123456789", dot + 1);
+    const size_t digits = (end == std::string::npos ? d.size() : end) - dot - 1;
+    return end == std::string::npos || digits == 0 || digits >= 6 ? 0 : 6 - digits;
+}
+
+nl::json fixed_header(const nl::json& header) {
+    const size_t zeros = missing_zeros(header);
+    if (zeros == 0) return header;
     nl::json fixed = header;
-    fixed["date"] = d.substr(0, dot + 1) + std::string(6 - (end - dot - 1), '0') +
-                    d.substr(dot + 1);
+    std::string d = header["date"].get<std::string>();
+    fixed["date"] = d.insert(d.rfind('.') + 1, zeros, '0');
     return fixed;
 }
 
@@ -135,15 +141,16 @@ void KernelServer::note_request(const xeus::xmessage& msg) {
 }
 
 void KernelServer::publish_impl(xeus::xpub_message message, xeus::channel c) {
-    nl::json content = message.content();
-    if (msg_type_of(message.header()) == "execute_input") {
-        // xeus numbers execute_input with its own counter, which also counts
-        // store_history=false; use the protocol's.
-        content["execution_count"] = m_counter.current;
+    // xeus numbers execute_input with its own counter, which also counts store_history=false;
+    // use the protocol's. Messages are rebuilt only when something changes (most are not).
+    const bool input = msg_type_of(message.header()) == "execute_input";
+    if (input || missing_zeros(message.header()) > 0) {
+        nl::json content = message.content();
+        if (input) content["execution_count"] = m_counter.current;
+        message = xeus::xpub_message(message.topic(), fixed_header(message.header()),
+                                     message.parent_header(), message.metadata(),
+                                     std::move(content), xeus::buffer_sequence(message.buffers()));
     }
-    message = xeus::xpub_message(message.topic(), fixed_header(message.header()),
-                                 message.parent_header(), message.metadata(), std::move(content),
-                                 xeus::buffer_sequence(message.buffers()));
     std::lock_guard<std::mutex> lock(m_socket);
     xserver_zmq::publish_impl(std::move(message), c);
 }

@@ -611,8 +611,8 @@ void raise_declined() {
 class Region {
 public:
     Region(int number, Plan sub, size_t graph_ops, size_t steps, bool freeze)
-        : m_number(number), m_sub(std::move(sub)), m_graph_ops(graph_ops), m_steps(steps),
-          m_freeze(freeze) {}
+        : m_number(number), m_freeze(freeze), m_sub(std::move(sub)), m_graph_ops(graph_ops),
+          m_steps(steps) {}
 
     // A tuple of the region's outputs (new reference), or NULL with a Python error.
     PyObject* call(PyObject* const* args) {

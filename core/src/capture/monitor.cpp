@@ -470,16 +470,26 @@ void Monitor::on_call(PyFrameObject* fo) {
     }
     p.inline_bound = true;
     int func_value = p.callee.kind == CallKind::InlineFunction ? p.callee_value : p.forward_value;
+    enter_callee(fo, f, co, m_frames.size() - 1, func_value, -1);
+}
+
+// Pushes the shadow frame of a traced callee and binds its arguments from the call pending in
+// frame `caller` (a generator's first resume: the call that made it, `gen` its record).
+void Monitor::enter_callee(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co, size_t caller,
+                           int func_value, int gen) {
     ShadowFrame sf;
     sf.frame = f;
     sf.frame_obj = fo;
     sf.code = co;
     // Lines inside torch's own Python (Sequential.forward) are reported at the user's call.
     sf.library_code = str(co->co_filename).find("/torch/") != std::string::npos;
-    sf.caller_in_try = top.in_try;
+    sf.caller_in_try = m_frames[caller].in_try;
+    sf.gen = gen;
     m_frames.push_back(std::move(sf));
-    // `p` may dangle after push_back; re-fetch the caller.
-    Pending& call = m_frames[m_frames.size() - 2].pending;
+    Pending generator_call;
+    if (gen >= 0) generator_call = m_gens[static_cast<size_t>(gen)].call;
+    // (a reference into m_frames is taken only after the push_back)
+    Pending& call = gen >= 0 ? generator_call : m_frames[caller].pending;
     if (!bind_callee(m_frames.back(), call, func_value)) {
         stop_tracing();
         return;
@@ -505,29 +515,17 @@ bool Monitor::resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* c
         index = static_cast<int>(i);
     }
     if (!g) return false;
-    bool in_try = m_frames.back().in_try;
     if (!g->started) {
         g->started = true;
-        ShadowFrame sf;
-        sf.frame = f;
-        sf.frame_obj = fo;
-        sf.code = co;
-        sf.caller_in_try = in_try;
-        sf.gen = index;
-        m_frames.push_back(std::move(sf));
-        Pending call = g->call;
-        if (!bind_callee(m_frames.back(), call, g->func_value)) {
-            stop_tracing();
-            return true;
-        }
-    } else {
-        ShadowFrame sf = std::move(g->frame);
-        sf.frame = f;
-        sf.frame_obj = fo;
-        sf.caller_in_try = in_try;
-        sf.stack.push_back(m_cap.const_value(Py_None));  // what next() sends in
-        m_frames.push_back(std::move(sf));
+        enter_callee(fo, f, co, m_frames.size() - 1, g->func_value, index);
+        return true;
     }
+    ShadowFrame sf = std::move(g->frame);
+    sf.frame = f;
+    sf.frame_obj = fo;
+    sf.caller_in_try = m_frames.back().in_try;
+    sf.stack.push_back(m_cap.const_value(Py_None));  // what next() sends in
+    m_frames.push_back(std::move(sf));
     py::frame_set_trace_opcodes(fo, true);
     return true;
 }

@@ -87,6 +87,8 @@ private:
     std::vector<GenRecord> m_gens;
     GenRecord* generator_of(int value);
     bool resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
+    void enter_callee(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co, size_t caller,
+                      int func_value, int gen);
     bool generator_items(int value, std::vector<int>& out);
 
     static int trace(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg);

@@ -493,37 +493,8 @@ uint64_t GuardTree::dynamic_dims(int node) const {
     return 0;
 }
 
-std::vector<std::pair<std::string, uint64_t>> GuardTree::changed_dims(py::IFrame* frame) const {
-    std::vector<std::pair<std::string, uint64_t>> out;
-    std::vector<PyObject*> values(m_nodes.size(), nullptr);
-    for (size_t i = 0; i < m_nodes.size(); ++i) {
-        const Accessor& a = m_nodes[i];
-        if (a.parent >= 0 && !values[static_cast<size_t>(a.parent)]) continue;
-        PyObject* parent = a.parent >= 0 ? values[static_cast<size_t>(a.parent)] : nullptr;
-        PyObject* v = fetch(a, frame, parent);
-        if (!v) {
-            PyErr_Clear();
-            continue;
-        }
-        values[i] = v;
-        for (const Check& c : a.checks) {
-            if (c.kind != CheckKind::TensorMatch || !is_tensor(v)) continue;
-            TensorKey got;
-            tensor_key_of(v, got, false);
-            if (got.sizes.size() != c.tensor.sizes.size()) continue;
-            uint64_t dims = 0;
-            for (size_t d = 0; d < got.sizes.size() && d < 64; ++d)
-                if (got.sizes[d] != c.tensor.sizes[d] && got.sizes[d] >= 2)  // 0, 1: fixed
-                    dims |= uint64_t{1} << d;
-            if (dims) out.emplace_back(a.source, dims);
-        }
-    }
-    release_values(values);
-    return out;
-}
-
-std::vector<std::string> GuardTree::changed_numbers(py::IFrame* frame) const {
-    std::vector<std::string> out;
+GuardTree::Changes GuardTree::changes(py::IFrame* frame) const {
+    Changes out;
     std::vector<PyObject*> values(m_nodes.size(), nullptr);
     auto number = [](PyObject* o) { return PyFloat_CheckExact(o) || PyLong_CheckExact(o); };
     for (size_t i = 0; i < m_nodes.size(); ++i) {
@@ -537,12 +508,21 @@ std::vector<std::string> GuardTree::changed_numbers(py::IFrame* frame) const {
         }
         values[i] = v;
         for (const Check& c : a.checks) {
-            if (c.kind != CheckKind::Equals || !c.value || !number(c.value.get()) ||
-                Py_TYPE(v) != Py_TYPE(c.value.get()))
-                continue;
-            int same = PyObject_RichCompareBool(v, c.value.get(), Py_EQ);
-            if (same < 0) PyErr_Clear();
-            if (same == 0) out.push_back(a.source);
+            if (c.kind == CheckKind::TensorMatch && is_tensor(v)) {
+                TensorKey got;
+                tensor_key_of(v, got, false);
+                if (got.sizes.size() != c.tensor.sizes.size()) continue;
+                uint64_t dims = 0;
+                for (size_t d = 0; d < got.sizes.size() && d < 64; ++d)
+                    if (got.sizes[d] != c.tensor.sizes[d] && got.sizes[d] >= 2)  // 0, 1: fixed
+                        dims |= uint64_t{1} << d;
+                if (dims) out.dims.emplace_back(a.source, dims);
+            } else if (c.kind == CheckKind::Equals && c.value && number(c.value.get()) &&
+                       Py_TYPE(v) == Py_TYPE(c.value.get())) {
+                int same = PyObject_RichCompareBool(v, c.value.get(), Py_EQ);
+                if (same < 0) PyErr_Clear();
+                if (same == 0) out.numbers.push_back(a.source);
+            }
         }
     }
     release_values(values);

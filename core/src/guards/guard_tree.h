@@ -105,12 +105,17 @@ public:
     // Dynamic shapes: the dims of a tensor node's check that take any size.
     void set_dynamic_dims(int node, uint64_t dims);
     uint64_t dynamic_dims(int node) const;
-    // Automatic dynamic: per tensor node (by source) whose rank matches, the dims whose size
-    // differs from the one guarded. PRECONDITION: GIL held; `frame` before it runs.
-    std::vector<std::pair<std::string, uint64_t>> changed_dims(py::IFrame* frame) const;
-    // Automatic dynamic numbers: the sources of value-guarded ints and floats that now hold
-    // another number of the same type (a running sum, a step counter).
-    std::vector<std::string> changed_numbers(py::IFrame* frame) const;
+    // Automatic dynamic, read in one walk over the frame's values:
+    // dims: per tensor node (by source) whose rank matches, the dims whose size differs from
+    //   the one guarded;
+    // numbers: the sources of value-guarded ints and floats that now hold another number of
+    //   the same type (a running sum, a step counter).
+    // PRECONDITION: GIL held; `frame` before it runs.
+    struct Changes {
+        std::vector<std::pair<std::string, uint64_t>> dims;
+        std::vector<std::string> numbers;
+    };
+    Changes changes(py::IFrame* frame) const;
 
     // One line per check, as Python-like text (for explain() and the report).
     std::vector<std::string> describe() const;

@@ -223,18 +223,19 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
                                 "holds (a replay check failed)"
                               : last_own->guards->check_verbose(frame);
         if (PyErr_Occurred()) PyErr_Clear();
-        // Automatic dynamic shapes: sizes that changed since the last capture become symbolic
-        // in the next one ([Note: dynamic shapes]).
+        // Automatic dynamic: sizes and numbers that changed since the last capture become
+        // symbolic in the next one ([Note: dynamic shapes]).
         if (st.options.dynamic < 0) {
             std::string dims;
-            for (const auto& [source, changed] : last_own->guards->changed_dims(frame)) {
+            GuardTree::Changes changes = last_own->guards->changes(frame);
+            for (const auto& [source, changed] : changes.dims) {
                 uint64_t& known = cc->dynamic_dims[source];
                 for (int d = 0; d < 64; ++d)
                     if ((changed >> d & 1) && !(known >> d & 1))
                         dims += (dims.empty() ? "" : ", ") + source + " dim " + std::to_string(d);
                 known |= changed;
             }
-            for (const std::string& source : last_own->guards->changed_numbers(frame))
+            for (const std::string& source : changes.numbers)
                 if (cc->dynamic_numbers.insert(source).second)
                     dims += (dims.empty() ? "" : ", ") + source;
             if (!dims.empty()) why += "; now dynamic: " + dims;
