@@ -293,7 +293,7 @@ CalleeInfo classify_callee(PyObject* f) {
     if (PyType_Check(f)) {
         auto* t = reinterpret_cast<PyTypeObject*>(f);
         info.name = t->tp_name;
-        if (t == &PyZip_Type || t == &PyEnum_Type || t == &PyReversed_Type) {
+        if (t == &PyZip_Type || t == &PyEnum_Type || t == &PyReversed_Type || t == &PyMap_Type) {
             info.kind = CallKind::Iteration;
             info.op = info.name;
             return info;

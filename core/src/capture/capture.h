@@ -56,6 +56,7 @@ enum class IterKind : uint8_t {
     Zip,        // `items`: one iterator per input
     Enumerate,  // `items`: the one inner iterator; the count comes from the yielded tuple
     Generator,  // a generator made in the call (`iter_source`: Monitor's record of it)
+    Map,        // map(f, xs) with f traced (`iter_source`: Monitor's record of it)
 };
 
 struct Value {

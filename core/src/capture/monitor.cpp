@@ -65,7 +65,7 @@ int Monitor::modules_dict(int container) {
 // The items of a sequence whose contents the capture knows: a fresh list or tuple, a constant
 // tuple, or an input list or tuple (its length and items are then guarded).
 bool Monitor::items_of(int seq, std::vector<int>& out) {
-    if (generator_of(seq)) return generator_items(seq, out);  // a, b = (f(z) for z in zs)
+    if (generator_of(seq) || map_of(seq)) return lazy_items(seq, out);  // a, b = map(f, zs)
     Value& s = m_cap.v(seq);
     PyObject* o = s.real.get();
     if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
@@ -124,10 +124,95 @@ bool Monitor::items_of(int seq, std::vector<int>& out) {
             out.push_back(m_cap.const_value(PyTuple_GET_ITEM(items.get(), i)));
         return true;
     }
+    if (s.kind == ValueKind::OpResult && !s.tensor && (PyTuple_CheckExact(o) || PyList_CheckExact(o))) {
+        // x.chunk(3), torch.split(...): the items of an op's tuple, by position
+        py::Ref keep = s.real;
+        out.clear();
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(keep.get()); ++i) {
+            int item = item_of(seq, i, PySequence_Fast_GET_ITEM(keep.get(), i));
+            if (item < 0) return false;
+            out.push_back(item);
+        }
+        return true;
+    }
+    if (s.kind == ValueKind::Iterator) return iterator_items(seq, out);
     m_cap.fail(breaks::kUnsupportedOpcode,
                "the items of `" + s.label + "` (" + py::type_name(o) + ") are unpacked",
                "unpack lists or tuples");
     return false;
+}
+
+// All the items an iterator yields from where it is, for a consumer that takes them at once
+// (`dict(zip(keys, values))`, `f(*zip(a, b))`); it is used up afterwards (a dict view is not).
+bool Monitor::iterator_items(int it, std::vector<int>& out) {
+    const Value& v = m_cap.v(it);
+    auto fail = [&]() {
+        m_cap.fail(breaks::kUnsupportedOpcode,
+                   "the items of `" + v.label + "` (" + py::type_name(v.real.get()) + ") are "
+                   "unpacked" + (v.iter_pos ? " after it was partly used" : ""),
+                   "unpack lists, tuples, or zip() of them");
+        return false;
+    };
+    if (v.iter_pos != 0 && !v.iter_view) return fail();
+    std::vector<int> items;
+    switch (v.iter_kind) {
+    case IterKind::ConstSeq:
+    case IterKind::FreshSeq:
+    case IterKind::InputSeq:
+        if (!items_of(v.iter_source, items)) return false;
+        break;
+    case IterKind::Generator:
+    case IterKind::Map:
+        if (!lazy_items(it, items)) return false;
+        break;
+    case IterKind::Flat:
+    case IterKind::Zip: {
+        // rows of `width` items: a dict's items() pairs, or one item from each zipped input
+        std::vector<std::vector<int>> cols;
+        size_t width = static_cast<size_t>(v.iter_width), n = v.items.size() / width;
+        if (v.iter_kind == IterKind::Zip) {
+            std::vector<int> inner = v.items;
+            width = inner.size();
+            n = SIZE_MAX;
+            for (int sub : inner) {
+                cols.emplace_back();
+                if (!iterator_items(sub, cols.back())) return false;
+                n = std::min(n, cols.back().size());
+            }
+        }
+        const std::vector<int> flat = m_cap.v(it).items;
+        for (size_t r = 0; r < n; ++r) {
+            std::vector<int> row;
+            for (size_t c = 0; c < width; ++c)
+                row.push_back(cols.empty() ? flat[r * width + c] : cols[c][r]);
+            if (width == 1) {
+                items.push_back(row[0]);
+                continue;
+            }
+            py::Ref t = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(width)));
+            for (size_t c = 0; c < width; ++c) {
+                PyObject* o = m_cap.v(row[c]).real ? m_cap.v(row[c]).real.get() : Py_None;
+                Py_INCREF(o);
+                PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(c), o);
+            }
+            items.push_back(m_cap.fresh(ValueKind::FreshTuple, row, t.get()));
+        }
+        break;
+    }
+    default:
+        return fail();
+    }
+    if (!m_cap.v(it).iter_view) m_cap.v(it).iter_pos = static_cast<int>(items.size());
+    out = std::move(items);
+    return true;
+}
+
+// A dict made here from (key, value) pairs in order: a repeated key keeps its first place and
+// takes its last value, as in Python.
+int Monitor::fresh_dict(const std::vector<int>& pairs, PyObject* real) {
+    int d = m_cap.fresh(ValueKind::FreshDict, {}, real);
+    for (size_t i = 0; i + 1 < pairs.size(); i += 2) dict_set(d, pairs[i], pairs[i + 1]);
+    return d;
 }
 
 // The key, value pairs of a mapping whose contents the capture knows (fresh, or an input dict
@@ -462,6 +547,8 @@ void Monitor::on_call(PyFrameObject* fo) {
     bool expected = inline_call && !p.inline_bound && p.callee.code == co &&
                     (p.callee.kind == CallKind::InlineFunction ||
                      (p.callee.kind == CallKind::InlineModule && first == p.expect_self));
+    // A frame entered from C (no Python frame in between) by the frame we trace: map() calls.
+    if (!expected && py::frame_previous(f) == top.frame && enter_map_step(fo, f, co)) return;
     if (!expected) {
         // Runs untraced: inside a recorded op, a known callee, or Module.__call__ on the way
         // to the forward we expect.
@@ -470,27 +557,27 @@ void Monitor::on_call(PyFrameObject* fo) {
     }
     p.inline_bound = true;
     int func_value = p.callee.kind == CallKind::InlineFunction ? p.callee_value : p.forward_value;
-    enter_callee(fo, f, co, m_frames.size() - 1, func_value, -1);
+    enter_callee(fo, f, co, nullptr, func_value);
 }
 
-// Pushes the shadow frame of a traced callee and binds its arguments from the call pending in
-// frame `caller` (a generator's first resume: the call that made it, `gen` its record).
-void Monitor::enter_callee(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co, size_t caller,
-                           int func_value, int gen) {
+// Pushes the shadow frame of a traced callee and binds its arguments from `call` (null: the
+// call pending in the caller; a generator's first resume: the call that made it, `gen` its
+// record; a call made by map(): its step, `map` its record).
+void Monitor::enter_callee(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co, Pending* call,
+                           int func_value, int gen, int map) {
     ShadowFrame sf;
     sf.frame = f;
     sf.frame_obj = fo;
     sf.code = co;
     // Lines inside torch's own Python (Sequential.forward) are reported at the user's call.
     sf.library_code = str(co->co_filename).find("/torch/") != std::string::npos;
-    sf.caller_in_try = m_frames[caller].in_try;
+    sf.caller_in_try = m_frames.back().in_try;
     sf.gen = gen;
+    sf.map = map;
     m_frames.push_back(std::move(sf));
-    Pending generator_call;
-    if (gen >= 0) generator_call = m_gens[static_cast<size_t>(gen)].call;
     // (a reference into m_frames is taken only after the push_back)
-    Pending& call = gen >= 0 ? generator_call : m_frames[caller].pending;
-    if (!bind_callee(m_frames.back(), call, func_value)) {
+    Pending& bound = call ? *call : m_frames[m_frames.size() - 2].pending;
+    if (!bind_callee(m_frames.back(), bound, func_value)) {
         stop_tracing();
         return;
     }
@@ -517,7 +604,8 @@ bool Monitor::resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* c
     if (!g) return false;
     if (!g->started) {
         g->started = true;
-        enter_callee(fo, f, co, m_frames.size() - 1, g->func_value, index);
+        Pending call = g->call;
+        enter_callee(fo, f, co, &call, g->func_value, index);
         return true;
     }
     ShadowFrame sf = std::move(g->frame);
@@ -536,17 +624,146 @@ Monitor::GenRecord* Monitor::generator_of(int value) {
     return &m_gens[static_cast<size_t>(v.iter_source)];
 }
 
-// The items a generator yielded, once it has run to its end.
-bool Monitor::generator_items(int value, std::vector<int>& out) {
+Monitor::MapRecord* Monitor::map_of(int value) {
+    const Value& v = m_cap.v(value);
+    if (v.kind != ValueKind::Iterator || v.iter_kind != IterKind::Map) return nullptr;
+    return &m_maps[static_cast<size_t>(v.iter_source)];
+}
+
+bool Monitor::lazy_items(int value, std::vector<int>& out) {
     GenRecord* g = generator_of(value);
-    if (!g) return false;
-    if (!g->done) {
+    MapRecord* m = map_of(value);
+    if (!g && !m) return false;
+    if (g ? !g->done : m->results.size() < m->steps.size()) {
         m_cap.fail(breaks::kUnsupportedOpcode,
-                   "a generator is used without being run to its end (" + m_cap.v(value).label + ")",
+                   std::string(g ? "a generator" : "a map") + " is used without being run to its "
+                   "end (" + m_cap.v(value).label + ")",
                    "consume it whole (list(), sum(), a for loop without break)");
         return false;
     }
-    out = g->yielded;
+    out = g ? g->yielded : m->results;
+    return true;
+}
+
+// [Note: map] map(f, *iterables) with f a Python function (or a bound method of one): the
+// items of each iterable are read when the map is made (so they must be known: lists, tuples,
+// ranges, generators run to their end), and each call of f that the consumer's next() makes
+// from C is traced like a callee bound to the next step's arguments. A consumer that ran it to
+// its end sees the list of the results, as for generators. Other callables (torch ops,
+// builtins) are called from C without a frame to trace: they break with a hint.
+int Monitor::make_map(const std::vector<int>& args, PyObject* result) {
+    auto fail = [&](const std::string& what, const std::string& hint) {
+        m_cap.fail(breaks::kUnsupportedCallee, what, hint);
+        return -1;
+    };
+    if (args.size() < 2) return fail("`map` with these arguments", "call map(f, items)");
+    MapRecord rec;
+    int fv = args[0];
+    PyObject* fn = m_cap.v(fv).real.get();
+    if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn))) {
+        if (m_cap.v(fv).kind != ValueKind::Input || !split_method(fv, rec.func_value, rec.self_value))
+            return m_cap.failed() ? -1 : fail("`map` over the method " + m_cap.v(fv).label,
+                                              "use a list comprehension");
+        fn = m_cap.v(rec.func_value).real.get();
+    } else {
+        rec.func_value = fv;
+    }
+    rec.callee = classify_callee(fn);
+    bool pure = rec.callee.kind == CallKind::PureBuiltin || rec.callee.kind == CallKind::TypeCtor;
+    if (rec.callee.kind != CallKind::InlineFunction && !pure)
+        return fail("`map` over " + m_cap.v(fv).label + " (" + rec.callee.name + "), which is "
+                    "called from C where it cannot be followed",
+                    "write a list comprehension: [f(x) for x in xs]");
+    rec.code = rec.callee.code;
+    std::vector<std::vector<int>> items;
+    size_t n = SIZE_MAX;
+    for (size_t i = 1; i < args.size(); ++i) {
+        std::vector<int> its;
+        if (!items_of(args[i], its)) return -1;
+        n = std::min(n, its.size());
+        items.push_back(std::move(its));
+    }
+    for (size_t k = 0; k < n; ++k) {
+        std::vector<int> step;
+        if (rec.self_value >= 0) step.push_back(rec.self_value);
+        for (const std::vector<int>& its : items) step.push_back(its[k]);
+        rec.steps.push_back(std::move(step));
+    }
+    if (pure) {
+        // map(int, sizes), map(str, names): a pure builtin over constants is folded here; the
+        // consumer's calls from C give the same results.
+        for (const std::vector<int>& step : rec.steps) {
+            py::Ref call_args = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(step.size())));
+            for (size_t i = 0; i < step.size(); ++i) {
+                if (!known(step[i]))
+                    return fail("`map` of " + rec.callee.name + " over " + m_cap.v(step[i]).label +
+                                ", which is not a constant", "write a list comprehension");
+                PyObject* o = m_cap.v(step[i]).real.get();
+                Py_INCREF(o);
+                PyTuple_SET_ITEM(call_args.get(), static_cast<Py_ssize_t>(i), o);
+            }
+            py::Ref r = py::Ref::steal(PyObject_Call(fn, call_args.get(), nullptr));
+            if (!r) PyErr_Clear();
+            PyObject* o = r.get();
+            if (!o || !(PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
+                        PyBool_Check(o)))  // a fresh list each call is not a constant
+                return fail("`map` of " + rec.callee.name + " over these items",
+                            "write a list comprehension");
+            rec.results.push_back(m_cap.const_value(r.get()));
+        }
+        rec.code = nullptr;  // no frames to trace
+    }
+    int it = m_cap.new_value(ValueKind::Iterator, result, "map(" + rec.callee.name + ", ...)");
+    m_cap.v(it).iter_kind = IterKind::Map;
+    m_cap.v(it).iter_source = static_cast<int>(m_maps.size());
+    m_maps.push_back(std::move(rec));
+    return it;
+}
+
+// A frame entered from C while a map of its code has calls left: the map's next call, traced.
+// Its arguments pick the map (two maps of one function zipped together). False: not one of
+// ours.
+bool Monitor::enter_map_step(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co) {
+    auto next_call_matches = [&](const MapRecord& m) {
+        const std::vector<int>& args = m.steps[m.results.size()];
+        for (size_t i = 0; i < args.size() && static_cast<int>(i) < co->co_argcount; ++i) {
+            PyObject* real = py::frame_local(f, static_cast<int>(i));
+            if (real && (py::code_local_kind(co, static_cast<int>(i)) & py::kLocalKindCell))
+                real = PyCell_GET(real);
+            if (real != m_cap.v(args[i]).real.get()) return false;
+        }
+        return true;
+    };
+    auto stop = [&](const std::string& what, const std::string& hint) {
+        m_cap.fail(breaks::kUnsupportedCallee, what, hint);
+        stop_tracing();
+        return true;
+    };
+    int index = -1, ours = 0, matching = 0;
+    for (size_t i = 0; i < m_maps.size(); ++i) {
+        const MapRecord& m = m_maps[i];
+        if (m.code != co) continue;
+        ++ours;
+        if (m.results.size() >= m.steps.size() || !next_call_matches(m)) continue;
+        ++matching;
+        index = static_cast<int>(i);
+    }
+    if (ours == 0) return false;
+    // Called from C with a map of its code alive, but not as that map's next call: the items
+    // the map goes over changed after it was made.
+    if (matching == 0)
+        return stop("a map(" + str(co->co_name) + ", ...) goes over other items than it had "
+                    "when it was made", "make the map where it is used");
+    if (matching > 1)
+        return stop("two maps of " + str(co->co_name) + " over the same items are consumed "
+                    "together", "make a list of the first before using the second");
+    MapRecord& m = m_maps[static_cast<size_t>(index)];
+    Pending call;
+    call.opcode = CALL;
+    call.callee = m.callee;
+    call.callee_value = m.func_value;
+    call.in = m.steps[m.results.size()];
+    enter_callee(fo, f, co, &call, m.func_value, -1, index);
     return true;
 }
 
@@ -568,6 +785,11 @@ void Monitor::on_return(PyFrameObject* fo, PyObject* value) {
         m_cap.fail(breaks::kException, "an exception was raised inside the captured code",
                    "code that raises (or catches) exceptions runs eagerly");
         stop_tracing();
+        return;
+    }
+    if (done.map >= 0) {  // one call made by a map ([Note: map])
+        m_maps[static_cast<size_t>(done.map)].results.push_back(done.return_value);
+        m_cap.set_in_try(m_frames.back().in_try);
         return;
     }
     if (done.gen >= 0) {  // a yield, or the generator's end ([Note: generators])
@@ -1271,7 +1493,7 @@ void Monitor::complete(ShadowFrame& f) {
             if (m_cap.v(p.in[i]).kind != ValueKind::Const)
                 return m_cap.fail(breaks::kUnsupportedOpcode, "a dict with computed keys",
                                   "use constant keys");
-        out(m_cap.fresh(ValueKind::FreshDict, p.in, tos));
+        out(fresh_dict(p.in, tos));
         return;
     case BUILD_CONST_KEY_MAP: {
         PyObject* keys = m_cap.v(p.in.back()).real.get();
@@ -1280,7 +1502,7 @@ void Monitor::complete(ShadowFrame& f) {
             items.push_back(m_cap.const_value(PyTuple_GET_ITEM(keys, static_cast<Py_ssize_t>(i))));
             items.push_back(p.in[i]);
         }
-        out(m_cap.fresh(ValueKind::FreshDict, items, tos));
+        out(fresh_dict(items, tos));
         return;
     }
     case BUILD_SLICE: {
@@ -1489,13 +1711,15 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         if (id >= 0) push(f, id);
     };
     if (p.callee.kind != CallKind::InlineFunction && p.callee.kind != CallKind::InlineModule &&
-        p.callee.kind != CallKind::Generator) {
+        p.callee.kind != CallKind::Generator &&
+        !(p.callee.kind == CallKind::Iteration && p.callee.name != "reversed")) {
         // sum(g), tuple(g), torch.cat(list(g)): a generator the call ran to its end is the list
-        // of what it yielded ([Note: generators])
+        // of what it yielded ([Note: generators]), and a map the list of its results. (zip and
+        // enumerate take them as they are: their steps resume them one at a time.)
         for (int& a : p.in) {
-            if (!generator_of(a)) continue;
+            if (!generator_of(a) && !map_of(a)) continue;
             std::vector<int> items;
-            if (!generator_items(a, items)) return;
+            if (!lazy_items(a, items)) return;
             py::Ref list = py::Ref::steal(PyList_New(static_cast<Py_ssize_t>(items.size())));
             for (size_t i = 0; i < items.size(); ++i) {
                 PyObject* o = m_cap.v(items[i]).real ? m_cap.v(items[i]).real.get() : Py_None;
@@ -1664,7 +1888,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                     }
                 }
             }
-            push_out(m_cap.fresh(ValueKind::FreshDict, pairs, result));
+            push_out(fresh_dict(pairs, result));
             return;
         }
         if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 &&
@@ -2232,9 +2456,18 @@ int Monitor::next_item(int it, PyObject* real) {
         return m_cap.input_child(src, AccessKind::DictValueAt, pos, nullptr,
                                  "[" + std::to_string(pos) + "]", real);
     case IterKind::OpSeq: return item_of(src, pos, real);
-    case IterKind::Generator: {  // for x in g: the item the loop's next() made it yield
-        const std::vector<int>& got = m_gens[static_cast<size_t>(src)].yielded;
-        if (pos >= static_cast<int>(got.size()) || m_cap.v(got[static_cast<size_t>(pos)]).real.get() != real) {
+    case IterKind::Generator:  // for x in g: the item the loop's next() made it yield
+    case IterKind::Map: {      // for y in map(f, xs): what the call next() made returned
+        const std::vector<int>& got = iter.iter_kind == IterKind::Map
+                                          ? m_maps[static_cast<size_t>(src)].results
+                                          : m_gens[static_cast<size_t>(src)].yielded;
+        // (a folded map's results are equal to the real ones, not the same objects)
+        bool folded = iter.iter_kind == IterKind::Map && !m_maps[static_cast<size_t>(src)].code;
+        if (pos >= static_cast<int>(got.size()) ||
+            (folded ? PyObject_RichCompareBool(m_cap.v(got[static_cast<size_t>(pos)]).real.get(),
+                                               real, Py_EQ) != 1
+                    : m_cap.v(got[static_cast<size_t>(pos)]).real.get() != real)) {
+            PyErr_Clear();
             m_cap.internal_error("a generator out of step with its loop");
             return -1;
         }
@@ -2358,6 +2591,7 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         m_cap.v(it).items = std::move(inner);
         return it;
     }
+    if (name == "map") return make_map(args, result);
     if (name == "reversed") {
         std::vector<int> items;
         if (args.size() != 1 || !items_of(args[0], items)) return -1;

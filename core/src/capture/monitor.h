@@ -69,6 +69,7 @@ private:
         bool in_try = false;        // the current instruction is (Capture::set_in_try)
         int return_value = -1;
         int gen = -1;  // a generator's frame: its index in m_gens
+        int map = -1;  // a call made by map(): the index of its record in m_maps
     };
     // [Note: generators] A generator made in the call: its frame is traced each time it is
     // resumed (by a builtin consuming it, a for loop, unpacking), its shadow frame kept between
@@ -87,9 +88,25 @@ private:
     std::vector<GenRecord> m_gens;
     GenRecord* generator_of(int value);
     bool resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
-    void enter_callee(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co, size_t caller,
-                      int func_value, int gen);
-    bool generator_items(int value, std::vector<int>& out);
+    // [Note: map] map(f, xs) with f a Python function: each call the consumer's next() makes
+    // is traced like a callee, its arguments the items of xs, its result collected.
+    struct MapRecord {
+        PyCodeObject* code = nullptr;  // f's code
+        CalleeInfo callee;
+        int func_value = -1;
+        int self_value = -1;           // f a bound method: its self, bound first
+        std::vector<std::vector<int>> steps;  // the arguments of each call, in order
+        std::vector<int> results;      // what the calls made so far returned
+    };
+    std::vector<MapRecord> m_maps;
+    MapRecord* map_of(int value);
+    int make_map(const std::vector<int>& args, PyObject* result);
+    bool enter_map_step(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
+    // `call` null: the call pending in the caller (the frame below).
+    void enter_callee(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co, Pending* call,
+                      int func_value, int gen = -1, int map = -1);
+    // The items a generator yielded or a map made, once the consumer ran it to its end.
+    bool lazy_items(int value, std::vector<int>& out);
 
     static int trace(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg);
     void on_call(PyFrameObject* frame);
@@ -162,6 +179,8 @@ private:
     int iter_call(const std::string& name, const std::vector<int>& args, PyObject* result);
     int class_attr(int obj, PyObject* name, PyObject* real);
     bool items_of(int seq, std::vector<int>& out);
+    bool iterator_items(int it, std::vector<int>& out);
+    int fresh_dict(const std::vector<int>& pairs, PyObject* real);
     bool pairs_of(int dict, std::vector<int>& out);
     void dict_set(int dict, int key, int val);
     int fresh_dict_slot(int dict, PyObject* key);

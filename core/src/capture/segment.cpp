@@ -178,6 +178,7 @@ int Monitor::iterator_state(int it, int depth) {
         return call(builtin("enumerate"), std::move(args), m_cap.v(it).label);
     }
     case IterKind::Generator:  // its frame cannot be handed over: the break stays eager
+    case IterKind::Map:        // nor can a map's calls
         return -1;
     }
     return -1;

@@ -42,6 +42,8 @@ inline PyObject* frame_function(IFrame* f) { return reinterpret_cast<PyObject*>(
 inline PyObject* frame_globals(IFrame* f) { return f->f_globals; }
 inline PyObject* frame_builtins(IFrame* f) { return f->f_builtins; }
 inline PyObject* frame_local(IFrame* f, int i) { return f->localsplus[i]; }
+// The frame that was running when `f` was entered (C calls in between make no frames).
+inline IFrame* frame_previous(IFrame* f) { return f->previous; }
 inline int code_nlocalsplus(PyCodeObject* co) { return co->co_nlocalsplus; }
 inline PyObject* code_localsplus_name(PyCodeObject* co, int i) {
     return PyTuple_GET_ITEM(co->co_localsplusnames, i);

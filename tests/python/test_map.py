@@ -1,0 +1,156 @@
+"""map(f, xs) ([Note: map]): the calls of a Python function that map's next() makes from C are
+traced like callees; pure builtins over constants are folded; everything else breaks with a
+message. Also the iterators a consumer takes whole (`dict(zip(k, v))`). Every test compares
+against eager on every call."""
+
+import torch
+from torch import nn
+
+import magpy
+from conftest import assert_stats, break_ids, check
+
+
+class Heads(nn.Module):
+    def __init__(self, dim=8, heads=2):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.heads = heads
+
+    def _split(self, x):
+        b, t, c = x.shape
+        return x.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+
+    def forward(self, x):
+        q, k, v = map(self._split, self.qkv(x).chunk(3, dim=-1))
+        return (q @ k.transpose(-1, -2)).softmax(-1) @ v
+
+
+def test_map_of_a_bound_method_unpacked():
+    m = Heads()
+    cf = check(m, [torch.randn(2, 5, 8) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_map_inside_a_submodule_called_twice():
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = Heads(), Heads()
+
+        def forward(self, x):
+            return self.b(self.a(x).transpose(1, 2).flatten(2)) + 1
+
+    cf = check(Two(), [torch.randn(1, 4, 8) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def square_plus_one(t):
+    return t * t + 1
+
+
+def test_map_consumed_by_sum_list_for_zip_and_enumerate():
+    def f(xs, ys):
+        total = sum(map(square_plus_one, xs))
+        pairs = [a - b for a, b in zip(map(square_plus_one, xs), ys)]
+        for i, z in enumerate(map(lambda p, q: p * q, xs, ys)):
+            total = total + i * z
+        return total, pairs, list(map(square_plus_one, ys))
+
+    calls = [([torch.randn(3) for _ in range(3)], [torch.randn(3) for _ in range(2)])
+             for _ in range(3)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_map_of_pure_builtins_over_constants_is_folded():
+    def f(x, names):
+        h, w = map(int, x.shape[-2:])
+        tag = "-".join(map(str.upper, names))
+        return x.reshape(h * w), tag, [s + 1 for s in map(float, (1, 2))]
+
+    cf = check(f, [(torch.randn(3, 4), ["a", "b"]) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_map_of_a_torch_op_breaks_with_a_hint():
+    def f(xs):
+        return torch.stack(list(map(torch.relu, xs))) * 2
+
+    cf = check(f, [([torch.randn(3) for _ in range(2)],) for _ in range(3)])
+    text = str(magpy.explain(cf))
+    assert "MB003" in break_ids(cf)
+    assert "`map` over G['torch'].relu" in text and "list comprehension" in text
+
+
+def test_map_used_partly_breaks_and_is_correct():
+    def f(xs):
+        m = map(square_plus_one, xs)
+        return next(m) + sum(m)
+
+    cf = check(f, [([torch.randn(2) for _ in range(3)],) for _ in range(3)])
+    assert magpy.explain(cf).break_count >= 1
+
+
+def test_map_over_a_list_that_grows_before_it_is_consumed():
+    def f(xs, extra):
+        m = map(square_plus_one, xs)
+        xs.append(extra)  # map's iterator sees the new item
+        return list(m)
+
+    cf = check(f, [([torch.randn(2), torch.randn(2)], torch.randn(2)) for _ in range(3)])
+    assert "MB003" in break_ids(cf)
+    assert "goes over other items" in str(magpy.explain(cf))
+
+
+def test_two_maps_of_one_function_zipped():
+    def f(xs, ys):
+        return [a + b for a, b in zip(map(square_plus_one, xs), map(square_plus_one, ys))]
+
+    calls = [([torch.randn(2) for _ in range(3)], [torch.randn(2) for _ in range(3)])
+             for _ in range(3)]
+    cf = check(f, calls)  # distinct items: each call's arguments say which map made it
+    assert_stats(cf, graphs=1, breaks=0)
+
+    def g(xs):  # the same items: which map a call belongs to is not known
+        return [a + b for a, b in zip(map(square_plus_one, xs), map(square_plus_one, xs))]
+
+    cf = check(g, [([torch.randn(2) for _ in range(2)],) for _ in range(3)])
+    assert "two maps of square_plus_one" in str(magpy.explain(cf))
+
+
+def test_exception_inside_a_mapped_function_is_raised_like_eager():
+    def f(xs):
+        return list(map(lambda x: x.view(5), xs))
+
+    cf = magpy.compile(f)
+    for _ in range(2):
+        try:
+            f([torch.randn(3)])
+        except RuntimeError as e:
+            expected = str(e)
+        try:
+            cf([torch.randn(3)])
+            raise AssertionError("no error")
+        except RuntimeError as e:
+            assert str(e) == expected
+    assert "MB006" in break_ids(cf)
+
+
+def test_dict_of_zip_and_star_zip():
+    def f(names, outs):
+        d = dict(zip(names, outs))
+        cols = list(zip(*[(o, o * 2) for o in outs]))
+        return d["b"] * 3, cols, {**d, "c": outs[0]}
+
+    cf = check(f, [(["a", "b"], [torch.randn(2), torch.randn(2)]) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_dict_built_from_pairs_with_a_repeated_key_keeps_the_last_value():
+    def f(x):
+        d = dict([("k", x), ("j", x * 2), ("k", x + 1)])
+        e = dict(zip(["u", "u"], [x, x * 3]))
+        return d["k"], list(d), e["u"], len(e)
+
+    cf = check(f, [torch.randn(2) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
