@@ -792,7 +792,7 @@ class ProgramGen:
                       (2, "for_dict"), (2, "while")]
         if loop:
             kinds += [(3, "break_continue")]
-        kinds += [(0.4, "raise"), (0.4, "assert"), (0.3, "pair"), (2, "containers_in"),
+        kinds += [(0.4, "raise"), (0.4, "assert"), (0.8, "pair"), (2, "containers_in"),
                   (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try")]
         if self.p(self.break_rate * 2):
             kinds = [(1, "breaker")]
@@ -1300,6 +1300,8 @@ class ProgramGen:
             m, v = self.choice(lists)
             if v.min_len >= 1:
                 env[n] = V("t", (), True)
+                if self.p(0.5):
+                    return [f"{n} = sum(map(lambda u: u.sum(), {m}))"]
                 return [f"{n} = sum([u.sum() for u in {m}])"]
         if g == 3:
             e = self.leaf(env, lambda s: len(s) >= 1 and self.dmin(s[0]) >= 2)
@@ -1488,6 +1490,17 @@ class ProgramGen:
         n = self.name("p")
         t = self.name("t")
         env[t] = V("t", a.shape, True)
+        g = self.r.randrange(3)
+        if g == 1:  # attributes written after it was made, and a new one
+            return [f"{n} = Pair({a.code}, {k})", f"{n}.second = {n}.second + 1",
+                    f"{n}.third = {n}.first * 2",
+                    f"{t} = {n}.third + {n}.first * {n}.second"]
+        if g == 2:  # made in a comprehension, read through map
+            lists = [(m, v) for m, v in env.items() if v.kind == "tlist" and v.shape == a.shape]
+            if lists:
+                m, _ = self.choice(lists)
+                return [f"{n} = [Pair(u, {k}) for u in {m}]",
+                        f"{t} = sum(map(Pair.total, {n}), {a.code})"]
         return [f"{n} = Pair({a.code}, {k})",
                 f"{t} = {n}.first * {n}.second + {n}.total()"]
 

@@ -202,6 +202,20 @@ static bool is_namedtuple_method(PyCodeObject* code, const char* name) {
     return same;
 }
 
+bool is_plain_user_class(PyTypeObject* t) {
+    if (Py_TYPE(t) != &PyType_Type || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
+    if (t->tp_new != PyBaseObject_Type.tp_new || t->tp_dictoffset == 0 || t->tp_finalize ||
+        t->tp_setattro != PyObject_GenericSetAttr || t->tp_getattro != PyObject_GenericGetAttr)
+        return false;
+    // every base but object is itself a Python class (no C base with its own layout)
+    PyObject* mro = t->tp_mro;
+    for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+        auto* b = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+        if (b != &PyBaseObject_Type && !(b->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
+    }
+    return true;
+}
+
 CalleeInfo classify_callee(PyObject* f) {
     CalleeInfo info;
     const TorchApi& api = torch_api();
@@ -320,6 +334,19 @@ CalleeInfo classify_callee(PyObject* f) {
         // torch.finfo(dtype) / torch.iinfo(dtype): facts about a dtype, folded like math.*
         if (info.name == "torch.finfo" || info.name == "torch.iinfo")
             info.kind = CallKind::PureBuiltin;
+        if (info.kind == CallKind::Unsupported && is_plain_user_class(t)) {
+            PyObject* init = _PyType_Lookup(t, PyUnicode_InternFromString("__init__"));
+            bool object_init = init == _PyType_Lookup(&PyBaseObject_Type,
+                                                      PyUnicode_InternFromString("__init__"));
+            if (object_init) {
+                info.kind = CallKind::UserClass;
+            } else if (init && PyFunction_Check(init) &&
+                       py::code_is_plain_function(reinterpret_cast<PyCodeObject*>(
+                           PyFunction_GET_CODE(init)))) {
+                info.kind = CallKind::UserClass;
+                info.code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(init));
+            }
+        }
         return info;
     }
     if (PyObject_TypeCheck(f, api.module_type)) {

@@ -30,6 +30,8 @@ enum class CallKind : uint8_t {
     NamedTupleMethod,  // nt._replace(**fields), nt._asdict(): fresh tuple / dict of the fields
     TypeOf,          // type(x): known for every value (guarded, or fixed by how it was made)
     ModuleMembers,   // m.parameters(), m.named_modules() & co: an iterator over guarded members
+    UserClass,       // a plain class of the user's called: an object made in the call, its
+                     // __init__ (`code`, null for object's) traced ([Note: objects made in the call])
     Unsupported,
 };
 
@@ -48,6 +50,9 @@ CalleeInfo classify_callee(PyObject* callable);
 int namedtuple_field(PyTypeObject* type, PyObject* name);
 // Whether `type` is a collections.namedtuple class (a tuple subclass with _fields and _make).
 bool is_namedtuple_type(PyTypeObject* type);
+// Whether instances of `type` are plain attribute bags the capture can follow: made by
+// object.__new__, attributes in __dict__ through the generic getattr/setattr, no __del__.
+bool is_plain_user_class(PyTypeObject* type);
 
 // Tensor methods and torch functions that answer from metadata only (shape, dtype...).
 // `nargs` counts the tensor itself for methods.

@@ -613,6 +613,36 @@ bool Capture::guard_contents(int id, int depth) {
     return true;
 }
 
+// At replay, an object made in the call that escapes: object.__new__(cls), then its
+// attributes in the order they were first set ([Note: objects made in the call]).
+static PyObject* make_object(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (n != 2 || !PyType_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "magpy: make_object(cls, attrs)");
+        return nullptr;
+    }
+    auto* cls = reinterpret_cast<PyTypeObject*>(args[0]);
+    py::Ref none_args = py::Ref::steal(PyTuple_New(0));
+    PyObject* obj = PyBaseObject_Type.tp_new(cls, none_args.get(), nullptr);
+    if (!obj) return nullptr;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(args[1], &pos, &k, &v)) {
+        if (PyObject_GenericSetAttr(obj, k, v) < 0) {
+            Py_DECREF(obj);
+            return nullptr;
+        }
+    }
+    return obj;
+}
+
+static PyObject* make_object_function() {
+    static PyMethodDef def = {"make_object", reinterpret_cast<PyCFunction>(
+                                                 reinterpret_cast<void (*)()>(make_object)),
+                              METH_FASTCALL, "magpy: an object made in the call, at replay"};
+    static PyObject* fn = PyCFunction_New(&def, nullptr);  // kept for the process
+    return fn;
+}
+
 bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
     Value& val = v(id);
     switch (val.kind) {
@@ -635,6 +665,13 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
     case ValueKind::OpResult:
         out = Arg::slot(val.slot);
         return true;
+    case ValueKind::FreshObject:
+        if (val.built < 0 && !escape) {
+            fail(breaks::kUnsupportedCallee, "`" + val.label + "`, an object made in the call, "
+                 "is passed to an op", "pass its attributes instead");
+            return false;
+        }
+        [[fallthrough]];
     case ValueKind::FreshList:
     case ValueKind::FreshTuple:
     case ValueKind::FreshDict: {
@@ -651,7 +688,9 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         s.kind = val.kind == ValueKind::FreshList    ? StepKind::BuildList
                  : val.kind == ValueKind::FreshTuple ? StepKind::BuildTuple
                                                      : StepKind::BuildDict;
-        if (s.kind == StepKind::BuildDict && val.real && !PyDict_CheckExact(val.real.get()))
+        bool object = val.kind == ValueKind::FreshObject;
+        int cls = val.cls;
+        if (s.kind == StepKind::BuildDict && !object && val.real && !PyDict_CheckExact(val.real.get()))
             s.name = py::Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(val.real.get())));
         std::vector<int> items = val.items;
         for (int item : items) {
@@ -662,6 +701,16 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         s.out = m_plan->add_slot();
         out = Arg::slot(s.out);
         add_step(std::move(s));
+        if (object) {  // make_object(cls, {attributes})
+            Step mk;
+            mk.kind = StepKind::Call;
+            Arg c;
+            if (!build_arg(cls, c, false, depth + 1)) return false;
+            mk.args = {Arg::value(make_object_function()), c, out};
+            mk.out = m_plan->add_slot();
+            out = Arg::slot(mk.out);
+            add_step(std::move(mk));
+        }
         if (val.real && val.kind == ValueKind::FreshTuple &&
             is_namedtuple_type(Py_TYPE(val.real.get()))) {
             // a namedtuple made in the call: Cls._make(tuple)
@@ -801,9 +850,10 @@ void set_graph_break_error(PyObject* type) {
 // [SECTION] finish -----------------------------------------------------------------------------
 
 void Capture::describe_graph(CaptureResult& r) {
-    static const char* kKinds[] = {"null",        "input",      "const",    "op",      "list",
-                                   "tuple",       "dict",       "iterator", "cell",
-                                   "function"};
+    static const char* kKinds[] = {"null",  "input",    "const", "op",      "list",    "tuple",
+                                   "dict",  "object",   "iterator", "cell", "function"};
+    static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == static_cast<size_t>(ValueKind::Function) + 1,
+                  "a name for every ValueKind");
     for (size_t i = 1; i < m_values.size(); ++i) {
         const Value& val = m_values[i];
         std::string kind = kKinds[static_cast<int>(val.kind)];

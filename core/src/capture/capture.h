@@ -45,6 +45,8 @@ enum class ValueKind : uint8_t {
     FreshList,   // containers created during the call; rebuilt from their items at replay
     FreshTuple,
     FreshDict,
+    FreshObject, // an instance of a plain user class made in the call ([Note: objects made in
+                 // the call]): `items` its attributes as name, value pairs; `cls` its class
     Iterator,
     Cell,        // a closure cell object (LOAD_CLOSURE)
     Function,    // a function made during the call (MAKE_FUNCTION: lambdas, comprehensions)
@@ -83,6 +85,7 @@ struct Value {
                                 // every other key still holds what it held at entry
     bool ctx_exit = false;  // the bound __exit__ of a captured with block
     int built = -1;         // Fresh*: the plan slot of the object once it escaped (identity fixed)
+    int cls = -1;           // FreshObject: the value of its class
     // Dynamic shapes ([Note: dynamic shapes]): a tensor whose sizes may differ at replay (an
     // op result computed from one; inputs read their symbolic dims from the guard tree), or a
     // number computed at replay from such sizes. `sym_deps`: the (guard node, dims) the number

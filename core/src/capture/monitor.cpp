@@ -215,6 +215,73 @@ int Monitor::fresh_dict(const std::vector<int>& pairs, PyObject* real) {
     return d;
 }
 
+// [Note: objects made in the call] An instance of a plain class of the user's
+// (is_plain_user_class) made during the call is followed like a dict of its attributes: its
+// __init__ is traced with it as self, `obj.name = v` sets an item, `obj.name` reads it (or the
+// class attribute, guarded through the class), methods are traced like any user function.
+// Nothing runs at replay for it unless it escapes (returned, stored where the caller sees it,
+// live at a graph break): then it is made there with object.__new__ and its attributes set,
+// and writes after that are replayed as effects. Properties and other data descriptors of the
+// class break.
+int Monitor::new_object(int cls, PyObject* real) {
+    int obj = m_cap.new_value(ValueKind::FreshObject, real,
+                              std::string(Py_TYPE(real)->tp_name) + "(...)");
+    m_cap.v(obj).cls = cls;
+    return obj;
+}
+
+static bool is_data_descriptor(PyTypeObject* type, PyObject* name) {
+    PyObject* d = _PyType_Lookup(type, name);
+    return d && Py_TYPE(d)->tp_descr_set;
+}
+
+bool Monitor::set_object_attr(int obj, PyObject* name, int val) {
+    const Value& o = m_cap.v(obj);
+    if (is_data_descriptor(Py_TYPE(o.real.get()), name)) {
+        m_cap.fail(breaks::kUnsupportedAttribute,
+                   "`" + o.label + "." + str(name) + "` is a property (its setter runs Python code)",
+                   "make it a plain attribute");
+        return false;
+    }
+    dict_set(obj, m_cap.const_value(name), val);
+    if (m_cap.v(obj).built >= 0) {  // made at replay already: the write is an effect
+        Step s;
+        s.kind = StepKind::SetAttr;
+        s.name = py::Ref::borrow(name);
+        m_cap.record_effect(std::move(s), {obj, val});
+    }
+    return true;
+}
+
+// obj.name of an object made in the call: what was set, else the class's attribute (`method`:
+// a function, bound by LOAD_METHOD with the object as self).
+int Monitor::object_attr(int obj, PyObject* name, PyObject* real, bool method) {
+    const Value& o = m_cap.v(obj);
+    std::string label = o.label + "." + str(name);
+    PyTypeObject* type = Py_TYPE(o.real.get());
+    if (is_data_descriptor(type, name)) {
+        m_cap.fail(breaks::kUnsupportedAttribute,
+                   "`" + label + "` is a property (its getter runs Python code)",
+                   "read the underlying attribute, or make it a plain attribute");
+        return -1;
+    }
+    int at = fresh_dict_slot(obj, name);
+    if (at >= 0) return m_cap.v(obj).items[static_cast<size_t>(at)];
+    PyObject* attr = _PyType_Lookup(type, name);
+    if (!attr || (!method && Py_TYPE(attr)->tp_descr_get)) {
+        m_cap.fail(breaks::kUnsupportedAttribute,
+                   attr ? "`" + label + "` is a bound method used as a value"
+                        : "`" + label + "` is not set (AttributeError)",
+                   attr ? "call the method directly" : "set it in __init__");
+        return -1;
+    }
+    if (method && attr != real) return m_cap.internal_error("method lookup"), -1;
+    int cls = o.cls;
+    if (m_cap.v(cls).kind == ValueKind::Input)
+        return m_cap.input_child(cls, AccessKind::TypeLookup, 0, name, "." + str(name), attr);
+    return m_cap.const_value(attr);
+}
+
 // The key, value pairs of a mapping whose contents the capture knows (fresh, or an input dict
 // with its keys and values guarded).
 bool Monitor::pairs_of(int dict, std::vector<int>& out) {
@@ -544,8 +611,11 @@ void Monitor::on_call(PyFrameObject* fo) {
     // `self` of a forward whose comprehensions read it is a cell by now (MAKE_CELL has run).
     PyObject* first = co->co_nlocalsplus > 0 ? py::frame_local(f, 0) : nullptr;
     if (first && (py::code_local_kind(co, 0) & py::kLocalKindCell)) first = PyCell_GET(first);
+    bool made_here = p.callee.kind == CallKind::UserClass && first &&
+                     reinterpret_cast<PyObject*>(Py_TYPE(first)) == m_cap.v(p.callee_value).real.get() &&
+                     py::frame_previous(f) == top.frame;  // type.__call__ running its __init__
     bool expected = inline_call && !p.inline_bound && p.callee.code == co &&
-                    (p.callee.kind == CallKind::InlineFunction ||
+                    (p.callee.kind == CallKind::InlineFunction || made_here ||
                      (p.callee.kind == CallKind::InlineModule && first == p.expect_self));
     // A frame entered from C (no Python frame in between) by the frame we trace: map() calls.
     if (!expected && py::frame_previous(f) == top.frame && enter_map_step(fo, f, co)) return;
@@ -556,6 +626,10 @@ void Monitor::on_call(PyFrameObject* fo) {
         return;
     }
     p.inline_bound = true;
+    if (made_here) {  // self: the object type.__call__ just made ([Note: objects made in the call])
+        p.made = new_object(p.callee_value, first);
+        p.in.insert(p.in.begin(), p.made);
+    }
     int func_value = p.callee.kind == CallKind::InlineFunction ? p.callee_value : p.forward_value;
     enter_callee(fo, f, co, nullptr, func_value);
 }
@@ -1116,6 +1190,10 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         PyObject* name = py::code_name(f.code, ins.oparg);
         int obj = pop(f), val = pop(f);
         Value& o = m_cap.v(obj);
+        if (o.kind == ValueKind::FreshObject) {
+            set_object_attr(obj, name, val);
+            return;
+        }
         // `p.data = t` on a tensor passed in (EMA updates) swaps its storage: a write
         bool data_swap = o.tensor && str(name) == "data";
         if (o.kind != ValueKind::Input || (o.tensor && !data_swap))
@@ -1356,6 +1434,13 @@ void Monitor::complete(ShadowFrame& f) {
             return;
         }
         Value& o = m_cap.v(p.in[0]);
+        if (o.kind == ValueKind::FreshObject) {
+            int fn = object_attr(p.in[0], name, meth, true);
+            if (fn < 0) return;
+            push(f, fn);
+            push(f, p.in[0]);
+            return;
+        }
         if (o.kind == ValueKind::Input && !o.tensor && PyFunction_Check(meth)) {
             // A user method: guarded through the class, so replacing it is noticed.
             int fn = class_attr(p.in[0], name, meth);
@@ -1681,6 +1766,15 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         }
         p.in.insert(p.in.begin(), callable);  // self is the forward's first argument
     }
+    if (p.callee.kind == CallKind::UserClass && p.callee.code) {
+        // The __init__ that runs is the class's: guarded through the class when it has a path.
+        PyObject* init = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(fn), interned("__init__"));
+        p.forward_value = c.kind == ValueKind::Input
+                              ? m_cap.input_child(callable, AccessKind::TypeLookup, 0,
+                                                  interned("__init__"), ".__init__", init)
+                              : m_cap.const_value(init);
+        if (p.forward_value < 0) return;
+    }
     if (p.callee.kind == CallKind::ListMethod && !p.in.empty()) {
         // The call has not run yet: a list passed in that it may reorder or shrink is read
         // now, as the caller passed it (appends are followed after the fact, see mutate_list).
@@ -1732,7 +1826,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     bool any_tensor = false, all_const = true, dyn = false, dyn_number = false;
     bool flows = p.callee.kind == CallKind::TorchOp || p.callee.kind == CallKind::LeafModule ||
                  p.callee.kind == CallKind::InlineFunction ||
-                 p.callee.kind == CallKind::InlineModule;
+                 p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::UserClass;
     if (!flows)  // builtins and the like compute with the number itself
         for (int a : p.in)
             m_cap.concretize(a);
@@ -2043,6 +2137,26 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             items[static_cast<size_t>(idx)] = p.in[1 + k];
         }
         return push_out(m_cap.fresh(ValueKind::FreshTuple, items, result));
+    }
+    case CallKind::UserClass: {
+        // the object made, its __init__ traced (or object's, which sets nothing)
+        if (!result) return;
+        int obj = p.made;
+        if (obj < 0 && p.callee.code)
+            return m_cap.internal_error("__init__ of " + name + " was not traced");
+        if (obj < 0) obj = new_object(p.callee_value, result);
+        if (m_cap.v(obj).real.get() != result)
+            return m_cap.internal_error("the object made is not the one returned");
+        // what __init__ set is all the object holds
+        PyObject* d = PyObject_GenericGetDict(result, nullptr);
+        Py_ssize_t n = d ? PyDict_Size(d) : -1;
+        Py_XDECREF(d);
+        if (n != static_cast<Py_ssize_t>(m_cap.v(obj).items.size() / 2))
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`" + name + "()` sets attributes the capture did not see",
+                              "set attributes in __init__ with self.name = value");
+        push_out(obj);
+        return;
     }
     case CallKind::TypeOf:
         if (p.in.size() != 1 || p.kwnames)
@@ -2789,6 +2903,7 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
         return -1;
     }
     if (o.kind == ValueKind::Const) return m_cap.const_value(real);
+    if (o.kind == ValueKind::FreshObject) return object_attr(obj, name, real, false);
     if (o.kind == ValueKind::OpResult) {
         Step s;
         s.kind = StepKind::GetAttr;

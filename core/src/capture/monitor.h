@@ -52,7 +52,9 @@ private:
         int inline_result = -1;   // set by the callee's return event
         bool inline_bound = false;
         PyObject* expect_self = nullptr;  // InlineModule: borrowed
-        int forward_value = -1;           // InlineModule: the forward function, by path
+        int forward_value = -1;           // InlineModule: the forward function, by path;
+                                          // UserClass: its __init__
+        int made = -1;                    // UserClass: the object made (bound as self)
     };
     struct ShadowFrame {
         py::IFrame* frame = nullptr;
@@ -181,6 +183,9 @@ private:
     bool items_of(int seq, std::vector<int>& out);
     bool iterator_items(int it, std::vector<int>& out);
     int fresh_dict(const std::vector<int>& pairs, PyObject* real);
+    int new_object(int cls, PyObject* real);
+    int object_attr(int obj, PyObject* name, PyObject* real, bool method);
+    bool set_object_attr(int obj, PyObject* name, int val);
     bool pairs_of(int dict, std::vector<int>& out);
     void dict_set(int dict, int key, int val);
     int fresh_dict_slot(int dict, PyObject* key);
