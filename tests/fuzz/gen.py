@@ -1003,7 +1003,8 @@ class ProgramGen:
         t = self.name("t")
         env[t] = V("t", e.shape, True)
         bad, exc = self.choice([("G_LOG[100]", "IndexError"), ("G_CACHE['missing']", "KeyError"),
-                                (f"{e.code}.view(-1, 7)", "RuntimeError")])
+                                (f"{e.code}.view(-1, 7)", "RuntimeError"),
+                                (f"{e.code}.shape", "ValueError")])
         if self.p(0.3):
             exc = self.choice(["IndexError", "RuntimeError", "KeyError", "Exception",
                                "LookupError"])
@@ -1015,7 +1016,10 @@ class ProgramGen:
             # raises only for some data (the size of a masked selection)
             exc = self.choice(["RuntimeError", "Exception"])
             bad = f"x[x > 0].view(-1, {self.choice(['2', '3', '4'])})"
-        return ["try:", f"    {t} = {e.code} * 2", f"    {self.name('z')} = {bad}",
+        target = self.name('z')
+        if bad.endswith(".shape"):  # unpacking: raises for the ranks that are not 2
+            target = f"{target}, {self.name('z')}"
+        return ["try:", f"    {t} = {e.code} * 2", f"    {target} = {bad}",
                 f"except {exc}:", f"    {t} = {e.code} - 1"]
 
     def note_store(self, n):

@@ -526,12 +526,8 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
         if (!m->m_stopped) m->on_opcode(frame);
         break;
     case PyTrace_EXCEPTION:
-        if (!m->m_stopped && !m->m_frames.empty() && m->m_frames.back().frame_obj == frame) {
-            m->m_cap.fail(breaks::kException,
-                          "an exception was raised inside the captured code",
-                          "code that raises (or catches) exceptions runs eagerly");
-            m->stop_tracing();
-        }
+        if (!m->m_stopped && !m->m_frames.empty() && m->m_frames.back().frame_obj == frame)
+            m->on_exception(frame, arg);
         break;
     default: break;
     }
@@ -1036,6 +1032,84 @@ int Monitor::pop(ShadowFrame& f) {
     return v;
 }
 
+// [Note: exceptions caught in the frame] An exception raised by an instruction of the frame
+// we trace, that a handler in the same frame catches, is followed when the guards decide that
+// it is raised: unpacking a sequence of known length (`b, c, h, w = x.shape` for a 3-d x),
+// indexing a list of guarded length or a dict without the key (guarded absent) with a
+// constant, or `view` on a tensor whose sizes and strides are guarded. The raising instruction leaves
+// nothing in the plan; the shadow stack unwinds as CPython's does (to the handler's depth, the
+// offset if the table says so, the exception) and the handler is traced like other code, the
+// exception a constant. Any other exception stops the capture (MB006), as does a break inside
+// an except clause that would need resuming there.
+void Monitor::on_exception(PyFrameObject* fo, PyObject* exc_info) {
+    ShadowFrame& f = m_frames.back();
+    PyObject* type = exc_info && PyTuple_Check(exc_info) && PyTuple_GET_SIZE(exc_info) == 3
+                         ? PyTuple_GET_ITEM(exc_info, 0)
+                         : nullptr;
+    PyObject* value = type ? PyTuple_GET_ITEM(exc_info, 1) : nullptr;
+    py::Instruction ins = py::frame_current_instruction(f.frame);
+    py::Handler h = py::code_handler(f.code, ins.offset);
+    bool caught = h.target >= 0 && py::code_offset_reaches_user_handler(f.code, ins.offset) &&
+                  h.depth <= static_cast<int>(f.stack.size() + f.pending.in.size());
+    if (!caught || !type || !value || !raise_is_determined(f, type) || m_cap.failed()) {
+        m_cap.fail(breaks::kException, "an exception was raised inside the captured code",
+                   "code that raises (or catches) exceptions runs eagerly");
+        stop_tracing();
+        return;
+    }
+    f.pending = Pending{};
+    f.kwnames = nullptr;
+    f.stack.resize(static_cast<size_t>(h.depth));
+    if (h.lasti) {
+        py::Ref at = py::Ref::steal(PyLong_FromLong(ins.offset));
+        f.stack.push_back(m_cap.const_value(at.get()));
+    }
+    f.stack.push_back(m_cap.const_value(value));
+    (void)fo;
+}
+
+// Whether the guards decide that the pending instruction raises (exception type `type`).
+bool Monitor::raise_is_determined(ShadowFrame& f, PyObject* type) {
+    Pending& p = f.pending;
+    if ((p.opcode == UNPACK_SEQUENCE || p.opcode == UNPACK_EX) && p.in.size() == 1 &&
+        PyErr_GivenExceptionMatches(type, PyExc_ValueError)) {
+        std::vector<int> items;  // known length (guarded), so it raises again
+        return items_of(p.in[0], items);
+    }
+    if (p.opcode == BINARY_SUBSCR && p.in.size() == 2 && m_cap.v(p.in[1]).kind == ValueKind::Const) {
+        // xs[100] (IndexError), d["missing"] (KeyError) on a container whose length or keys
+        // are guarded
+        const Value& c = m_cap.v(p.in[0]);
+        PyObject* key = m_cap.v(p.in[1]).real.get();
+        if (PyErr_GivenExceptionMatches(type, PyExc_IndexError) && PyLong_CheckExact(key) &&
+            !c.tensor && (PyList_CheckExact(c.real.get()) || PyTuple_CheckExact(c.real.get()))) {
+            std::vector<int> items;
+            return items_of(p.in[0], items);
+        }
+        if (PyErr_GivenExceptionMatches(type, PyExc_KeyError) && PyDict_CheckExact(c.real.get())) {
+            if (c.kind == ValueKind::FreshDict) return true;
+            if (c.kind != ValueKind::Input || c.mutated) return false;
+            m_cap.guard_no_key(p.in[0], key);
+            return true;
+        }
+        return false;
+    }
+    if (p.opcode == CALL && p.callee.kind == CallKind::TorchOp && p.callee.op == "view" &&
+        PyErr_GivenExceptionMatches(type, PyExc_RuntimeError)) {
+        // The sizes and strides of every tensor, and the sizes asked for, decide it.
+        for (int a : p.in) {
+            const Value& v = m_cap.v(a);
+            if (v.dyn_shape || has_dyn_scalar(a)) return false;
+            m_cap.concretize(a);
+        }
+        if (p.callee.bound_self && m_cap.v(p.callee_value).dyn_shape) return false;
+        m_cap.pin_all_dims();
+        guard_all_strides();
+        return true;
+    }
+    return false;
+}
+
 void Monitor::on_opcode(PyFrameObject* fo) {
     if (m_frames.empty() || m_frames.back().frame_obj != fo) return;
     ShadowFrame& f = m_frames.back();
@@ -1097,6 +1171,18 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         return;
     case KW_NAMES:
         f.kwnames = py::code_const(f.code, ins.oparg);
+        return;
+    // An except clause entered by a caught exception ([Note: exceptions caught in the frame])
+    case PUSH_EXC_INFO:
+        ++f.handlers;
+        defer(1, 2);  // the previous exception (None at the top), the exception
+        return;
+    case CHECK_EXC_MATCH:
+        defer(2, 2);  // the exception stays; whether it matches
+        return;
+    case POP_EXCEPT:
+        if (f.handlers > 0) --f.handlers;
+        pop(f);
         return;
     case YIELD_VALUE:
         if (f.gen < 0)
@@ -1635,6 +1721,17 @@ void Monitor::complete(ShadowFrame& f) {
         out(m_cap.const_value(tos));
         return;
     }
+    case PUSH_EXC_INFO:
+        out(m_cap.const_value(real_stack(f, 1)));
+        out(p.in[0]);
+        return;
+    case CHECK_EXC_MATCH:
+        if (m_cap.v(p.in[0]).kind != ValueKind::Const || !known(p.in[1]))
+            return m_cap.fail(breaks::kException, "an except clause matches against " +
+                              m_cap.v(p.in[1]).label, "catch a built-in exception class");
+        out(p.in[0]);
+        out(m_cap.const_value(tos));
+        return;
     case UNPACK_SEQUENCE: {
         int seq = p.in[0];
         Value& s = m_cap.v(seq);

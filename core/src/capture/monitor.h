@@ -72,6 +72,7 @@ private:
         int return_value = -1;
         int gen = -1;  // a generator's frame: its index in m_gens
         int map = -1;  // a call made by map(): the index of its record in m_maps
+        int handlers = 0;  // except clauses running (PUSH_EXC_INFO ... POP_EXCEPT)
     };
     // [Note: generators] A generator made in the call: its frame is traced each time it is
     // resumed (by a builtin consuming it, a for loop, unpacking), its shadow frame kept between
@@ -114,6 +115,8 @@ private:
     void on_call(PyFrameObject* frame);
     void on_return(PyFrameObject* frame, PyObject* value);
     void on_opcode(PyFrameObject* frame);
+    void on_exception(PyFrameObject* frame, PyObject* exc_info);
+    bool raise_is_determined(ShadowFrame& f, PyObject* exc_type);
     void stop_tracing();
 
     // Segments (capture/segment.cpp).

@@ -343,6 +343,7 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     PyCodeObject* origin = m_seg.origin;
     if (!origin || !py::code_is_plain_function(f.code))
         return refuse("generators are not resumed");
+    if (f.handlers > 0) return refuse("a break inside an except clause is not resumed");
     auto cont = std::make_shared<Continuation>();
     cont->origin = origin;
     cont->line = m_cap.line();

@@ -112,9 +112,16 @@ inline int jump_target(const Instruction& ins) {
     }
 }
 
-// The handler (code units) of an exception at `offset` in this frame, or -1: the 3.11
-// exception table (varint entries: start, size, target, depth and lasti) covers it.
-inline int code_handler_of(PyCodeObject* co, int offset) {
+// Where an exception at `offset` (code units) goes in this frame: the handler's first
+// instruction, the stack depth it unwinds to, and whether the raising offset is pushed first.
+struct Handler {
+    int target = -1;
+    int depth = 0;
+    bool lasti = false;
+};
+
+// The 3.11 exception table: varint entries (start, size, target, depth << 1 | lasti).
+inline Handler code_handler(PyCodeObject* co, int offset) {
     const unsigned char* p =
         reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(co->co_exceptiontable));
     const unsigned char* end = p + PyBytes_GET_SIZE(co->co_exceptiontable);
@@ -131,11 +138,14 @@ inline int code_handler_of(PyCodeObject* co, int offset) {
         int start = varint();
         int size = varint();
         int target = varint();
-        varint();  // depth and lasti
-        if (offset >= start && offset < start + size) return target;
+        int depth_lasti = varint();
+        if (offset >= start && offset < start + size)
+            return Handler{target, depth_lasti >> 1, (depth_lasti & 1) != 0};
     }
-    return -1;
+    return Handler{};
 }
+
+inline int code_handler_of(PyCodeObject* co, int offset) { return code_handler(co, offset).target; }
 
 // True when an exception at `offset` (code units) has a handler in this frame.
 inline bool code_offset_in_handler(PyCodeObject* co, int offset) {
