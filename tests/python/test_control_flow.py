@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+import magpy
 from conftest import Call, assert_stats, check
 
 
@@ -234,3 +235,16 @@ def test_torchscript_helpers_fold_in_eager_code():
 
     cf = check(f, [torch.randn(2), torch.randn(2)])
     assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_a_loop_too_long_to_unroll_runs_eagerly_with_a_reason():
+    def f(x, n):
+        for _ in range(n):
+            x = x + 1
+        return x
+
+    cf = check(f, [(torch.zeros(2), 25000), (torch.zeros(2), 25000), (torch.ones(2), 3)])
+    e = magpy.explain(cf)
+    assert [b.reason_id for b in e.breaks] == ["MB015"]
+    assert "more than 20000 operations" in e.breaks[0].reason
+    assert e.graph_count == 1   # the short loop is one graph; the long one is an eager entry

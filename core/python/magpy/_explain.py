@@ -21,6 +21,7 @@ BREAK_REASONS = {
     "MB012": "another tracer active",
     "MB013": "cache limit",
     "MB014": "op in try after a write",
+    "MB015": "capture too large",
     "MB099": "INTERNAL ENGINE ERROR",
 }
 

@@ -567,6 +567,7 @@ class MagpyMagics(Magics):
 
     def _run(self, program, opts, first_run, notes):
         __tracebackhide__ = True
+        import _magpy
         shell = self.shell
         quiet = opts["quiet"]
         mode = "final" if quiet else live_mode(shell)
@@ -587,6 +588,22 @@ class MagpyMagics(Magics):
             s["elapsed_s"] = time.perf_counter() - t0
             return _views.progress_view(s)
 
+        def on_progress(event, info):
+            # The engine's progress hook: called as it captures and compiles (any compiled
+            # function the cell runs), outside tracing.
+            if event == "capture":
+                state["phase"] = "capturing"
+                state["captures_seen"] = state.get("captures_seen", 0) + 1
+            elif event == "captured":
+                for key, field in (("graphs_seen", "ok"), ("ops_seen", "ops"),
+                                   ("breaks_seen", "breaks")):
+                    state[key] = state.get(key, 0) + int(info.get(field, 0))
+            elif event == "compile":
+                state["phase"] = "compiling"
+            elif event == "compiled":
+                state["phase"] = "running"
+            live.update(snapshot())
+
         ticker = None
         error = None
         try:
@@ -596,6 +613,7 @@ class MagpyMagics(Magics):
                 live.show(snapshot())
                 if mode == "threaded":
                     ticker = _Ticker(live, snapshot).start()
+                _magpy._set_progress_hook(on_progress)
             program.runs += 1
             self._running = True
             result = program.compiled()
@@ -604,6 +622,8 @@ class MagpyMagics(Magics):
             raise
         finally:
             self._running = False
+            if not quiet:
+                _magpy._set_progress_hook(None)
             wall_ns = int((time.perf_counter() - t0) * 1e9)
             if ticker is not None:
                 ticker.stop()

@@ -806,6 +806,7 @@ def timings_view(report, ctx):
 
 PHASES = ("starting", "capturing", "running", "done", "error", "interrupted")
 _PHASE_COLOR = {"starting": "#6b46c1", "capturing": "#6b46c1", "running": "#6b46c1",
+                "compiling": "#6b46c1",
                 "done": "#1e7b34", "error": "#b42318", "interrupted": "#b45309"}
 
 
@@ -820,6 +821,8 @@ def progress_text(state):
         head = f"magpy {label}: capturing (first run under this backend) · {elapsed}"
     elif phase == "running":
         head = f"magpy {label}: running (replays if the guards pass) · {elapsed}"
+    elif phase == "compiling":
+        head = f"magpy {label}: compiling with {state.get('backend', 'the backend')} · {elapsed}"
     else:
         word = {"done": "done", "error": "failed", "interrupted": "interrupted"}[phase]
         head = f"magpy {label}: {word} in {elapsed}"
@@ -835,6 +838,11 @@ def progress_text(state):
             counts.append(f"compile {fmt_ns(state.get('compile_ns', 0))}")
         if counts:
             head += " · " + ", ".join(counts)
+    if phase in ("capturing", "running", "compiling") and state.get("captures_seen"):
+        # what the engine reported so far (its progress hook)
+        head += (f" · so far {plural(state.get('graphs_seen', 0), 'graph')}, "
+                 f"{plural(state.get('ops_seen', 0), 'op')}, "
+                 f"{plural(state.get('breaks_seen', 0), 'break')}")
     lines = [head]
     if state.get("error"):
         lines.append(f"error: {state['error']}")

@@ -1,5 +1,6 @@
 // The _magpy extension module: the only file that uses pybind11. Nothing here is on the
 // per-call path; CompiledFunction calls go straight to the C type in api/.
+#include "hook/frame_hook.h"
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -50,6 +51,12 @@ PYBIND11_MODULE(_magpy, m) {
     });
 
     m.def("reset", [] { magpy::clear_all_caches(); });
+    // For live views (magpy._ipython): hook(event, info) as the engine captures and compiles.
+    m.def("_set_progress_hook", [](py11::object hook) {
+        if (!hook.is_none() && !PyCallable_Check(hook.ptr()))
+            throw py11::type_error("magpy._set_progress_hook() expects a callable or None");
+        magpy::set_progress_hook(hook.is_none() ? nullptr : hook.ptr());
+    });
     m.def("backends", [] { return magpy::backend_names(); });
     m.attr("REPORT_SCHEMA_VERSION") = magpy::kReportSchemaVersion;
 

@@ -18,6 +18,7 @@ constexpr const char* kNoPythonCode = "MB011";          // compile() of a callab
 constexpr const char* kTracerActive = "MB012";          // another tracer (debugger, coverage) is on
 constexpr const char* kCacheLimit = "MB013";            // recompiled too often; running eagerly
 constexpr const char* kTryAfterEffect = "MB014";        // an op in try after a visible write
+constexpr const char* kTooLarge = "MB015";              // the call records too many steps
 constexpr const char* kInternal = "MB099";              // an engine bug; the call ran eagerly
 
 }  // namespace magpy::breaks

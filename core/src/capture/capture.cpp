@@ -508,6 +508,11 @@ void Capture::add_step(Step step) {
                     "made earlier in the call; if it raised on new data, replay could not run "
                     "the handler after the write exactly once",
                     "move the write after the try block, or the try block before the write");
+    if (m_plan->steps().size() >= kMaxPlanSteps && !m_failed)
+        return fail(breaks::kTooLarge,
+                    "the call records more than " + std::to_string(kMaxPlanSteps) +
+                        " operations (a long loop unrolled)",
+                    "compile the loop's body as its own function, or loop fewer times per call");
     m_effects = m_effects || step.effect;
     if (m_code) {
         auto it = m_locations.find(m_code);

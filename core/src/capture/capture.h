@@ -36,6 +36,9 @@ struct BreakSite {
     BreakInfo info;                // the break that put it here
 };
 constexpr size_t kMaxBreakSites = 64;  // per code object; past it, breaks stay eager
+// Steps one capture may record: a loop unrolled past it (tens of thousands of iterations)
+// runs eagerly instead of holding a plan that is slower to replay than the bytecode.
+constexpr size_t kMaxPlanSteps = 20000;
 
 enum class ValueKind : uint8_t {
     Null,        // the NULL 3.11 pushes before some callables

@@ -48,6 +48,8 @@ void Monitor::note_site() {
         m_root_ins.offset < 0)
         return;
     if (m_seg.sites->size() >= kMaxBreakSites) return;
+    // Too large is about the whole call, not one instruction: it stays eager.
+    if (!m_cap.breaks().empty() && m_cap.breaks().front().reason_id == breaks::kTooLarge) return;
     // Inside try/with the break instruction could not run outside the frame (its handler
     // would not see an exception): such a break keeps the whole call eager.
     if (py::code_offset_in_handler(m_root_code, m_root_ins.offset)) return;

@@ -37,6 +37,26 @@ struct ActiveScope {
     ActiveScope& operator=(const ActiveScope&) = delete;
 };
 int g_hook_users = 0;  // guarded by the GIL
+PyObject* g_progress = nullptr;  // set_progress_hook; owned
+
+void progress(const char* event, CompiledState& st, std::initializer_list<std::pair<const char*, long long>> info) {
+    if (!g_progress) return;
+    PyObject *et, *ev, *etb;
+    PyErr_Fetch(&et, &ev, &etb);
+    py::Ref d = py::Ref::steal(PyDict_New());
+    py::Ref label = py::Ref::steal(PyUnicode_FromString(st.name.c_str()));
+    if (d && label) {
+        PyDict_SetItemString(d.get(), "function", label.get());
+        for (const auto& [k, v] : info) {
+            py::Ref n = py::Ref::steal(PyLong_FromLongLong(v));
+            if (n) PyDict_SetItemString(d.get(), k, n.get());
+        }
+        py::Ref hook = py::Ref::borrow(g_progress);  // the hook may replace itself
+        py::Ref r = py::Ref::steal(PyObject_CallFunction(hook.get(), "sO", event, d.get()));
+    }
+    if (PyErr_Occurred()) py::clear_error_keep_interrupt();
+    PyErr_Restore(et, ev, etb);
+}
 py::EvalFrameFn g_prev_eval = nullptr;
 
 int64_t now_ns() {
@@ -86,6 +106,7 @@ PyObject* run_eagerly(CompiledState& st, PyThreadState* ts, py::IFrame* frame) {
 
 PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFrame* frame) {
     st.stats.captures++;
+    progress("capture", st, {});
     int64_t t0 = now_ns();
     Capture cap(py::frame_function(frame));
     cap.set_dynamic({st.options.dynamic, &cc.dynamic_dims, &cc.dynamic_numbers});
@@ -107,6 +128,10 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
                                                             : cap.finish_failed();
     for (const BreakInfo& b : r.breaks) st.add_break(b);
     if (!mon.note().empty()) st.add_note(mon.note());
+    progress("captured", st, {{"ok", r.ok ? 1 : 0},
+                              {"ops", r.ok && r.plan ? static_cast<long long>(r.plan->graph_op_count()) : 0},
+                              {"breaks", static_cast<long long>(r.breaks.size())},
+                              {"capture_ns", t1 - t0}});
     if (r.internal_error && !r.breaks.empty())
         st.add_note("engine error, the call ran eagerly: " + r.breaks.front().reason);
     if (!result) return nullptr;  // the user's exception (or GraphBreakError): nothing cached
@@ -127,9 +152,11 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     if (r.ok) {
         e.plan = r.plan;
         e.cont = cont;
+        progress("compile", st, {});
         int64_t c0 = now_ns();
         e.graph = st.backend->compile(r.plan, e.backend_note);
         e.compile_ns = now_ns() - c0;
+        progress("compiled", st, {{"compile_ns", e.compile_ns}});
         st.stats.compile_ns += e.compile_ns;
         e.backend = st.backend->name();
         if (!e.backend_note.empty()) st.add_note(e.backend_note);
@@ -266,6 +293,11 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
 }
 
 }  // namespace
+
+void set_progress_hook(PyObject* hook) {
+    Py_XINCREF(hook);
+    Py_XSETREF(g_progress, hook);
+}
 
 // [SECTION] arming -----------------------------------------------------------------------------
 

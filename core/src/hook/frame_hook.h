@@ -13,4 +13,10 @@ namespace magpy {
 PyObject* call_with_hook(CompiledState& st, PyObject* const* args, size_t nargsf,
                          PyObject* kwnames);
 
+// A callable told what the engine is doing, for live views: hook(event, info) with event
+// "capture" (a capture starts), "captured" (it ended: ok, ops, breaks), "compile" and
+// "compiled" (the backend, with compile_ns). Called outside tracing, with the GIL held; what
+// it raises is dropped (an interrupt stays pending). Null: none (the default).
+void set_progress_hook(PyObject* hook);
+
 }  // namespace magpy
