@@ -217,7 +217,27 @@ def cache_limit():
     return r
 
 
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+def objects_and_functions_made_inside():
+    """Refgraph nodes of an object of a user class and a lambda, both made in the call."""
+    def f(x):
+        p = Pair(x, 2)
+        scale = lambda t: t * p.b  # noqa: E731
+        return [scale(t) for t in iter((p.a, x + 1))], {"p": p}
+
+    cf = check(f, [torch.randn(2) for _ in range(3)])
+    r = report(cf)
+    kinds = {n["kind"] for e in r["cache_entries"] for n in e["refgraph"]["nodes"]}
+    assert {"object", "function"} <= kinds, sorted(kinds)
+    return r
+
+
 SHAPES = {
+    "objects_and_functions_made_inside": objects_and_functions_made_inside,
     "plain_tensor_fn_with_recompile": plain_tensor_fn,
     "module_with_sequential": module_with_sequential,
     "graph_break": graph_break,
