@@ -170,6 +170,19 @@ def check(fn, calls, *, mutate=None, snapshot=None, restore=None, seed=None, pin
     return cf
 
 
+def assert_raises_like_eager(fn, make_args, exc_type, calls=2):
+    """Compile `fn` and check that each call raises `exc_type` with eager's message."""
+    magpy.reset()
+    cf = magpy.compile(fn)
+    for _ in range(calls):
+        with pytest.raises(exc_type) as eager:
+            fn(*make_args())
+        with pytest.raises(exc_type) as compiled:
+            cf(*make_args())
+        assert str(compiled.value) == str(eager.value)
+    return cf
+
+
 def stats(cf):
     """(graph_count, break_count, cache_hits, cache_misses, cache_entries)."""
     e = magpy.explain(cf)

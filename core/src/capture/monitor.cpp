@@ -189,13 +189,7 @@ bool Monitor::iterator_items(int it, std::vector<int>& out) {
                 items.push_back(row[0]);
                 continue;
             }
-            py::Ref t = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(width)));
-            for (size_t c = 0; c < width; ++c) {
-                PyObject* o = m_cap.v(row[c]).real ? m_cap.v(row[c]).real.get() : Py_None;
-                Py_INCREF(o);
-                PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(c), o);
-            }
-            items.push_back(m_cap.fresh(ValueKind::FreshTuple, row, t.get()));
+            items.push_back(m_cap.fresh(ValueKind::FreshTuple, row, reals_of(row, false).get()));
         }
         break;
     }
@@ -205,6 +199,18 @@ bool Monitor::iterator_items(int it, std::vector<int>& out) {
     if (!m_cap.v(it).iter_view) m_cap.v(it).iter_pos = static_cast<int>(items.size());
     out = std::move(items);
     return true;
+}
+
+py::Ref Monitor::reals_of(const std::vector<int>& items, bool list) {
+    auto n = static_cast<Py_ssize_t>(items.size());
+    py::Ref seq = py::Ref::steal(list ? PyList_New(n) : PyTuple_New(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        const py::Ref& r = m_cap.v(items[static_cast<size_t>(i)]).real;
+        PyObject* o = Py_NewRef(r ? r.get() : Py_None);
+        if (list) PyList_SET_ITEM(seq.get(), i, o);
+        else PyTuple_SET_ITEM(seq.get(), i, o);
+    }
+    return seq;
 }
 
 // A dict made here from (key, value) pairs in order: a repeated key keeps its first place and
@@ -605,8 +611,7 @@ void Monitor::on_call(PyFrameObject* fo) {
     Pending& p = top.pending;
     bool inline_call = p.opcode == CALL || p.opcode == CALL_FUNCTION_EX;
     // `self` of a forward whose comprehensions read it is a cell by now (MAKE_CELL has run).
-    PyObject* first = co->co_nlocalsplus > 0 ? py::frame_local(f, 0) : nullptr;
-    if (first && (py::code_local_kind(co, 0) & py::kLocalKindCell)) first = PyCell_GET(first);
+    PyObject* first = co->co_nlocalsplus > 0 ? py::frame_local_value(f, co, 0) : nullptr;
     bool made_here = p.callee.kind == CallKind::UserClass && first &&
                      reinterpret_cast<PyObject*>(Py_TYPE(first)) == m_cap.v(p.callee_value).real.get() &&
                      py::frame_previous(f) == top.frame;  // type.__call__ running its __init__
@@ -763,16 +768,11 @@ int Monitor::make_map(const std::vector<int>& args, PyObject* result) {
         // map(int, sizes), map(str, names): a pure builtin over constants is folded here; the
         // consumer's calls from C give the same results.
         for (const std::vector<int>& step : rec.steps) {
-            py::Ref call_args = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(step.size())));
-            for (size_t i = 0; i < step.size(); ++i) {
-                if (!known(step[i]))
-                    return fail("`map` of " + rec.callee.name + " over " + m_cap.v(step[i]).label +
+            for (int a : step)
+                if (!known(a))
+                    return fail("`map` of " + rec.callee.name + " over " + m_cap.v(a).label +
                                 ", which is not a constant", "write a list comprehension");
-                PyObject* o = m_cap.v(step[i]).real.get();
-                Py_INCREF(o);
-                PyTuple_SET_ITEM(call_args.get(), static_cast<Py_ssize_t>(i), o);
-            }
-            py::Ref r = py::Ref::steal(PyObject_Call(fn, call_args.get(), nullptr));
+            py::Ref r = py::Ref::steal(PyObject_Call(fn, reals_of(step, false).get(), nullptr));
             if (!r) PyErr_Clear();
             PyObject* o = r.get();
             if (!o || !(PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
@@ -797,10 +797,8 @@ bool Monitor::enter_map_step(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co)
     auto next_call_matches = [&](const MapRecord& m) {
         const std::vector<int>& args = m.steps[m.results.size()];
         for (size_t i = 0; i < args.size() && static_cast<int>(i) < co->co_argcount; ++i) {
-            PyObject* real = py::frame_local(f, static_cast<int>(i));
-            if (real && (py::code_local_kind(co, static_cast<int>(i)) & py::kLocalKindCell))
-                real = PyCell_GET(real);
-            if (real != m_cap.v(args[i]).real.get()) return false;
+            if (py::frame_local_value(f, co, static_cast<int>(i)) != m_cap.v(args[i]).real.get())
+                return false;
         }
         return true;
     };
@@ -954,8 +952,7 @@ bool Monitor::bind_callee(ShadowFrame& f, Pending& call, int func_value) {
     PyObject* kwdefaults = PyFunction_GET_KW_DEFAULTS(func);
     for (int i = 0; i < argc + kwonly; ++i) {
         if (bound[static_cast<size_t>(i)] >= 0) continue;
-        PyObject* real = py::frame_local(f.frame, i);
-        if (py::code_local_kind(co, i) & py::kLocalKindCell) real = PyCell_GET(real);
+        PyObject* real = py::frame_local_value(f.frame, co, i);
         if (!real) return m_cap.internal_error("unbound argument"), false;
         if (i < argc && defaults) {
             int ndef = static_cast<int>(PyTuple_GET_SIZE(defaults));
@@ -996,16 +993,14 @@ bool Monitor::bind_callee(ShadowFrame& f, Pending& call, int func_value) {
     for (int i = 0; i < argc + kwonly; ++i) set_local(i, bound[static_cast<size_t>(i)]);
     int slot = argc + kwonly;
     if (has_varargs) {
-        PyObject* real = py::frame_local(f.frame, slot);
-        if (py::code_local_kind(co, slot) & py::kLocalKindCell) real = PyCell_GET(real);
+        PyObject* real = py::frame_local_value(f.frame, co, slot);
         set_local(slot, m_cap.fresh(ValueKind::FreshTuple, extra_pos, real));
         ++slot;
     } else if (!extra_pos.empty()) {
         return m_cap.internal_error("too many positional arguments"), false;
     }
     if (has_varkw) {
-        PyObject* real = py::frame_local(f.frame, slot);
-        if (py::code_local_kind(co, slot) & py::kLocalKindCell) real = PyCell_GET(real);
+        PyObject* real = py::frame_local_value(f.frame, co, slot);
         set_local(slot, m_cap.fresh(ValueKind::FreshDict, extra_kw, real));
     } else if (!extra_kw.empty()) {
         return m_cap.internal_error("unexpected keyword argument"), false;
@@ -1911,13 +1906,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             if (!generator_of(a) && !map_of(a)) continue;
             std::vector<int> items;
             if (!lazy_items(a, items)) return;
-            py::Ref list = py::Ref::steal(PyList_New(static_cast<Py_ssize_t>(items.size())));
-            for (size_t i = 0; i < items.size(); ++i) {
-                PyObject* o = m_cap.v(items[i]).real ? m_cap.v(items[i]).real.get() : Py_None;
-                Py_INCREF(o);
-                PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(i), o);
-            }
-            a = m_cap.fresh(ValueKind::FreshList, items, list.get());
+            a = m_cap.fresh(ValueKind::FreshList, items, reals_of(items, true).get());
         }
     }
     bool any_tensor = false, all_const = true, dyn = false, dyn_number = false;
@@ -2295,13 +2284,7 @@ int Monitor::format_step(int opcode, int oparg, const std::vector<int>& in, PyOb
     PyObject* builtins = PyEval_GetBuiltins();
     if (opcode == BUILD_STRING) {
         static PyObject* join = PyObject_GetAttrString(PyUnicode_FromString(""), "join");
-        py::Ref tuple = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(in.size())));
-        for (size_t i = 0; i < in.size(); ++i) {
-            PyObject* o = m_cap.v(in[i]).real ? m_cap.v(in[i]).real.get() : Py_None;
-            Py_INCREF(o);
-            PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), o);
-        }
-        int parts = m_cap.fresh(ValueKind::FreshTuple, in, tuple.get());
+        int parts = m_cap.fresh(ValueKind::FreshTuple, in, reals_of(in, false).get());
         return call(join, {parts});
     }
     if (in.empty()) {

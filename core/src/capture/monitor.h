@@ -186,6 +186,8 @@ private:
     bool items_of(int seq, std::vector<int>& out);
     bool iterator_items(int it, std::vector<int>& out);
     int fresh_dict(const std::vector<int>& pairs, PyObject* real);
+    // A new list (or tuple) of the objects the values stand for (None where one has none).
+    py::Ref reals_of(const std::vector<int>& items, bool list);
     int new_object(int cls, PyObject* real);
     int object_attr(int obj, PyObject* name, PyObject* real, bool method);
     bool set_object_attr(int obj, PyObject* name, int val);

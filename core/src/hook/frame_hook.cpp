@@ -39,7 +39,8 @@ struct ActiveScope {
 int g_hook_users = 0;  // guarded by the GIL
 PyObject* g_progress = nullptr;  // set_progress_hook; owned
 
-void progress(const char* event, CompiledState& st, std::initializer_list<std::pair<const char*, long long>> info) {
+void progress(const char* event, CompiledState& st,
+              std::initializer_list<std::pair<const char*, long long>> info) {
     if (!g_progress) return;
     PyObject *et, *ev, *etb;
     PyErr_Fetch(&et, &ev, &etb);

@@ -51,6 +51,12 @@ inline PyObject* code_localsplus_name(PyCodeObject* co, int i) {
 inline unsigned char code_local_kind(PyCodeObject* co, int i) {
     return static_cast<unsigned char>(PyBytes_AS_STRING(co->co_localspluskinds)[i]);
 }
+// A local's value, read through its cell when the code made it one (MAKE_CELL has run).
+inline PyObject* frame_local_value(IFrame* f, PyCodeObject* co, int i) {
+    PyObject* o = f->localsplus[i];
+    if (o && (code_local_kind(co, i) & kLocalKindCell)) o = PyCell_GET(o);
+    return o;
+}
 inline PyObject* code_const(PyCodeObject* co, int i) { return PyTuple_GET_ITEM(co->co_consts, i); }
 inline PyObject* code_name(PyCodeObject* co, int i) { return PyTuple_GET_ITEM(co->co_names, i); }
 
