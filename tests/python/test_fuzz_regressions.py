@@ -99,3 +99,23 @@ def test_unbound_local_read_is_not_an_internal_engine_error():
     assert "MB006" in break_ids(cf), str(e)
     assert any("`y` is read before it is assigned" in b.reason for b in e.breaks), str(e)
     assert not any("engine error" in n for n in e.notes), str(e)
+
+
+# Fuzz seed 24197: `torch.sub(g, x, out=t)` resizes t to g's batch; once that batch was a
+# symbolic dim, `t.shape[0]` afterwards was recorded as the size t had in the capture.
+OUT_SRC = torch.randn(1, 4)
+
+
+def out_then_reads_its_size(x):
+    t = torch.empty(0)
+    torch.sub(OUT_SRC, x, out=t)
+    return t.mul_(t.shape[0])
+
+
+def test_out_tensor_takes_the_results_symbolic_size():
+    def resize(i):
+        b = [1, 2, 3, 4, 2, 4][i]
+        OUT_SRC.resize_(b, 4).copy_(torch.full((b, 4), float(i)))
+
+    cf = check(out_then_reads_its_size, [torch.randn(4) for _ in range(6)], mutate=resize)
+    assert magpy.explain(cf).cache_entries <= 2

@@ -2360,6 +2360,23 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
                             : p.callee.name + "(...)";
     int r = m_cap.record(std::move(s), result, label, graph_op);
     m_cap.v(r).dyn_shape = dyn_shape;
+    // `out=t` resizes t to the result: its sizes are the result's from here on (symbolic or
+    // data-dependent alike), not the ones it was made with.
+    size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+    for (size_t k = 0; k < nkw; ++k) {
+        int out = p.in[p.in.size() - nkw + k];
+        if (str(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))) != "out" ||
+            !m_cap.v(out).tensor || m_cap.v(out).kind == ValueKind::Input)
+            continue;
+        const Value& res = m_cap.v(r);
+        bool sym = res.sym, sym_all = res.sym_all, dyn = res.dyn_shape;
+        auto deps = res.sym_deps;
+        Value& o = m_cap.v(out);
+        o.sym = sym;
+        o.sym_all = sym_all;
+        o.sym_deps = std::move(deps);
+        o.dyn_shape = dyn;
+    }
     return r;
 }
 
