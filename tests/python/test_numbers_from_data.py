@@ -160,7 +160,7 @@ def test_branch_on_a_number_from_data_still_breaks_and_takes_both_ways():
     assert break_ids(cf) == ["MB001"]
 
 
-@pytest.mark.parametrize("use", ["range", "list_index", "shape"])
+@pytest.mark.parametrize("use", ["range", "list_index", "shape_branch"])
 def test_code_that_needs_the_number_itself_breaks(use):
     def f(x):
         k = int(x.abs().sum().item()) % 3
@@ -171,7 +171,8 @@ def test_code_that_needs_the_number_itself_breaks(use):
             return out
         if use == "list_index":
             return [x, x * 2, x * 3][k]
-        return torch.zeros(k + 1).shape[0] * x  # a shape made from the number
+        # a shape made from the number, then a branch on that shape
+        return x * 2 if torch.zeros(k + 1).shape[0] > 1 else x
 
     xs = [torch.tensor([0.5, 0.2]), torch.tensor([1.5, 0.2]), torch.tensor([2.5, 0.1])] * 2
     cf = check(f, xs)
@@ -186,7 +187,8 @@ def test_shape_decided_by_a_number_from_data_is_not_baked_in():
 
     xs = [torch.rand(4) for _ in range(6)]
     cf = check(f, xs)
-    assert "MB010" in break_ids(cf)
+    # y's size is read at replay too: one graph, whatever size the data makes
+    assert_stats(cf, graphs=1, breaks=0, hits=5, misses=1)
 
 
 def test_number_from_data_crosses_a_break_as_a_float():

@@ -349,7 +349,8 @@ int Capture::size_of(int id, int dim, PyObject* real) {
     bool input = t.kind == ValueKind::Input && t.node >= 0;
     uint64_t dims = input ? m_guards->dynamic_dims(t.node) : 0;
     uint64_t used = dim == kNumel ? dims : dim >= 0 && dim < 64 ? (dims & (uint64_t{1} << dim)) : 0;
-    if (input ? !used : !t.sym) return const_value(real);
+    bool data = t.tensor && t.dyn_shape;  // [Note: numbers from tensor data]
+    if (!data && (input ? !used : !t.sym)) return const_value(real);
     Step s;
     s.kind = StepKind::Call;
     Arg self;
@@ -365,6 +366,12 @@ int Capture::size_of(int id, int dim, PyObject* real) {
     }
     int r = record(std::move(s), real, label, false);
     Value& n = v(r);
+    if (data) {  // read at replay, never guarded: a size that depends on tensor data
+        n.dyn_scalar = true;
+        n.sym = n.sym_all = false;
+        n.sym_deps.clear();
+        return r;
+    }
     n.sym = true;
     n.sym_all = !input;
     n.sym_deps.clear();

@@ -184,7 +184,7 @@ public:
     // A tensor whose sizes may differ at replay.
     bool sym_tensor(int value);
     // Dim `dim` of tensor `value`: a constant when it is fixed by the guards, else a number
-    // read at replay (Value::sym).
+    // read at replay (Value::sym; Value::dyn_scalar for a tensor whose shape depends on data).
     int size_of(int value, int dim, PyObject* real);
     static constexpr int kNumel = -1;  // size_of(t, kNumel): t.numel()
     // Python needs the number itself (a branch, range(), a list index): from here on it is a

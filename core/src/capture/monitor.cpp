@@ -1969,13 +1969,16 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         }
         bool is_meta = p.callee.kind == CallKind::TorchOp && is_metadata_query(p.callee.op, nargs);
         if (is_meta) {
-            if (dyn)
-                return m_cap.fail(breaks::kDynamicShape,
-                                  "`" + name + "` reads the shape of a tensor whose shape "
-                                  "depends on data",
-                                  "avoid reading sizes of nonzero()/unique()/mask results");
-            if (reads_strides(p.callee.op)) guard_all_strides();
             int t = !p.in.empty() && !p.callee.bound_self && m_cap.v(p.in[0]).tensor ? p.in[0] : -1;
+            if (dyn) {  // sizes become numbers read at replay ([Note: numbers from tensor data])
+                int r = t >= 0 && m_cap.v(t).dyn_shape ? symbolic_query(p, t, result) : -1;
+                if (r >= 0 || m_cap.failed()) return push_out(r);
+                return m_cap.fail(breaks::kDynamicShape,
+                                  "`" + name + "` reads the layout of a tensor whose shape "
+                                  "depends on data",
+                                  "read only its sizes (x.shape, x.size(d), x.numel())");
+            }
+            if (reads_strides(p.callee.op)) guard_all_strides();
             if (p.callee.bound_self || (t >= 0 && m_cap.sym_tensor(t)))
                 return push_out(symbolic_query(p, t, result));
             push_out(m_cap.const_value(result));
@@ -2001,10 +2004,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         if (p.in.size() != 1) return m_cap.internal_error("len arity");
         int a = p.in[0];
         Value& v = m_cap.v(a);
-        if (v.tensor && v.dyn_shape)
-            return m_cap.fail(breaks::kDynamicShape, "len() of a tensor whose size depends on data",
-                              "avoid len() of nonzero()/mask results");
-        if (v.tensor && m_cap.sym_tensor(a)) return push_out(m_cap.size_of(a, 0, result));
+        if (v.tensor && (v.dyn_shape || m_cap.sym_tensor(a)))
+            return push_out(m_cap.size_of(a, 0, result));
         if (v.kind == ValueKind::Input && !v.tensor) {
             PyObject* o = v.real.get();
             if (v.identity && plain_module_container(o, "__len__", true)) {
@@ -2970,15 +2971,9 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
     const char* cname = PyUnicode_AsUTF8(name);
     if (o.tensor) {
         if (is_metadata_attribute(cname)) {
-            if (o.dyn_shape && n == "shape") {
-                m_cap.fail(breaks::kDynamicShape,
-                           "the shape of a tensor whose shape depends on data is read",
-                           "avoid reading sizes of nonzero()/unique()/mask results");
-                return -1;
-            }
             if (n == "is_leaf" && o.kind == ValueKind::Input)  // not part of the tensor check
                 return m_cap.input_child(obj, AccessKind::Attr, 0, name, ".is_leaf", real);
-            if (n == "shape" && m_cap.sym_tensor(obj)) return shape_of(obj, real);
+            if (n == "shape" && (o.dyn_shape || m_cap.sym_tensor(obj))) return shape_of(obj, real);
             return m_cap.const_value(real);
         }
         // An op attribute (x.T, x.data), or `f = x.reshape` (then f(*shape)): the bound method
@@ -3279,6 +3274,7 @@ int Monitor::symbolic_query(const Pending& p, int t, PyObject* result) {
             op == "is_tensor")
             return m_cap.const_value(result);
     }
+    if (t >= 0 && m_cap.v(t).dyn_shape) return -1;  // strides of a data-dependent shape: unknown
     m_cap.pin_all_dims();
     return m_cap.const_value(result);
 }
