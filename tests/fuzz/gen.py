@@ -793,7 +793,7 @@ class ProgramGen:
         if loop:
             kinds += [(3, "break_continue")]
         kinds += [(0.4, "raise"), (0.4, "assert"), (0.8, "pair"), (2, "containers_in"),
-                  (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try")]
+                  (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try"), (1, "print")]
         if self.p(self.break_rate * 2):
             kinds = [(1, "breaker")]
         kind = self.wchoice(kinds)
@@ -997,6 +997,25 @@ class ProgramGen:
             return [f"G_LOG.append(str({e.code}.shape) + {e.code}.dtype.__repr__())"
                     if self.p(0.3) else f"G_LOG.append(tuple({e.code}.shape))"]
         return [f"G_LOG.append('n=%d' % {k})"]
+
+    def st_print(self, env, depth, loop):
+        # debug prints (the runner compares what each world printed): replayed as steps when
+        # their text follows from replayed values, a break otherwise ([Note: print])
+        self.features.add("print")
+        k = self.gen_int(env)[0]
+        e = self.leaf(env)
+        g = self.r.randrange(6)
+        if g == 0:
+            return [f'print("shape", {e.code}.shape, {e.code}.dim(), {e.code}.dtype)']
+        if g == 1:
+            return [f'print(f"[dbg] k={{{k}}} n={{{e.code}.numel()}}", sep="", end=";\\n")']
+        if g == 2:  # a size read from data (a mask's length)
+            return [f'print("kept", len({e.code}[{e.code} > 0]), [{k}, "of", {e.code}.numel()])']
+        if g == 3:  # a tensor printed (ints: a compiled backend may round floats differently)
+            return [f"print(({e.code}.detach() * 0 + {k}).int())"]
+        if g == 4:  # an object with its own __str__: a break
+            return ["print(OBJ)" if self.p(0.5) else f"print({k}, file=_SINK)"]
+        return [f"print(tuple({e.code}.shape), {{'k': {k}}})"]
 
     def st_try(self, env, depth, loop):
         e = self.gen_t(env, 1)
@@ -1866,6 +1885,9 @@ class Obj:
 
     def apply(self, t):
         return t * self.scale * self.factor + self.count
+
+    def __str__(self):
+        return f"Obj(count={{self.count}}, flag={{self.flag}})"
 
     def mix(self, t):
         return t + self.buf * self.scale

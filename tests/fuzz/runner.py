@@ -17,6 +17,8 @@ Tensors are compared on dtype, shape, strides, storage offset, requires_grad and
 or allclose with rtol=1e-6, atol=1e-7: the eager backend replays the same kernels).
 """
 
+import contextlib
+import io
 import linecache
 import math
 import os
@@ -118,7 +120,7 @@ def _seed(base, i, step):
 
 
 def run_call(mod, f, i, base):
-    """One call in one world: (mutate outcome, args, kwargs, outcome).
+    """One call in one world: (mutate outcome, args, kwargs, outcome, what it printed).
 
     Grad mode is process-wide torch state that `mutate` may change: each world keeps its own
     and it is swapped in around the world's steps."""
@@ -144,13 +146,15 @@ def _run_call(mod, f, i, base):
     args, kwargs = mod.make_args(i)
     torch.manual_seed(_seed(base, i, 3))
     grad = torch.is_grad_enabled()
+    printed = io.StringIO()  # what the call printed is part of what it did
     try:
-        out = ("ok", f(*args, **kwargs))
+        with contextlib.redirect_stdout(printed):
+            out = ("ok", f(*args, **kwargs))
     except Exception as e:  # noqa: BLE001
         out = ("exc", e)
     if torch.is_grad_enabled() != grad:
         out = ("grad-mode-changed", out)
-    return mut, args, kwargs, out
+    return mut, args, kwargs, out, printed.getvalue()
 
 
 # ---------------------------------------------------------------------- comparison
@@ -361,17 +365,17 @@ def run_program(seed, n_calls=N_CALLS, compile_fn=None, source=None):
     try:
         for i in range(n_calls):
             try:
-                ma, args_a, kw_a, out_a = run_call(wa, wa.fn, i, seed)
-                mb, args_b, kw_b, out_b = run_call(wb, cf, i, seed)
+                ma, args_a, kw_a, out_a, printed_a = run_call(wa, wa.fn, i, seed)
+                mb, args_b, kw_b, out_b, printed_b = run_call(wb, cf, i, seed)
             except Exception:  # noqa: BLE001  (make_args failed: not a valid program)
                 res.gen_error = traceback.format_exc(limit=3)
                 break
             if out_a[0] == "exc":
                 res.exceptions += 1
-            ea = {"mutate": ma, "result": out_a, "args": args_a, "kwargs": kw_a,
-                  "state": world_state(wa)}
-            eb = {"mutate": mb, "result": out_b, "args": args_b, "kwargs": kw_b,
-                  "state": world_state(wb)}
+            ea = {"mutate": ma, "result": out_a, "printed": printed_a, "args": args_a,
+                  "kwargs": kw_a, "state": world_state(wa)}
+            eb = {"mutate": mb, "result": out_b, "printed": printed_b, "args": args_b,
+                  "kwargs": kw_b, "state": world_state(wb)}
             try:
                 diffs = compare_worlds(ea, eb)
             except Exception:  # noqa: BLE001  (a value the comparer cannot walk)

@@ -405,12 +405,12 @@ def test_reload_ext_keeps_magpy_on_and_installs_one_transformer(ip, capsys):
 
 def test_live_view_hears_the_engine_capture_and_compile(ip, rec):
     run(ip, "x = torch.ones(3)")
-    run(ip, "%%magpy\ny = (x * 2).relu()\nprint('between')\ny.sum()")
+    run(ip, "%%magpy\ny = (x * 2).relu()\nif y.sum() > 0:  # a branch on data: a break\n    y = y + 1\ny.sum()")
     final = rec.progress()[-1]["data"][PROGRESS]
     assert final["phase"] == "done"
     # what the engine's progress hook reported while the cell ran (magpy._set_progress_hook)
     assert final["captures_seen"] >= 1 and final["breaks_seen"] == 1
     rec.clear()
-    run(ip, "%%magpy\ny = (x * 2).relu()\nprint('between')\ny.sum()")
+    run(ip, "%%magpy\ny = (x * 2).relu()\nif y.sum() > 0:  # a branch on data: a break\n    y = y + 1\ny.sum()")
     final = rec.progress()[-1]["data"][PROGRESS]
     assert final["captures_seen"] >= 1 and final["graphs_seen"] >= 1

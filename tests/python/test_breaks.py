@@ -176,16 +176,44 @@ def test_print_output_happens_every_call(capsys):
         print("value", x.shape[0])
         return x + 1
 
-    cf = check(f, [torch.randn(2), torch.randn(2), torch.randn(3)])
+    cf = check(f, [torch.randn(2), torch.randn(2), torch.randn(3), torch.randn(4)])
     out = capsys.readouterr().out
-    assert out.splitlines() == ["value 2"] * 4 + ["value 3"] * 2
-    assert_stats(cf, breaks=1)
+    assert out.splitlines() == ["value 2"] * 4 + ["value 3"] * 2 + ["value 4"] * 2
+    # replayed as a step ([Note: print]): no break, and the size printed stays dynamic
+    assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
+
+
+def test_print_of_an_object_with_its_own_str_breaks_and_prints_every_call(capsys):
+    class Tag:
+        def __init__(self):
+            self.calls = 0
+
+        def __str__(self):
+            self.calls += 1
+            return f"tag#{self.calls}"
+
+    tag = Tag()
+
+    def f(x):
+        print("with", tag)  # its text could differ at replay: runs in Python
+        return x + 1
+
+    xs = [torch.randn(2) for _ in range(4)]
+    for x in xs:
+        f(x)
+    eager = capsys.readouterr().out
+    tag.calls = 0
+    cf = magpy.compile(f)
+    for x in xs:
+        assert torch.equal(cf(x), x + 1)
+    assert capsys.readouterr().out == eager
     assert break_ids(cf) == ["MB005"]
+    assert "own __str__" in magpy.explain(cf).breaks[0].reason
 
 
 def test_print_with_fullgraph_raises_before_printing(capsys):
     def f(x):
-        print("never")
+        print("never", file=sys.stdout)  # I/O to a file object: a break
         return x
 
     cf = magpy.compile(f, fullgraph=True)
@@ -213,7 +241,7 @@ def test_break_inside_callee_reports_callee_location():
 def test_break_depends_on_guarded_path():
     def f(x, debug):
         if debug:
-            print("debug")
+            print("debug", file=sys.stdout)  # I/O to a file object: a break
         return x * 2
 
     x = torch.randn(2)

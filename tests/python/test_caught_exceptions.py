@@ -3,6 +3,8 @@ followed when the guards decide that the instruction raises (unpacking a sequenc
 length, `view` on tensors of guarded sizes and strides), so the except clause becomes part of
 the graph; anything else still runs eagerly (MB006). Every call is compared against eager."""
 
+import sys
+
 import pytest
 import torch
 
@@ -83,7 +85,7 @@ def test_a_break_inside_the_except_clause_runs_eagerly():
         try:
             a, b = x.shape
         except ValueError:
-            print("unbatched")
+            print("unbatched", file=sys.stderr)  # I/O to a file object: a break
             a, b = 1, x.shape[0]
         return x.reshape(a, b) + 1
 

@@ -1,5 +1,7 @@
 """The engine's progress hook (what the kernel's live view shows while a cell runs)."""
 
+import sys
+
 import pytest
 import torch
 
@@ -35,7 +37,7 @@ def test_capture_and_compile_are_reported_once_and_hits_are_silent(events):
 def test_a_break_is_reported(events):
     def f(x):
         y = x + 1
-        print("between")
+        print("between", file=sys.stdout)  # I/O to a file object: a break
         return y * 2
 
     cf = magpy.compile(f)

@@ -6,6 +6,7 @@ the call ([Note: objects made in the call]); namedtuples are fresh tuples of the
 
 import collections
 import dataclasses
+import sys
 
 import pytest
 import torch
@@ -272,7 +273,7 @@ def test_object_made_inside_escapes_then_changes():
 def test_object_made_inside_lives_across_a_graph_break():
     def f(x):
         p = Point(x * 2)
-        print("between")
+        print("between", file=sys.stdout)  # I/O to a file object: a break
         return p.x + 1, p
 
     cf = check(f, [torch.randn(2) for _ in range(3)])

@@ -95,6 +95,7 @@ bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
         return flag("track_running_stats") || type.find("Dropout") != std::string::npos ||
                type.find("RReLU") != std::string::npos;
     }
+    if (c.kind == CallKind::Print) return true;  // output the user sees
     const std::string& n = c.op;
     if (n.size() > 1 && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0) return true;
     static const std::unordered_set<std::string> kStateful = {
@@ -277,8 +278,8 @@ CalleeInfo classify_callee(PyObject* f) {
             const std::string& n = info.name;
             if (n == "len") info.kind = CallKind::Len;
             else if (n == "isinstance" || n == "issubclass") info.kind = CallKind::IsInstance;
-            else if (n == "print" || n == "input" || n == "open" || n == "breakpoint")
-                info.kind = CallKind::IO;
+            else if (n == "print") info.kind = CallKind::Print;
+            else if (n == "input" || n == "open" || n == "breakpoint") info.kind = CallKind::IO;
             else if (kPureBuiltins.count(n)) info.kind = CallKind::PureBuiltin;
             return info;
         }

@@ -21,7 +21,8 @@ enum class CallKind : uint8_t {
     Iteration,       // zip, enumerate, reversed, map
     EagerFact,       // torch.jit.is_scripting() & co: fixed answers in eager mode
     TypeCtor,        // int(), float(), tuple(), list(), range(), slice() ...
-    IO,              // print, input, open
+    IO,              // input, open, breakpoint
+    Print,           // print(): replayed as a step when its arguments print the same at replay
     Context,         // torch.no_grad() & co (TorchApi::context_types): made for a with block
     ContextExit,     // the bound __exit__ of a captured with block, called when it ends
     NamedTuple,      // a collections.namedtuple class called: a fresh tuple of its fields

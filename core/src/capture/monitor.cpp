@@ -1877,6 +1877,27 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
             return;
     }
     switch (p.callee.kind) {
+    case CallKind::Print: {
+        // [Note: print] Replayed as a step: at replay it prints what eager prints, in order
+        // with the other effects, when every argument prints the same from its replayed value.
+        size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+        for (size_t k = 0; k < nkw; ++k) {
+            std::string kw = str(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k)));
+            if (kw != "sep" && kw != "end" && kw != "flush")
+                return m_cap.fail(breaks::kIO, "`print(" + kw + "=...)` writes to a file",
+                                  "print to the console, or write files outside the compiled "
+                                  "function");
+        }
+        for (int a : p.in)
+            if (!prints_the_same(a))
+                return m_cap.fail(breaks::kIO,
+                                  "`print()` of " + m_cap.v(a).label + ", whose text at replay "
+                                  "could differ (an object with its own __str__, or a tensor "
+                                  "that requires grad)",
+                                  "print numbers, strings, shapes or tensors without grad; it "
+                                  "then runs in the graph's replay");
+        return;
+    }
     case CallKind::IO:
         return m_cap.fail(breaks::kIO, "`" + p.callee.name + "()` does input or output",
                           "it runs in Python between two graphs; move printing and I/O out "
@@ -1912,7 +1933,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     bool any_tensor = false, all_const = true, dyn = false, dyn_number = false;
     bool flows = p.callee.kind == CallKind::TorchOp || p.callee.kind == CallKind::LeafModule ||
                  p.callee.kind == CallKind::InlineFunction ||
-                 p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::UserClass;
+                 p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::UserClass ||
+                 p.callee.kind == CallKind::Print;
     if (!flows)  // builtins and the like compute with the number itself
         for (int a : p.in)
             m_cap.concretize(a);
@@ -2031,6 +2053,11 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                               "take len() of lists, tuples, dicts or tensors");
         }
         push_out(m_cap.const_value(result));
+        return;
+    }
+    case CallKind::Print: {
+        int r = record_call(p, result, false, false);
+        if (r >= 0) push_out(m_cap.const_value(Py_None));
         return;
     }
     case CallKind::IsInstance: {
@@ -3348,6 +3375,62 @@ bool Monitor::require_const(const std::vector<int>& values, const std::string& w
         }
     }
     return true;
+}
+
+// Whether a value's str() at replay is the text eager prints: built-in scalars and strings
+// (constants, inputs, numbers and strings computed at replay), shapes, dtypes, devices,
+// tensors without grad (their repr names no grad_fn, which a compiled graph would change), and
+// containers of those.
+static bool const_prints_the_same(PyObject* o, int depth = 0) {
+    const TorchApi& api = torch_api();
+    PyTypeObject* t = Py_TYPE(o);
+    if (o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) ||
+        PyComplex_CheckExact(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o) ||
+        t == api.dtype_type || t == api.device_type)
+        return true;
+    if (depth >= 4) return false;
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o) || t == api.size_type) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+            if (!const_prints_the_same(PySequence_Fast_GET_ITEM(o, i), depth + 1)) return false;
+        return true;
+    }
+    return false;
+}
+
+bool Monitor::prints_the_same(int id, int depth) {
+    const Value& v = m_cap.v(id);
+    PyObject* o = v.real.get();
+    if (v.tensor) {
+        if (!o || Py_TYPE(o) != torch_api().tensor_type) return false;  // subclasses, Parameter
+        PyObject* rg = PyObject_GetAttrString(o, "requires_grad");
+        bool grad = !rg || PyObject_IsTrue(rg) != 0;
+        Py_XDECREF(rg);
+        PyErr_Clear();
+        return !grad;
+    }
+    switch (v.kind) {
+    case ValueKind::Const:
+        return o && const_prints_the_same(o);
+    case ValueKind::Input:
+    case ValueKind::OpResult:  // format steps, numbers read at replay
+        return o && (PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
+                     PyBool_Check(o) || o == Py_None);
+    case ValueKind::FreshList:
+    case ValueKind::FreshTuple:
+    case ValueKind::FreshDict: {
+        if (depth >= 4) return false;
+        PyTypeObject* t = o ? Py_TYPE(o) : nullptr;
+        if (t && !(t == &PyList_Type || t == &PyTuple_Type || t == &PyDict_Type ||
+                   t == torch_api().size_type))
+            return false;  // a namedtuple or OrderedDict prints its type's name
+        std::vector<int> items = v.items;
+        for (int it : items)
+            if (!prints_the_same(it, depth + 1)) return false;
+        return true;
+    }
+    default:
+        return false;
+    }
 }
 
 bool Monitor::truthiness_known(int id) {

@@ -167,6 +167,7 @@ private:
     int binary(int op, int a, int b, PyObject* real);
     int item_of(int seq, Py_ssize_t i, PyObject* real);
     bool truthiness_known(int value);
+    bool prints_the_same(int value, int depth = 0);  // print(value) replayed ([Note: print])
     bool require_const(const std::vector<int>& values, const std::string& what);
     bool known(int value, int depth = 0);
     bool number_operands(int a, int b);
