@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import magpy
-from conftest import break_ids, check
+from conftest import assert_stats, break_ids, check
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,3 +119,19 @@ def test_out_tensor_takes_the_results_symbolic_size():
 
     cf = check(out_then_reads_its_size, [torch.randn(4) for _ in range(6)], mutate=resize)
     assert magpy.explain(cf).cache_entries <= 2
+
+
+# Fuzz seed 34493 (a crash): `lst.copy()` gave a list value with no object behind it during the
+# capture, and `copy += [...]` then read its type through a null pointer.
+def copy_then_extend(x, lst):
+    out = lst.copy()
+    out.insert(0, x * 2)
+    out += [x.pow(2)]
+    return torch.stack(out).sum(0)
+
+
+def test_a_copied_list_extended_with_plus_equals():
+    lst = [torch.randn(3), torch.randn(3)]
+    cf = check(copy_then_extend, [(torch.randn(3), lst) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0)
+    assert len(lst) == 2

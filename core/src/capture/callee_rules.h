@@ -23,6 +23,7 @@ enum class CallKind : uint8_t {
     TypeCtor,        // int(), float(), tuple(), list(), range(), slice() ...
     IO,              // input, open, breakpoint
     Print,           // print(): replayed as a step when its arguments print the same at replay
+    AttrQuery,       // hasattr(obj, "name"), getattr(obj, "name"[, default]): a guarded lookup
     Context,         // torch.no_grad() & co (TorchApi::context_types): made for a with block
     ContextExit,     // the bound __exit__ of a captured with block, called when it ends
     NamedTuple,      // a collections.namedtuple class called: a fresh tuple of its fields

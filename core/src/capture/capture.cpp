@@ -272,6 +272,14 @@ void Capture::guard_no_instance_attr(int id, PyObject* name) {
     m_guards->add_check(v(id).node, std::move(c));
 }
 
+void Capture::guard_no_attr(int id, PyObject* name) {
+    if (v(id).node < 0) return;
+    Check c;
+    c.kind = CheckKind::NoAttr;
+    c.key = py::Ref::borrow(name);
+    m_guards->add_check(v(id).node, std::move(c));
+}
+
 void Capture::guard_equals(int id) {
     Value& val = v(id);
     if (val.node < 0) return;

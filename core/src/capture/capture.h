@@ -158,6 +158,7 @@ public:
     void guard_strides(int value);
     void guard_no_key(int dict_value, PyObject* key);        // key absent from the dict
     void guard_no_instance_attr(int value, PyObject* name);  // name absent from obj.__dict__
+    void guard_no_attr(int value, PyObject* name);           // not hasattr(obj, name)
     GuardTree& guards() { return *m_guards; }
 
     // --- plan ---------------------------------------------------------------------------

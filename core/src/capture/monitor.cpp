@@ -1912,6 +1912,8 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     }
 }
 
+static bool runs_code_to_get(PyObject* obj, PyObject* key);
+
 void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     const std::string& name = p.callee.name;
     auto push_out = [&](int id) {
@@ -2055,6 +2057,47 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         push_out(m_cap.const_value(result));
         return;
     }
+    case CallKind::AttrQuery: {
+        // hasattr(obj, "name") / getattr(obj, "name"[, default]) with a constant name: a
+        // present attribute is read like `obj.name` (guarded the same way); an absent one is
+        // guarded absent (objects from the caller) or known absent (made in the call).
+        size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+        bool has = name == "hasattr";
+        PyObject* key = p.in.size() >= 2 ? m_cap.v(p.in[1]).real.get() : nullptr;
+        if (nkw || p.in.size() < 2 || p.in.size() > (has ? 2u : 3u) ||
+            m_cap.v(p.in[1]).kind != ValueKind::Const || !key || !PyUnicode_CheckExact(key))
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`" + name + "()` with an attribute name that is not a constant",
+                              "use a string literal, or read the attribute directly");
+        int obj = p.in[0];
+        PyObject* target = m_cap.v(obj).real.get();
+        if (!target || runs_code_to_get(target, key))
+            return m_cap.fail(breaks::kUnsupportedAttribute,
+                              "`" + name + "(" + m_cap.v(obj).label + ", '" + str(key) +
+                                  "')` would run a property or a custom __getattr__",
+                              "read a plain attribute");
+        py::Ref attr = py::Ref::steal(PyObject_GetAttr(target, key));
+        PyErr_Clear();
+        if (!attr && !has && p.in.size() < 3)
+            return m_cap.internal_error("getattr() without a default found no attribute");
+        if (attr) {
+            int r = load_attr(obj, key, attr.get());
+            if (r < 0) return;
+            return push_out(has ? m_cap.const_value(Py_True) : r);
+        }
+        const Value& o = m_cap.v(obj);
+        if (o.kind == ValueKind::Input || o.identity) {
+            if (o.node < 0) return m_cap.internal_error("an input without a guard node");
+            m_cap.guard_no_attr(obj, key);
+        } else if (!(o.tensor || o.kind == ValueKind::Const || o.kind == ValueKind::FreshObject ||
+                     o.kind == ValueKind::FreshList || o.kind == ValueKind::FreshTuple ||
+                     o.kind == ValueKind::FreshDict)) {
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`" + name + "()` of " + o.label + ", whose attributes are not known",
+                              "test the attribute on an object passed in");
+        }
+        return push_out(has ? m_cap.const_value(Py_False) : p.in[2]);
+    }
     case CallKind::Print: {
         int r = record_call(p, result, false, false);
         if (r >= 0) push_out(m_cap.const_value(Py_None));
@@ -2174,9 +2217,13 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` while scripting or tracing",
                           "compile the eager model, not a scripted or traced one");
     }
-    case CallKind::ListMethod:
-        push_out(mutate_list(p.callee_value, name, p.in));
+    case CallKind::ListMethod: {
+        int r = mutate_list(p.callee_value, name, p.in);
+        if (r >= 0 && !m_cap.v(r).real && result)  // copy(): the new list
+            m_cap.v(r).real = py::Ref::borrow(result);
+        push_out(r);
         return;
+    }
     case CallKind::Context:
         // torch.no_grad() & co, made at replay too (set_grad_enabled(b) sets the mode here).
         if (!require_const(p.in, "`" + name + "()`")) return;
@@ -3375,6 +3422,22 @@ bool Monitor::require_const(const std::vector<int>& values, const std::string& w
         }
     }
     return true;
+}
+
+// Whether reading `obj.key` could run Python code: a property (or another data descriptor
+// that is not a slot or a C getset) on its class, or a class with its own __getattr__ /
+// __getattribute__ (nn.Module's __getattr__ only looks in its parameter, buffer and module
+// dicts).
+static bool runs_code_to_get(PyObject* obj, PyObject* key) {
+    if (PyType_Check(obj) || PyModule_Check(obj)) return false;
+    PyTypeObject* type = Py_TYPE(obj);
+    PyObject* descr = _PyType_Lookup(type, key);
+    if (descr && Py_TYPE(descr)->tp_descr_set && Py_TYPE(descr) != &PyMemberDescr_Type &&
+        Py_TYPE(descr) != &PyGetSetDescr_Type)
+        return true;
+    bool is_module = PyObject_TypeCheck(obj, torch_api().module_type);
+    return !is_module && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+           type->tp_getattro != PyObject_GenericGetAttr;
 }
 
 // Whether a value's str() at replay is the text eager prints: built-in scalars and strings

@@ -39,7 +39,8 @@ void GuardTree::add_check(int node, Check check) {
     auto& checks = m_nodes[static_cast<size_t>(node)].checks;
     for (const Check& c : checks)
         if (c.kind == check.kind) {
-            if (c.kind == CheckKind::NoInstanceAttr || c.kind == CheckKind::NoKey) {
+            if (c.kind == CheckKind::NoInstanceAttr || c.kind == CheckKind::NoKey ||
+                c.kind == CheckKind::NoAttr) {
                 if (PyObject_RichCompareBool(c.key.get(), check.key.get(), Py_EQ) == 1) return;
                 PyErr_Clear();
                 continue;
@@ -425,6 +426,16 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
                        ", found one (" + short_repr(hit) + ")";
             break;
         }
+        case CheckKind::NoAttr: {
+            PyObject* hit = module_attr(v, c.key.get());  // modules' stores, then getattr
+            ok = hit == nullptr;
+            Py_XDECREF(hit);
+            PyErr_Clear();
+            if (!ok && why)
+                *why = "`" + src + "`: expected no attribute " + py::repr_string(c.key.get()) +
+                       ", found one";
+            break;
+        }
         case CheckKind::NoInstanceAttr:
             ok = !in_instance_dict(v, c.key.get());
             if (!ok && why)
@@ -592,6 +603,8 @@ std::string describe_check(const Check& c, const std::string& src) {
         return py::repr_string(c.key.get()) + " not in " + src;
     case CheckKind::NoInstanceAttr:
         return py::repr_string(c.key.get()) + " not in " + src + ".__dict__";
+    case CheckKind::NoAttr:
+        return "not hasattr(" + src + ", " + py::repr_string(c.key.get()) + ")";
     }
     return "?";
 }

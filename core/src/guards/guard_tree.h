@@ -44,6 +44,7 @@ enum class CheckKind : uint8_t {
     SameAs,     // the same object as node `other` (two paths to one object)
     NoKey,      // `key` is not in this dict (a global that would shadow a builtin)
     NoInstanceAttr,  // `key` is not in the object's __dict__ (would shadow a class attribute)
+    NoAttr,     // the object has no attribute `key` (hasattr() was False, getattr's default)
 };
 
 struct TensorMeta {
@@ -64,7 +65,7 @@ struct Check {
     Py_ssize_t length = 0;      // LenEq
     bool flag = false;          // GradMode
     int other = -1;             // SameAs: an earlier node
-    py::Ref key;                // NoKey, NoInstanceAttr
+    py::Ref key;                // NoKey, NoInstanceAttr, NoAttr
     TensorMeta tensor;          // TensorMatch
     uint32_t failures = 0;
 };

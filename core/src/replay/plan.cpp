@@ -317,6 +317,13 @@ std::string callable_name(PyObject* f) {
     // Engine callables (a backend's compiled graph) are C functions bound to a capsule.
     if (PyCFunction_Check(f) && PyCFunction_GET_SELF(f) && PyCapsule_CheckExact(PyCFunction_GET_SELF(f)))
         return reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name;
+    if (PyCFunction_Check(f)) {  // a method of a literal: ''.join, ', '.join
+        PyObject* self = PyCFunction_GET_SELF(f);
+        const char* method = reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name;
+        if (self && (PyUnicode_CheckExact(self) || PyBytes_CheckExact(self)) &&
+            PyObject_Length(self) <= 16)
+            return py::repr_string(self) + "." + method;
+    }
     PyObject* qual = PyObject_GetAttrString(f, "__qualname__");
     if (!qual) {
         PyErr_Clear();
