@@ -2165,6 +2165,76 @@ class ConfigurableEncoderMulti(nn.Module):
         return self.a(image) + self.b(vec)
 
 
+class HFStyleConfig:
+    """A transformers-style config object: plain attributes, some of them optional."""
+
+    def __init__(self, **kwargs):
+        self.hidden_size, self.num_labels = 32, 3
+        self.output_hidden_states, self.use_return_dict = False, True
+        self.__dict__.update(kwargs)
+
+
+class HFStyleClassifier(nn.Module):
+    """Hugging Face style: optional settings read with getattr(config, name, default), an
+    optional pooler tested with hasattr, `x if x is not None else config.x` arguments, and a
+    dict or a tuple returned."""
+
+    def __init__(self, config, add_pooler=True):
+        super().__init__()
+        self.config = config
+        self.encoder = nn.Sequential(nn.Linear(16, config.hidden_size), nn.GELU(),
+                                     nn.Linear(config.hidden_size, config.hidden_size))
+        if add_pooler:
+            self.pooler = nn.Sequential(nn.Linear(config.hidden_size, config.hidden_size),
+                                        nn.Tanh())
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, inputs, attention_mask=None, output_hidden_states=None, return_dict=None):
+        return_dict = return_dict if return_dict is not None else self.config.use_return_dict
+        output_hidden_states = (output_hidden_states if output_hidden_states is not None
+                                else self.config.output_hidden_states)
+        hidden = self.encoder(inputs)
+        scale = getattr(self.config, "embedding_multiplier", 1.0)
+        hidden = hidden * scale
+        if attention_mask is not None:
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        else:
+            pooled = hidden.mean(1)
+        if hasattr(self, "pooler"):
+            pooled = self.pooler(pooled)
+        if getattr(self.config, "classifier_dropout", None) is not None:
+            pooled = F.dropout(pooled, self.config.classifier_dropout, self.training)
+        logits = self.classifier(pooled)
+        if not return_dict:
+            return (logits, hidden) if output_hidden_states else (logits,)
+        return {"logits": logits, "hidden_states": hidden if output_hidden_states else None}
+
+
+def hf_style_inputs():
+    mask = torch.ones(2, 5)
+    mask[1, 3:] = 0
+    return Args(torch.randn(2, 5, 16), attention_mask=mask, output_hidden_states=True)
+
+
+class DebugPrintBlock(nn.Module):
+    """Debug prints left in a forward, as people write them: shapes, a mask count and a
+    value read with .item(), in f-strings and with sep= (replayed, not a break)."""
+
+    def __init__(self, dim=16):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        print(f"[{type(self).__name__}] input {tuple(x.shape)} {x.dtype}")
+        h = self.norm(self.proj(x))
+        active = h[h > 0]
+        print("active", active.numel(), "of", h.numel(), sep=" ")
+        print(f"  mean={h.mean().item():.3f} max|h|={h.abs().max().item():.3f}")
+        return x + h
+
+
 class PrintingClassifier(nn.Module):
     """Debug prints inside forward, as people leave them in: shapes (Python values) and a
     loss value via .item() (I/O and a tensor-to-Python conversion: breaks on purpose)."""
@@ -2724,7 +2794,20 @@ def programs():
                 note="@dataclass configs; branches on x.dim() and on config fields"),
         Program("prog/print_in_forward", PrintingClassifier,
                 lambda: (torch.randn(2, 3, 8, 8), torch.randint(0, 4, (2,))),
-                note="print of shapes and of loss.item() (breaks on purpose)"),
+                note="print of shapes and of loss.item() (replayed in the plan)"),
+        Program("prog/debug_print_block", DebugPrintBlock, lambda: (torch.randn(2, 6, 16),),
+                note="f-string prints of shapes, a mask count and .item() values; sep="),
+        Program("prog/hf_config_getattr", lambda: HFStyleClassifier(HFStyleConfig()),
+                hf_style_inputs, quick=True,
+                note="getattr(config, name, default); hasattr(self, 'pooler'); `x if x is not "
+                     "None else config.x`; dict out"),
+        Program("prog/hf_config_no_pooler_tuple",
+                lambda: HFStyleClassifier(HFStyleConfig(use_return_dict=False,
+                                                        embedding_multiplier=0.5,
+                                                        classifier_dropout=0.1),
+                                          add_pooler=False),
+                lambda: (torch.randn(2, 5, 16),),
+                note="the other branches: no pooler, optional settings present, tuple out"),
         Program("prog/logging_in_forward", LoggingBlock, lambda: (torch.randn(3, 16),),
                 note="logger.debug / logger.info with %-args; isEnabledFor guard"),
         Program("prog/tensor_value_branch", SignDependentBranch, lambda: (torch.randn(4, 16),),
