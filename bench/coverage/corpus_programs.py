@@ -1391,7 +1391,8 @@ class YOLOPostprocess(nn.Module):
 
 class RetinaNetPostprocess(nn.Module):
     """torchvision RetinaNet postprocess_detections per level: score threshold with
-    torch.nonzero / torch.where, top-k with min(k, n), class and anchor index arithmetic."""
+    torch.nonzero / torch.where, top-k with min(k, n), class and anchor index arithmetic
+    (the sizes of data-dependent results flow into topk as numbers read at replay)."""
 
     def __init__(self, num_classes=3, score_thresh=0.3, topk_candidates=15, detections=10):
         super().__init__()
@@ -2735,7 +2736,7 @@ def programs():
         Program("prog/yolo_conf_filter", YOLOPostprocess, lambda: (torch.randn(1, 16, 6, 6),),
                 note="det[det[..., 4] > conf] per image (data-dependent shape, on purpose)"),
         Program("prog/retinanet_postprocess_nonzero", RetinaNetPostprocess, retinanet_inputs,
-                note="torch.nonzero of the score mask, min(k, n) top-k (breaks on purpose)"),
+                note="torch.nonzero of the score mask, min(k, n) top-k (sizes read at replay)"),
 
         # losses with Python-side bookkeeping
         Program("prog/detection_loss_dict", DetectionCriterion, detection_loss_inputs,
