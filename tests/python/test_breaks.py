@@ -117,7 +117,7 @@ CASES = {
     "exception": (catches_exception, "MB006"),
     "raise": (raises_and_catches, "MB003"),
     "user_with": (user_with_block, "MB004"),
-    "generator": (generator_expression, "MB003"),
+    "generator": (generator_expression, "MB004"),
     "import": (import_inside, "MB004"),
     "unknown_callee": (unknown_callee, "MB003"),
     "nonzero_rows": (nonzero_rows, "MB010"),
@@ -141,7 +141,8 @@ def test_break_is_reported_with_reason(name):
     assert e.break_count >= 1
     b = e.breaks[0]
     assert b.reason_id == reason_id, str(b)
-    assert b.function == fn.__name__
+    # (a break inside a generator expression is reported in it: "f.<locals>.<genexpr>")
+    assert b.function == fn.__name__ or b.function.startswith(fn.__name__ + ".<locals>."), str(b)
     assert b.filename == __file__
     assert fn.__code__.co_firstlineno < b.lineno <= fn.__code__.co_firstlineno + 5
     assert b.reason and b.hint

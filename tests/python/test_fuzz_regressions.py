@@ -135,3 +135,31 @@ def test_a_copied_list_extended_with_plus_equals():
     cf = check(copy_then_extend, [(torch.randn(3), lst) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0)
     assert len(lst) == 2
+
+
+# Fuzz seed 44613 (torchscript, a wrong result): a region that updated a view of an input in
+# place ran to its end under the tracer, then making its graph failed (one of its outputs was a
+# list); the backend ran the region's steps again, so the input was updated twice.
+class Holder:
+    def __init__(self):
+        self.buf = torch.arange(5.0)
+
+
+def updates_a_view_of_an_input(x, holder):
+    parts = [torch.sin(x), x]  # a list output of the region: not traceable
+    view = holder.buf.reshape(-1)
+    for _ in range(2):
+        view.add_(view.flip(0))
+    return parts, view[[0, 1]].amin(dim=0)
+
+
+def test_a_region_whose_trace_fails_after_running_keeps_its_results():
+    eager_h, compiled_h = Holder(), Holder()
+    cf = magpy.compile(updates_a_view_of_an_input, backend="torchscript")
+    for _ in range(4):
+        x = torch.randn(2, 5)
+        want = updates_a_view_of_an_input(x, eager_h)
+        got = cf(x, compiled_h)
+        assert torch.equal(got[1], want[1])
+        assert torch.equal(compiled_h.buf, eager_h.buf)
+    assert any("tracing failed" in n for n in magpy.explain(cf).notes)

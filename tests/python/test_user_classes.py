@@ -6,6 +6,7 @@ the call ([Note: objects made in the call]); namedtuples are fresh tuples of the
 
 import collections
 import dataclasses
+import operator
 import sys
 
 import pytest
@@ -177,13 +178,69 @@ def test_attribute_writes_on_passed_object_with_method():
     assert_stats(cf, graphs=1, hits=3, misses=1)
 
 
-def test_property_read_breaks():
+def test_property_read_traces_its_getter():
+    # [Note: properties] the getter runs as traced code: one graph, its reads guarded
     def f(o, x):
         return x * o.v
 
     cf = check(f, [(WithProperty(), torch.randn(2)), (WithProperty(), torch.randn(2))])
-    assert_stats(cf, breaks=1)
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_replacing_a_property_or_what_it_reads_is_seen():
+    class Holder:
+        def __init__(self):
+            self._v = 2.0
+
+        @property
+        def v(self):
+            return self._v * 3
+
+    o = Holder()
+
+    def change(i):
+        if i == 2:
+            o._v = 5.0
+        if i == 4:
+            Holder.v = property(lambda self: self._v - 1)
+
+    cf = check(lambda x: x * o.v, [torch.randn(2) for _ in range(6)], mutate=change)
+    assert magpy.explain(cf).break_count == 0
+
+
+def test_property_with_a_c_getter_breaks():
+    class CGetter:
+        def __init__(self):
+            self._v = 2.0
+
+        v = property(operator.attrgetter("_v"))
+
+    def f(o, x):
+        return x * o.v
+
+    cf = check(f, [(CGetter(), torch.randn(2)), (CGetter(), torch.randn(2))])
     assert break_ids(cf) == ["MB007"]
+
+
+def test_property_of_an_object_made_inside_and_of_a_module():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 3)
+
+        @property
+        def device(self):
+            return next(self.parameters()).device
+
+        @property
+        def width(self):
+            return self.fc.out_features
+
+        def forward(self, x):
+            return self.fc(x.to(self.device)) * WithProperty().v + self.width
+
+    cf = check(Net(), [torch.randn(2, 3) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
 
 
 def test_custom_getattr_breaks():
@@ -299,7 +356,6 @@ def test_class_attribute_change_recompiles():
 
 
 @pytest.mark.parametrize("make, reason", [
-    (lambda x: WithProperty().v * x, "is a property"),
     (lambda x: Slotted(x, 1).a, "`Slotted` has no capture rule"),
     (lambda x: WithGetattr().anything * x, "`WithGetattr` has no capture rule"),
 ])
@@ -355,3 +411,29 @@ def test_instance_attribute_shadowing_method():
             d.m = lambda x: x * 100 + 5
 
     check(f, [(d, torch.zeros(2)), (d, torch.zeros(2))], mutate=mutate, pin=(d,))
+
+
+def test_setting_a_property_runs_its_setter_in_python():
+    # Before: the write was followed as a plain attribute, and reading it back gave the value
+    # written, not what the setter stored (a wrong result from the first replay on).
+    class Holder:
+        def __init__(self):
+            self._v = 1.0
+            self.log = []
+
+        @property
+        def v(self):
+            return self._v
+
+        @v.setter
+        def v(self, val):
+            self.log.append(val)
+            self._v = val * 2
+
+    def f(o, x):
+        o.v = x.shape[0]
+        return x * o.v + o._v
+
+    cf = check(f, [Call(Holder(), torch.ones(n)) for n in (2, 3, 4, 4)])
+    assert break_ids(cf) == ["MB007"]
+    assert "property setter" in magpy.explain(cf).breaks[0].reason

@@ -827,6 +827,18 @@ private:
             if (!PyErr_Occurred()) raise_declined();
             return nullptr;
         }
+        if (!state && result && !step_failed) {
+            // The steps ran to their end under the tracer and only making the graph failed
+            // (an output that is not a tensor): their results are this call's. Running them
+            // again would repeat their in-place changes (fuzz seed 44613: an input's view
+            // updated twice). Later calls with these inputs run the steps as recorded.
+            PyErr_Clear();
+            spec->eager_why = "tracing failed: " + error;
+            note(spec->eager_why);
+            ++m_eager_runs;
+            m_specs.push_back(std::move(spec));
+            return result.release();
+        }
         if (!state) {
             // The steps failed (the user's error: raised as the program would) or the tracer
             // could not follow them (run them without it, and not try again for these inputs).

@@ -22,7 +22,12 @@ PyObject* interned(const char* name) {
     if (!s) s = PyUnicode_InternFromString(name);
     return s;
 }
+
 }  // namespace
+
+// Reading or setting obj.key runs Python code of the class's (defined below).
+static bool runs_code_to_get(PyObject* obj, PyObject* key);
+static bool runs_code_to_set(PyObject* obj, PyObject* key);
 
 static bool is_number(PyObject* o) {
     return PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || PyComplex_Check(o);
@@ -491,6 +496,44 @@ int Monitor::index_items(const std::vector<int>& items, PyObject* key, ValueKind
 // A function found on the class of an input object (a method, a module's forward), reached
 // through type(obj) so that replacing it on the class, or shadowing it on the instance, fails
 // the guards.
+// [Note: properties] `obj.name` where the class has a property whose getter is a Python
+// function: the getter's frame (entered from C by LOAD_ATTR) is traced like a callee with
+// `obj` as its argument, and the attribute is what it returned. The property and its getter
+// are guarded through the class, so replacing either recompiles. Other data descriptors, and
+// properties on values whose class we do not follow, break in load_attr (MB007).
+void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
+    Pending& p = f.pending;
+    if (p.in.size() != 1) return;
+    int obj = p.in[0];
+    const Value& o = m_cap.v(obj);
+    PyObject* target = o.real.get();
+    if (!target || o.tensor || PyType_Check(target) ||
+        !(o.kind == ValueKind::Input || o.kind == ValueKind::FreshObject))
+        return;
+    PyObject* prop = _PyType_Lookup(Py_TYPE(target), name);
+    if (!prop || Py_TYPE(prop) != &PyProperty_Type) return;
+    py::Ref fget = py::Ref::steal(PyObject_GetAttrString(prop, "fget"));
+    if (!fget) PyErr_Clear();
+    if (!fget || !PyFunction_Check(fget.get())) return;
+    int prop_value = -1;
+    if (o.kind == ValueKind::Input) {
+        prop_value = class_attr(obj, name, prop);
+    } else if (o.cls >= 0 && m_cap.v(o.cls).kind == ValueKind::Input) {
+        prop_value = m_cap.input_child(o.cls, AccessKind::TypeLookup, 0, name, "." + str(name),
+                                       prop);
+    }
+    if (prop_value < 0) return;  // load_attr then says why
+    int fn = m_cap.input_child(prop_value, AccessKind::Attr, 0, interned("fget"), ".fget",
+                               fget.get());
+    if (fn < 0) return;
+    p.callee = CalleeInfo{};
+    p.callee.kind = CallKind::InlineFunction;
+    p.callee.name = str(name);
+    p.callee.code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fget.get()));
+    p.callee_value = fn;
+    p.property_get = true;
+}
+
 int Monitor::class_attr(int obj, PyObject* name, PyObject* real) {
     PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(m_cap.v(obj).real.get()));
     int cls = m_cap.input_child(obj, AccessKind::TypeOf, 0, nullptr, ".__class__", type);
@@ -609,7 +652,7 @@ void Monitor::on_call(PyFrameObject* fo) {
     if ((co->co_flags & CO_GENERATOR) && resume_generator(fo, f, co)) return;
     ShadowFrame& top = m_frames.back();
     Pending& p = top.pending;
-    bool inline_call = p.opcode == CALL || p.opcode == CALL_FUNCTION_EX;
+    bool inline_call = p.opcode == CALL || p.opcode == CALL_FUNCTION_EX || p.property_get;
     // `self` of a forward whose comprehensions read it is a cell by now (MAKE_CELL has run).
     PyObject* first = co->co_nlocalsplus > 0 ? py::frame_local_value(f, co, 0) : nullptr;
     bool made_here = p.callee.kind == CallKind::UserClass && first &&
@@ -1271,6 +1314,11 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         PyObject* name = py::code_name(f.code, ins.oparg);
         int obj = pop(f), val = pop(f);
         Value& o = m_cap.v(obj);
+        if (!o.tensor && o.real && runs_code_to_set(o.real.get(), name))
+            return m_cap.fail(breaks::kUnsupportedAttribute,
+                              "setting `" + o.label + "." + str(name) + "` runs a property "
+                              "setter or a custom __setattr__",
+                              "set the underlying attribute");
         if (o.kind == ValueKind::FreshObject) {
             set_object_attr(obj, name, val);
             return;
@@ -1443,8 +1491,11 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         defer((ins.oparg & 0x08) ? 2 : 1, 1);
         return;
     }
-    case LOAD_ATTR: defer(1, 1); return;
-    case LOAD_METHOD: defer(1, 2); return;
+    case LOAD_ATTR:
+    case LOAD_METHOD:
+        defer(1, ins.opcode == LOAD_ATTR ? 1 : 2);
+        expect_property_getter(f, py::code_name(f.code, ins.oparg));
+        return;
     case BEFORE_WITH: defer(1, 2); return;
     case BINARY_OP: case COMPARE_OP: case BINARY_SUBSCR: case IS_OP: case CONTAINS_OP:
         defer(2, 1);
@@ -1489,6 +1540,18 @@ void Monitor::complete(ShadowFrame& f) {
     auto out = [&](int id) {
         if (id >= 0) push(f, id);
     };
+    if (p.property_get) {  // [Note: properties] the getter returned what the attribute is
+        if (!p.inline_bound || p.inline_result < 0)
+            return m_cap.fail(breaks::kUnsupportedAttribute,
+                              "property `" + p.callee.name + "` was read without its getter "
+                              "running as traced code",
+                              "read a plain attribute");
+        if (m_cap.v(p.inline_result).real.get() != tos &&
+            m_cap.v(p.inline_result).kind != ValueKind::Const)
+            return m_cap.internal_error("a property's value changed on its way back");
+        if (p.opcode == LOAD_METHOD) push(f, m_cap.null_value());
+        return out(p.inline_result);
+    }
     switch (p.opcode) {
     case JUMP_IF_TRUE_OR_POP: case JUMP_IF_FALSE_OR_POP:
         if (depth == p.depth_after - 1) pop(f);
@@ -1912,8 +1975,6 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     }
 }
 
-static bool runs_code_to_get(PyObject* obj, PyObject* key);
-
 void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     const std::string& name = p.callee.name;
     auto push_out = [&](int id) {
@@ -2097,6 +2158,22 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                               "test the attribute on an object passed in");
         }
         return push_out(has ? m_cap.const_value(Py_False) : p.in[2]);
+    }
+    case CallKind::Next: {
+        // next(it): the item a for loop would take (`next(self.parameters()).device`)
+        int it = p.in.empty() ? -1 : p.in[0];
+        const Value* iv = it >= 0 ? &m_cap.v(it) : nullptr;
+        if (p.kwnames || p.in.empty() || p.in.size() > 2 || iv->kind != ValueKind::Iterator ||
+            iv->iter_kind == IterKind::Generator || iv->iter_kind == IterKind::Map)
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`next()` of " + (iv ? iv->label : std::string("nothing")) +
+                                  ", an iterator the capture does not follow item by item",
+                              "iterate with a for loop, or index the sequence");
+        if (p.in.size() == 2 && result == m_cap.v(p.in[1]).real.get())
+            return m_cap.fail(breaks::kUnsupportedOpcode,
+                              "`next()` with a default reached the end of " + iv->label,
+                              "test the length of the sequence instead");
+        return push_out(next_item(it, result));
     }
     case CallKind::Print: {
         int r = record_call(p, result, false, false);
@@ -3438,6 +3515,20 @@ static bool runs_code_to_get(PyObject* obj, PyObject* key) {
     bool is_module = PyObject_TypeCheck(obj, torch_api().module_type);
     return !is_module && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
            type->tp_getattro != PyObject_GenericGetAttr;
+}
+
+// Whether `obj.key = v` could run Python code other than nn.Module's own __setattr__: a
+// property setter (any data descriptor but a slot or a C getset), or a class's __setattr__.
+static bool runs_code_to_set(PyObject* obj, PyObject* key) {
+    if (PyType_Check(obj) || PyModule_Check(obj)) return false;
+    PyTypeObject* type = Py_TYPE(obj);
+    PyObject* descr = _PyType_Lookup(type, key);
+    if (descr && Py_TYPE(descr)->tp_descr_set && Py_TYPE(descr) != &PyMemberDescr_Type &&
+        Py_TYPE(descr) != &PyGetSetDescr_Type)
+        return true;
+    bool is_module = PyObject_TypeCheck(obj, torch_api().module_type);
+    return !is_module && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+           type->tp_setattro != PyObject_GenericSetAttr;
 }
 
 // Whether a value's str() at replay is the text eager prints: built-in scalars and strings

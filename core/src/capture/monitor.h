@@ -55,6 +55,7 @@ private:
         int forward_value = -1;           // InlineModule: the forward function, by path;
                                           // UserClass: its __init__
         int made = -1;                    // UserClass: the object made (bound as self)
+        bool property_get = false;        // LOAD_ATTR of a property: its getter is traced
     };
     struct ShadowFrame {
         py::IFrame* frame = nullptr;
@@ -167,6 +168,7 @@ private:
     int binary(int op, int a, int b, PyObject* real);
     int item_of(int seq, Py_ssize_t i, PyObject* real);
     bool truthiness_known(int value);
+    void expect_property_getter(ShadowFrame& f, PyObject* name);  // [Note: properties]
     bool prints_the_same(int value, int depth = 0);  // print(value) replayed ([Note: print])
     bool require_const(const std::vector<int>& values, const std::string& what);
     bool known(int value, int depth = 0);
