@@ -3501,11 +3501,11 @@ bool Monitor::require_const(const std::vector<int>& values, const std::string& w
     return true;
 }
 
-// Whether reading `obj.key` could run Python code: a property (or another data descriptor
-// that is not a slot or a C getset) on its class, or a class with its own __getattr__ /
-// __getattribute__ (nn.Module's __getattr__ only looks in its parameter, buffer and module
-// dicts).
-static bool runs_code_to_get(PyObject* obj, PyObject* key) {
+// Whether reading (or setting) `obj.key` could run Python code: a property (or another data
+// descriptor that is not a slot or a C getset) on its class, or a class with its own
+// __getattr__ / __getattribute__ (__setattr__). nn.Module's own hooks only look in (or
+// register into) its parameter, buffer and module dicts.
+static bool runs_code_to_access(PyObject* obj, PyObject* key, bool set) {
     if (PyType_Check(obj) || PyModule_Check(obj)) return false;
     PyTypeObject* type = Py_TYPE(obj);
     PyObject* descr = _PyType_Lookup(type, key);
@@ -3513,22 +3513,17 @@ static bool runs_code_to_get(PyObject* obj, PyObject* key) {
         Py_TYPE(descr) != &PyGetSetDescr_Type)
         return true;
     bool is_module = PyObject_TypeCheck(obj, torch_api().module_type);
-    return !is_module && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
-           type->tp_getattro != PyObject_GenericGetAttr;
+    bool custom = set ? type->tp_setattro != PyObject_GenericSetAttr
+                      : type->tp_getattro != PyObject_GenericGetAttr;
+    return !is_module && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) && custom;
 }
 
-// Whether `obj.key = v` could run Python code other than nn.Module's own __setattr__: a
-// property setter (any data descriptor but a slot or a C getset), or a class's __setattr__.
+static bool runs_code_to_get(PyObject* obj, PyObject* key) {
+    return runs_code_to_access(obj, key, false);
+}
+
 static bool runs_code_to_set(PyObject* obj, PyObject* key) {
-    if (PyType_Check(obj) || PyModule_Check(obj)) return false;
-    PyTypeObject* type = Py_TYPE(obj);
-    PyObject* descr = _PyType_Lookup(type, key);
-    if (descr && Py_TYPE(descr)->tp_descr_set && Py_TYPE(descr) != &PyMemberDescr_Type &&
-        Py_TYPE(descr) != &PyGetSetDescr_Type)
-        return true;
-    bool is_module = PyObject_TypeCheck(obj, torch_api().module_type);
-    return !is_module && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
-           type->tp_setattro != PyObject_GenericSetAttr;
+    return runs_code_to_access(obj, key, true);
 }
 
 // Whether a value's str() at replay is the text eager prints: built-in scalars and strings
