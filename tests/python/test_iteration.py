@@ -141,3 +141,28 @@ def test_list_and_tuple_of_views_and_iterators():
     t = torch.ones(2)
     cf = check(f, [({"a": t, "b": t * 2}, [t, t * 3]), ({"a": t * 5, "b": t}, [t, t])])
     assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_iter_and_next_take_the_items_a_for_loop_would():
+    layers = nn.ModuleList([nn.Linear(3, 3), nn.Linear(3, 3)])
+
+    def f(x, xs):
+        first = next(iter(xs))
+        it = iter(layers)
+        l0 = next(it)
+        a, b = next(zip(xs, reversed(xs)))
+        rest = [layer(x) for layer in it]  # the iterator goes on where next() left it
+        return l0(x) + first + a * b + next(layers.parameters()).sum() + sum(rest)
+
+    cf = check(f, [(torch.randn(3), [torch.randn(3), torch.randn(3)]) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_next_with_a_default_at_the_end_breaks():
+    def f(x, xs):
+        it = iter(xs)
+        next(it)
+        return x + (next(it, None) is None)
+
+    cf = check(f, [(torch.randn(2), [1]) for _ in range(3)])
+    assert break_ids(cf) == ["MB004"]

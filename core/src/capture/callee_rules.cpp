@@ -280,7 +280,7 @@ CalleeInfo classify_callee(PyObject* f) {
             else if (n == "isinstance" || n == "issubclass") info.kind = CallKind::IsInstance;
             else if (n == "print") info.kind = CallKind::Print;
             else if (n == "hasattr" || n == "getattr") info.kind = CallKind::AttrQuery;
-            else if (n == "next") info.kind = CallKind::Next;
+            else if (n == "next" || n == "iter") info.kind = CallKind::Next;
             else if (n == "input" || n == "open" || n == "breakpoint") info.kind = CallKind::IO;
             else if (kPureBuiltins.count(n)) info.kind = CallKind::PureBuiltin;
             return info;

@@ -24,7 +24,7 @@ enum class CallKind : uint8_t {
     IO,              // input, open, breakpoint
     Print,           // print(): replayed as a step when its arguments print the same at replay
     AttrQuery,       // hasattr(obj, "name"), getattr(obj, "name"[, default]): a guarded lookup
-    Next,            // next(it) on an iterator the capture follows: its next item
+    Next,            // iter(x): an iterator as a for loop makes; next(it): its next item
     Context,         // torch.no_grad() & co (TorchApi::context_types): made for a with block
     ContextExit,     // the bound __exit__ of a captured with block, called when it ends
     NamedTuple,      // a collections.namedtuple class called: a fresh tuple of its fields

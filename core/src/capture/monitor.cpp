@@ -2160,6 +2160,12 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         return push_out(has ? m_cap.const_value(Py_False) : p.in[2]);
     }
     case CallKind::Next: {
+        if (name == "iter") {  // iter(x): what a for loop over x iterates
+            if (p.kwnames || p.in.size() != 1)
+                return m_cap.fail(breaks::kUnsupportedCallee, "`iter()` with a sentinel",
+                                  "iterate over a sequence");
+            return push_out(make_iter(p.in[0], result));
+        }
         // next(it): the item a for loop would take (`next(self.parameters()).device`)
         int it = p.in.empty() ? -1 : p.in[0];
         const Value* iv = it >= 0 ? &m_cap.v(it) : nullptr;
