@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import helper_mod
+import magpy
 from conftest import Call, assert_stats, break_ids, check
 
 
@@ -198,14 +199,47 @@ def test_generator_callee_breaks():
     assert break_ids(cf) == ["MB004"]  # a generator not run to its end
 
 
-def test_functools_partial_breaks():
+def test_functools_partial_passed_in_is_called_through():
+    # func(*p.args, *args, **{**p.keywords, **kwargs}), its parts guarded
     def f(g, x):
         return g(x)
 
     p = functools.partial(add_then, y=torch.ones(2))
     cf = check(f, [(p, torch.randn(2)), (p, torch.randn(2))])
-    assert_stats(cf, breaks=1)
-    assert break_ids(cf) == ["MB003"]
+    assert_stats(cf, graphs=1, breaks=0, hits=1, misses=1)
+
+
+def test_partials_of_torch_functions_user_functions_and_keywords_overridden():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = functools.partial(torch.nn.functional.gelu, approximate="tanh")
+            self.norm = functools.partial(torch.nn.functional.layer_norm, normalized_shape=(3,))
+            self.mix = functools.partial(add_then, scale=2.0)
+            self.pos = functools.partial(add_then, torch.ones(3))
+
+        def forward(self, x):
+            h = self.norm(self.act(x))
+            return self.mix(h, x) + self.mix(h, y=x, scale=0.5) + self.pos(h)
+
+    cf = check(Net(), [torch.randn(2, 3) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_a_partial_replaced_between_calls_is_seen():
+    holder = {"f": functools.partial(add_then, scale=2.0)}
+
+    def f(x):
+        return holder["f"](x, x)
+
+    def change(i):
+        if i == 2:
+            holder["f"] = functools.partial(add_then, scale=3.0)
+        if i == 3:
+            holder["f"] = functools.partial(torch.add, alpha=2)  # another func
+
+    cf = check(lambda x: f(x), [torch.randn(2) for _ in range(5)], mutate=change)
+    assert magpy.explain(cf).break_count == 0
 
 
 def test_callee_exception_free_path_after_recompile():

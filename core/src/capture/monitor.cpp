@@ -1856,6 +1856,88 @@ void Monitor::complete(ShadowFrame& f) {
 
 // [SECTION] calls ------------------------------------------------------------------------------
 
+static PyTypeObject* functools_partial_type() {  // borrowed; null if functools cannot load
+    static PyObject* type = [] {
+        PyObject* mod = PyImport_ImportModule("functools");
+        PyObject* t = mod ? PyObject_GetAttrString(mod, "partial") : nullptr;
+        Py_XDECREF(mod);
+        if (!t || !PyType_Check(t)) PyErr_Clear();
+        return t;
+    }();
+    return type && PyType_Check(type) ? reinterpret_cast<PyTypeObject*>(type) : nullptr;
+}
+
+// A functools.partial passed in (`self.act = partial(F.gelu, approximate="tanh")`) is called
+// as what it stands for: func(*p.args, *args, **{**p.keywords, **kwargs}). Its func, the items
+// of its args and its keywords are guarded like any attribute read.
+bool Monitor::unwrap_partial(int callable, std::vector<int>& args, PyObject*& kwnames,
+                             int& func) {
+    PyObject* p = m_cap.v(callable).real.get();
+    py::Ref pfunc = py::Ref::steal(PyObject_GetAttrString(p, "func"));
+    py::Ref pargs = py::Ref::steal(PyObject_GetAttrString(p, "args"));
+    py::Ref pkw = py::Ref::steal(PyObject_GetAttrString(p, "keywords"));
+    if (!pfunc || !pargs || !pkw || !PyTuple_CheckExact(pargs.get()) ||
+        !PyDict_CheckExact(pkw.get())) {
+        PyErr_Clear();
+        m_cap.fail(breaks::kUnsupportedCallee, m_cap.v(callable).label + " is not a plain partial",
+                   "call the function itself");
+        return false;
+    }
+    func = m_cap.input_child(callable, AccessKind::Attr, 0, interned("func"), ".func",
+                             pfunc.get());
+    int av = m_cap.input_child(callable, AccessKind::Attr, 0, interned("args"), ".args",
+                               pargs.get());
+    int kv = m_cap.input_child(callable, AccessKind::Attr, 0, interned("keywords"), ".keywords",
+                               pkw.get());
+    if (func < 0 || av < 0 || kv < 0) return false;
+    // positional: the partial's, then the call's (the call's keyword values stay last)
+    size_t nkw = kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames)) : 0;
+    std::vector<int> pos(args.begin(), args.end() - static_cast<long>(nkw));
+    std::vector<int> kwvals(args.end() - static_cast<long>(nkw), args.end());
+    std::vector<int> merged;
+    m_cap.guard_len(av, PyTuple_GET_SIZE(pargs.get()));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pargs.get()); ++i) {
+        int item = item_of(av, i, PyTuple_GET_ITEM(pargs.get(), i));
+        if (item < 0) return false;
+        merged.push_back(item);
+    }
+    merged.insert(merged.end(), pos.begin(), pos.end());
+    // keywords: the partial's in its order, a call's keyword of the same name replacing it
+    m_cap.guard_len(kv, PyDict_Size(pkw.get()));
+    std::vector<PyObject*> names;
+    std::vector<int> values;
+    PyObject *key, *value;
+    Py_ssize_t it = 0;
+    while (PyDict_Next(pkw.get(), &it, &key, &value)) {
+        int kval = dict_item(kv, key, value);
+        if (kval < 0) return false;
+        names.push_back(key);
+        values.push_back(kval);
+    }
+    for (size_t k = 0; k < nkw; ++k) {
+        PyObject* name = PyTuple_GET_ITEM(kwnames, static_cast<Py_ssize_t>(k));
+        size_t j = 0;
+        while (j < names.size() && PyUnicode_Compare(names[j], name) != 0) ++j;
+        if (j < names.size()) {
+            values[j] = kwvals[k];
+        } else {
+            names.push_back(name);
+            values.push_back(kwvals[k]);
+        }
+    }
+    merged.insert(merged.end(), values.begin(), values.end());
+    kwnames = nullptr;
+    if (!names.empty()) {
+        py::Ref t = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(names.size())));
+        for (size_t k = 0; k < names.size(); ++k)
+            PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(k), Py_NewRef(names[k]));
+        kwnames = t.get();
+        m_owned.push_back(std::move(t));
+    }
+    args = std::move(merged);
+    return true;
+}
+
 void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
                             PyObject* kwnames) {
     Pending& p = f.pending;
@@ -1868,6 +1950,11 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         int func, self;
         if (!split_method(callable, func, self)) return;
         args.insert(args.begin(), self);
+        return dispatch_call(f, func, std::move(args), kwnames);
+    }
+    if (c.kind == ValueKind::Input && Py_TYPE(fn) == functools_partial_type()) {
+        int func;
+        if (!unwrap_partial(callable, args, kwnames, func)) return;
         return dispatch_call(f, func, std::move(args), kwnames);
     }
     p.callee = classify_callee(fn);

@@ -209,9 +209,12 @@ private:
     void push(ShadowFrame& f, int v) { f.stack.push_back(v); }
     int pop(ShadowFrame& f);
 
+    bool unwrap_partial(int callable, std::vector<int>& args, PyObject*& kwnames, int& func);
+
     Capture& m_cap;
     PyCodeObject* m_root_code;
     std::vector<ShadowFrame> m_frames;
+    std::vector<py::Ref> m_owned;  // objects made here that pending calls borrow (kwnames)
     std::vector<PyFrameObject*> m_untraced;
     bool m_stopped = false;
     // A captured context manager changed global state: grad mode (is_grad_enabled() is then
