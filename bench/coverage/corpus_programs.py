@@ -20,6 +20,7 @@ minutes on a 2-core machine) and mark the cheap, representative ones `quick=True
 """
 
 import copy
+import functools
 import logging
 import math
 from collections import namedtuple
@@ -2236,6 +2237,47 @@ class DebugPrintBlock(nn.Module):
         return x + h
 
 
+class PropertyPartialEncoder(nn.Module):
+    """Library-style module: properties for device, dtype and sizes
+    (`next(self.parameters()).device`), activations and norms stored as functools.partial,
+    position ids made on `self.device`, and a `@property` that builds the causal mask."""
+
+    def __init__(self, dim=16, heads=2, max_len=12):
+        super().__init__()
+        self.heads, self.max_len = heads, max_len
+        self.embed = nn.Linear(dim, dim)
+        self.pos = nn.Embedding(max_len, dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.act = functools.partial(F.gelu, approximate="tanh")
+        self.norm = functools.partial(F.layer_norm, normalized_shape=(dim,), eps=1e-6)
+
+    @property
+    def device(self):
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self):
+        return next(self.parameters()).dtype
+
+    @property
+    def head_dim(self):
+        return self.qkv.out_features // 3 // self.heads
+
+    def causal_mask(self, t):
+        return torch.ones(t, t, device=self.device, dtype=torch.bool).tril()
+
+    def forward(self, x):
+        b, t, d = x.shape
+        ids = torch.arange(t, device=self.device)
+        h = self.act(self.embed(x.to(self.dtype))) + self.pos(ids)
+        q, k, v = self.qkv(self.norm(h)).chunk(3, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, self.head_dim).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+        att = att.masked_fill(~self.causal_mask(t), float("-inf")).softmax(-1)
+        return h + self.out((att @ v).transpose(1, 2).reshape(b, t, d))
+
+
 class PrintingClassifier(nn.Module):
     """Debug prints inside forward, as people leave them in: shapes (Python values) and a
     loss value via .item() (I/O and a tensor-to-Python conversion: breaks on purpose)."""
@@ -2796,6 +2838,10 @@ def programs():
         Program("prog/print_in_forward", PrintingClassifier,
                 lambda: (torch.randn(2, 3, 8, 8), torch.randint(0, 4, (2,))),
                 note="print of shapes and of loss.item() (replayed in the plan)"),
+        Program("prog/properties_and_partials", PropertyPartialEncoder,
+                lambda: (torch.randn(2, 7, 16),),
+                note="@property device/dtype/head_dim via next(self.parameters()); "
+                     "functools.partial activations and norms; arange on self.device"),
         Program("prog/debug_print_block", DebugPrintBlock, lambda: (torch.randn(2, 6, 16),),
                 note="f-string prints of shapes, a mask count and .item() values; sep="),
         Program("prog/hf_config_getattr", lambda: HFStyleClassifier(HFStyleConfig()),
