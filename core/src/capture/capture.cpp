@@ -256,27 +256,11 @@ void Capture::guard_strides(int id) {
     m_guards->add_check(val.node, std::move(m));
 }
 
-void Capture::guard_no_key(int id, PyObject* key) {
+void Capture::guard_absent(int id, CheckKind kind, PyObject* key) {
     if (v(id).node < 0) return;
     Check c;
-    c.kind = CheckKind::NoKey;
+    c.kind = kind;
     c.key = py::Ref::borrow(key);
-    m_guards->add_check(v(id).node, std::move(c));
-}
-
-void Capture::guard_no_instance_attr(int id, PyObject* name) {
-    if (v(id).node < 0) return;
-    Check c;
-    c.kind = CheckKind::NoInstanceAttr;
-    c.key = py::Ref::borrow(name);
-    m_guards->add_check(v(id).node, std::move(c));
-}
-
-void Capture::guard_no_attr(int id, PyObject* name) {
-    if (v(id).node < 0) return;
-    Check c;
-    c.kind = CheckKind::NoAttr;
-    c.key = py::Ref::borrow(name);
     m_guards->add_check(v(id).node, std::move(c));
 }
 

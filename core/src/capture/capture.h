@@ -156,9 +156,13 @@ public:
     void guard_equals(int value);
     void guard_identity(int value);  // `is` the object it is now (parameters(): tied weights)
     void guard_strides(int value);
-    void guard_no_key(int dict_value, PyObject* key);        // key absent from the dict
-    void guard_no_instance_attr(int value, PyObject* name);  // name absent from obj.__dict__
-    void guard_no_attr(int value, PyObject* name);           // not hasattr(obj, name)
+    // A key absent from a dict, an attribute absent from obj.__dict__, or from obj altogether.
+    void guard_no_key(int value, PyObject* key) { guard_absent(value, CheckKind::NoKey, key); }
+    void guard_no_instance_attr(int value, PyObject* name) {
+        guard_absent(value, CheckKind::NoInstanceAttr, name);
+    }
+    void guard_no_attr(int value, PyObject* name) { guard_absent(value, CheckKind::NoAttr, name); }
+    void guard_absent(int value, CheckKind kind, PyObject* key);
     GuardTree& guards() { return *m_guards; }
 
     // --- plan ---------------------------------------------------------------------------

@@ -25,10 +25,6 @@ PyObject* interned(const char* name) {
 
 }  // namespace
 
-// Reading or setting obj.key runs Python code of the class's (defined below).
-static bool runs_code_to_get(PyObject* obj, PyObject* key);
-static bool runs_code_to_set(PyObject* obj, PyObject* key);
-
 static bool is_number(PyObject* o) {
     return PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || PyComplex_Check(o);
 }
@@ -244,6 +240,30 @@ int Monitor::new_object(int cls, PyObject* real) {
 static bool is_data_descriptor(PyTypeObject* type, PyObject* name) {
     PyObject* d = _PyType_Lookup(type, name);
     return d && Py_TYPE(d)->tp_descr_set;
+}
+
+// A data descriptor whose get or set runs Python code: a property, or any other but a slot or
+// a C getset.
+static bool is_code_descriptor(PyTypeObject* type, PyObject* name) {
+    PyObject* d = _PyType_Lookup(type, name);
+    return d && Py_TYPE(d)->tp_descr_set && Py_TYPE(d) != &PyMemberDescr_Type &&
+           Py_TYPE(d) != &PyGetSetDescr_Type;
+}
+
+// A class with its own __getattr__/__getattribute__ (`set`: __setattr__). nn.Module's own
+// only look in (or register into) its parameter, buffer and module dicts.
+static bool has_attribute_hook(PyObject* obj, bool set) {
+    PyTypeObject* type = Py_TYPE(obj);
+    bool custom = set ? type->tp_setattro != PyObject_GenericSetAttr
+                      : type->tp_getattro != PyObject_GenericGetAttr;
+    return custom && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+           !PyObject_TypeCheck(obj, torch_api().module_type);
+}
+
+// Whether reading (or setting) `obj.key` could run Python code of the class's.
+static bool runs_code_to_access(PyObject* obj, PyObject* key, bool set) {
+    if (PyType_Check(obj) || PyModule_Check(obj)) return false;
+    return is_code_descriptor(Py_TYPE(obj), key) || has_attribute_hook(obj, set);
 }
 
 bool Monitor::set_object_attr(int obj, PyObject* name, int val) {
@@ -1314,15 +1334,15 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         PyObject* name = py::code_name(f.code, ins.oparg);
         int obj = pop(f), val = pop(f);
         Value& o = m_cap.v(obj);
-        if (!o.tensor && o.real && runs_code_to_set(o.real.get(), name))
-            return m_cap.fail(breaks::kUnsupportedAttribute,
-                              "setting `" + o.label + "." + str(name) + "` runs a property "
-                              "setter or a custom __setattr__",
-                              "set the underlying attribute");
         if (o.kind == ValueKind::FreshObject) {
             set_object_attr(obj, name, val);
             return;
         }
+        if (!o.tensor && o.real && runs_code_to_access(o.real.get(), name, true))
+            return m_cap.fail(breaks::kUnsupportedAttribute,
+                              "setting `" + o.label + "." + str(name) + "` runs a property "
+                              "setter or a custom __setattr__",
+                              "set the underlying attribute");
         // `p.data = t` on a tensor passed in (EMA updates) swaps its storage: a write
         bool data_swap = o.tensor && str(name) == "data";
         if (o.kind != ValueKind::Input || (o.tensor && !data_swap))
@@ -2219,7 +2239,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                               "use a string literal, or read the attribute directly");
         int obj = p.in[0];
         PyObject* target = m_cap.v(obj).real.get();
-        if (!target || runs_code_to_get(target, key))
+        if (!target || runs_code_to_access(target, key, false))
             return m_cap.fail(breaks::kUnsupportedAttribute,
                               "`" + name + "(" + m_cap.v(obj).label + ", '" + str(key) +
                                   "')` would run a property or a custom __getattr__",
@@ -3255,18 +3275,14 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
         return -1;
     }
     PyObject* target = o.real.get();
-    PyTypeObject* type = Py_TYPE(target);
     bool is_module = PyObject_TypeCheck(target, torch_api().module_type);
-    PyObject* descr = PyType_Check(target) ? nullptr : _PyType_Lookup(type, name);
-    if (descr && Py_TYPE(descr)->tp_descr_set && Py_TYPE(descr) != &PyMemberDescr_Type &&
-        Py_TYPE(descr) != &PyGetSetDescr_Type) {
+    if (!PyType_Check(target) && is_code_descriptor(Py_TYPE(target), name)) {
         m_cap.fail(breaks::kUnsupportedAttribute,
                    "`" + o.label + "." + n + "` is a property (its getter runs Python code)",
                    "read the underlying attribute, or make it a plain attribute");
         return -1;
     }
-    if (!is_module && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
-        type->tp_getattro != PyObject_GenericGetAttr) {
+    if (has_attribute_hook(target, false)) {
         m_cap.fail(breaks::kUnsupportedAttribute,
                    "`" + o.label + "` has a custom __getattr__/__getattribute__",
                    "use plain attributes");
@@ -3592,31 +3608,6 @@ bool Monitor::require_const(const std::vector<int>& values, const std::string& w
         }
     }
     return true;
-}
-
-// Whether reading (or setting) `obj.key` could run Python code: a property (or another data
-// descriptor that is not a slot or a C getset) on its class, or a class with its own
-// __getattr__ / __getattribute__ (__setattr__). nn.Module's own hooks only look in (or
-// register into) its parameter, buffer and module dicts.
-static bool runs_code_to_access(PyObject* obj, PyObject* key, bool set) {
-    if (PyType_Check(obj) || PyModule_Check(obj)) return false;
-    PyTypeObject* type = Py_TYPE(obj);
-    PyObject* descr = _PyType_Lookup(type, key);
-    if (descr && Py_TYPE(descr)->tp_descr_set && Py_TYPE(descr) != &PyMemberDescr_Type &&
-        Py_TYPE(descr) != &PyGetSetDescr_Type)
-        return true;
-    bool is_module = PyObject_TypeCheck(obj, torch_api().module_type);
-    bool custom = set ? type->tp_setattro != PyObject_GenericSetAttr
-                      : type->tp_getattro != PyObject_GenericGetAttr;
-    return !is_module && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) && custom;
-}
-
-static bool runs_code_to_get(PyObject* obj, PyObject* key) {
-    return runs_code_to_access(obj, key, false);
-}
-
-static bool runs_code_to_set(PyObject* obj, PyObject* key) {
-    return runs_code_to_access(obj, key, true);
 }
 
 // Whether a value's str() at replay is the text eager prints: built-in scalars and strings
