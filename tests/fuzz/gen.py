@@ -793,7 +793,8 @@ class ProgramGen:
         if loop:
             kinds += [(3, "break_continue")]
         kinds += [(0.4, "raise"), (0.4, "assert"), (0.8, "pair"), (2, "containers_in"),
-                  (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try"), (1, "print")]
+                  (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try"), (1, "print"),
+                  (0.6, "data_sizes")]
         if self.p(self.break_rate * 2):
             kinds = [(1, "breaker")]
         kind = self.wchoice(kinds)
@@ -1040,6 +1041,32 @@ class ProgramGen:
             target = f"{target}, {self.name('z')}"
         return ["try:", f"    {t} = {e.code} * 2", f"    {target} = {bad}",
                 f"except {exc}:", f"    {t} = {e.code} - 1"]
+
+    def st_data_sizes(self, env, depth, loop):
+        """A size that depends on data reached through a container (torch.cat of a list that
+        holds a masked selection, a dict of them, a generator over them): a branch on it must
+        break, never be specialised to the size this call happened to have. Each condition
+        compares the data-dependent count with half the elements, so it goes both ways."""
+        self.features.add("data_sizes")
+        a, b = self.leaf(env).code, self.leaf(env).code
+        parts = self.name("parts")
+        half = f"{a}.numel() // 2"
+        g = self.r.randrange(4)
+        if g == 0:
+            lines = [f"{parts} = [{a}[{a} > 0], {b}.flatten()]",
+                     f"if torch.cat({parts}).numel() > {b}.numel() + {half}:"]
+        elif g == 1:
+            lines = [f"{parts} = {{'kept': {a}[{a} < 0], 'all': {b}.flatten()}}",
+                     f"if len(torch.cat(list({parts}.values()))) >= {b}.numel() + {half}:"]
+        elif g == 2:
+            lines = [f"{parts} = ({a}.flatten()[{a}.flatten() < 0], {b}.flatten())",
+                     f"if sum(p.numel() for p in {parts}) > {b}.numel() + {half}:"]
+        else:
+            lines = [f"{parts} = []",
+                     f"{parts}.append({a}[{a} > 0])",
+                     f"if torch.stack([{parts}[0].sum(), {b}.sum()]).numel() == 2 and "
+                     f"torch.cat({parts}).shape[0] < {half}:"]
+        return lines + ["    print('many')", "else:", "    print('few')"]
 
     def note_store(self, n):
         """A store to a bare module-level name makes it global in fn."""

@@ -327,6 +327,44 @@ def test_branch_on_a_data_dependent_size_breaks_and_is_correct():
     assert "tensor data" in magpy.explain(cf).breaks[0].reason
 
 
+@pytest.mark.parametrize("how", ["cat_list", "stack_tuple", "appended", "dict_values"])
+def test_a_data_dependent_size_reached_through_a_container_is_never_specialised(how):
+    # torchvision's batched_nms idiom: boxes = torch.cat([kept per level]); if boxes.numel() == 0.
+    # The sizes of a cat of masked selections depend on the data like the selections' own
+    # (this used to be specialised to the first call's size: a wrong result).
+    def f(x):
+        kept = x[x > 0]
+        if how == "cat_list":
+            boxes = torch.cat([kept, kept * 2])
+        elif how == "stack_tuple":
+            boxes = torch.stack((kept, kept + 1))
+        elif how == "appended":
+            parts = []
+            parts.append(kept)
+            boxes = torch.cat(parts)
+        else:
+            boxes = torch.cat(list({"a": kept, "b": kept}.values()))
+        if boxes.numel() == 0:
+            return torch.zeros(1)
+        return boxes.sum(0, keepdim=True) + boxes.shape[0]
+
+    xs = [-torch.ones(4), torch.tensor([1.0, -1.0, 2.0, 0.0]), -torch.ones(4), torch.arange(4.0)]
+    cf = check(f, xs)
+    assert break_ids(cf) == ["MB001"]
+
+
+def test_list_of_split_pieces_is_one_graph():
+    # FCOS: split_head_outputs[k] = list(head_outputs[k].split(sizes, dim=1))
+    def f(x, sizes):
+        pieces = list(x.split(sizes, dim=1))
+        rows = tuple(x[0])
+        return [p.sum(1) for p in pieces], len(rows), rows[-1] * 2
+
+    xs = [(torch.randn(2, 5), [2, 3]), (torch.randn(2, 5), [2, 3]), (torch.randn(2, 5), [1, 4])]
+    cf = check(f, xs)
+    assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+
+
 def test_layout_of_a_data_dependent_shape_breaks():
     def f(x):
         kept = x[x > 0]

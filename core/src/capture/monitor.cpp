@@ -1156,8 +1156,7 @@ bool Monitor::raise_is_determined(ShadowFrame& f, PyObject* type) {
         PyErr_GivenExceptionMatches(type, PyExc_RuntimeError)) {
         // The sizes and strides of every tensor, and the sizes asked for, decide it.
         for (int a : p.in) {
-            const Value& v = m_cap.v(a);
-            if (v.dyn_shape || has_dyn_scalar(a)) return false;
+            if (holds(a, &Value::dyn_shape) || holds(a, &Value::dyn_scalar)) return false;
             m_cap.concretize(a);
         }
         if (p.callee.bound_self && m_cap.v(p.callee_value).dyn_shape) return false;
@@ -2112,8 +2111,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         Value& v = m_cap.v(a);
         any_tensor = any_tensor || v.tensor;
         all_const = all_const && v.kind == ValueKind::Const;
-        dyn = dyn || v.dyn_shape;
-        dyn_number = dyn_number || has_dyn_scalar(a);
+        dyn = dyn || holds(a, &Value::dyn_shape);  // torch.cat([masked, ...])
+        dyn_number = dyn_number || holds(a, &Value::dyn_scalar);
     }
     if (p.callee.bound_self) dyn = dyn || m_cap.v(p.callee_value).dyn_shape;  // f = t.size
     switch (p.callee.kind) {
@@ -2371,6 +2370,23 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                                      items, result));
                 return;
             }
+            // list(x.split(n)), tuple(t): the items a loop over it would take, read at replay.
+            PyObject* sr = s.real.get();
+            if ((s.tensor || (s.kind == ValueKind::OpResult && sr &&
+                              (PyTuple_CheckExact(sr) || PyList_CheckExact(sr)))) &&
+                !s.dyn_shape && result && (PyList_CheckExact(result) || PyTuple_CheckExact(result))) {
+                int src = p.in[0];
+                m_cap.fix_length(src);
+                std::vector<int> items;
+                for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(result); ++i) {
+                    int item = item_of(src, i, PySequence_Fast_GET_ITEM(result, i));
+                    if (item < 0) return;
+                    items.push_back(item);
+                }
+                push_out(m_cap.fresh(name == "list" ? ValueKind::FreshList : ValueKind::FreshTuple,
+                                     items, result));
+                return;
+            }
         }
         if (p.callee.kind == CallKind::PureBuiltin && !all_const && result && is_tensor(result)) {
             // sum(losses), max(a, b), abs(t): run at replay on the values of that call.
@@ -2573,14 +2589,16 @@ int Monitor::number_from_data(Pending& p, PyObject* result) {
     return r;
 }
 
-bool Monitor::has_dyn_scalar(int id, int depth) {
+bool Monitor::holds(int id, bool Value::*flag, int depth) {
     const Value& v = m_cap.v(id);
-    if (v.dyn_scalar) return true;
+    if (v.*flag) return true;
+    // containers made in the call, and input lists whose items the capture tracks
     if ((v.kind == ValueKind::FreshList || v.kind == ValueKind::FreshTuple ||
-         v.kind == ValueKind::FreshDict) && depth < 8) {
+         v.kind == ValueKind::FreshDict ||
+         (v.kind == ValueKind::Input && (v.shadow || v.mutated))) && depth < 8) {
         std::vector<int> items = v.items;
         for (int it : items)
-            if (has_dyn_scalar(it, depth + 1)) return true;
+            if (it >= 0 && holds(it, flag, depth + 1)) return true;
     }
     return false;
 }
@@ -3593,7 +3611,7 @@ bool Monitor::known(int id, int depth) {
 bool Monitor::require_const(const std::vector<int>& values, const std::string& what) {
     for (int id : values) {
         Value& v = m_cap.v(id);
-        if (has_dyn_scalar(id))
+        if (holds(id, &Value::dyn_scalar))
             return m_cap.fail(breaks::kTensorToPython,
                               what + " needs the value of " + v.label +
                                   ", a number read from tensor data",

@@ -139,7 +139,9 @@ private:
     // A Python number computed from tensor data (t.item(), int(t), float(t), round(of one)):
     // read at replay, never guarded (Value::dyn_scalar, [Note: numbers from tensor data]).
     int number_from_data(Pending& p, PyObject* result);
-    bool has_dyn_scalar(int value, int depth = 0);
+    // Whether `value`, or an item of a container made in the call, has `flag` set (dyn_scalar:
+    // a number read from tensor data; dyn_shape: a tensor whose shape depends on data).
+    bool holds(int value, bool Value::*flag, int depth = 0);
     int format_step(int opcode, int oparg, const std::vector<int>& in, PyObject* real);
     // A with block over a captured context manager ([Note: with blocks]): records its
     // __exit__ and __enter__, pushes both as BEFORE_WITH does.
