@@ -794,7 +794,7 @@ class ProgramGen:
             kinds += [(3, "break_continue")]
         kinds += [(0.4, "raise"), (0.4, "assert"), (0.8, "pair"), (2, "containers_in"),
                   (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try"), (1, "print"),
-                  (0.6, "data_sizes")]
+                  (0.6, "data_sizes"), (0.6, "const_tensor")]
         if self.p(self.break_rate * 2):
             kinds = [(1, "breaker")]
         kind = self.wchoice(kinds)
@@ -1067,6 +1067,35 @@ class ProgramGen:
                      f"if torch.stack([{parts}[0].sum(), {b}.sum()]).numel() == 2 and "
                      f"torch.cat({parts}).shape[0] < {half}:"]
         return lines + ["    print('many')", "else:", "    print('few')"]
+
+    def st_const_tensor(self, env, depth, loop):
+        """Tensors computed from constants (shapes, ints): Python reading their data folds to a
+        constant, unless data reached them (an in-place change through a view), where it must
+        be read at replay or break ([Note: tensors of constants])."""
+        self.features.add("const_tensor")
+        e = self.leaf(env).code
+        k = self.gen_int(env)[0]
+        c = self.name("c")
+        g = self.r.randrange(4)
+        if g == 0:
+            return [f"{c} = torch.tensor({e}.shape, dtype=torch.float32)",
+                    f"print('numel', {c}.prod().item(), int({c}.sum()))"]
+        if g == 1:
+            return [f"{c} = torch.tensor([{k}, 3])",
+                    f"if {c}.max() > 3:",
+                    f"    print('k', {c}.tolist())",
+                    "else:",
+                    f"    print('small', int({c}[0]))"]
+        if g == 2:  # data written through a view: no longer a constant
+            return [f"{c} = torch.arange(4.0)",
+                    f"{c}[1:].add_({e}.flatten()[0].detach())",
+                    f"if {c}[2] > 2:",
+                    "    print('above')",
+                    "else:",
+                    "    print('below')"]
+        return [f"{c} = torch.tensor({e}.shape).tolist()",
+                f"{c}.append({k})",
+                f"print('dims', {c}, len({c}))"]
 
     def note_store(self, n):
         """A store to a bare module-level name makes it global in fn."""

@@ -448,6 +448,132 @@ void Capture::pin_number(int id) {
 
 // [SECTION] plan -------------------------------------------------------------------------------
 
+// [Note: tensors of constants]
+// A tensor computed only from constants has the same data in every call the guards admit:
+// torchvision's resize computes its scale as torch.tensor(image.shape[-2:]), min, max and a
+// division, then `.item()`. Such op results are marked `const_data`, and Python reading their
+// data (`.item()`, `int(t)`, `.tolist()`, `if t:`) gets a constant instead of a number read at
+// replay or a break; the ops themselves are still recorded, so every call gets fresh tensors.
+// What keeps it exact:
+// - every argument folds (constants, values of this kind, containers of them); inputs, random
+//   ops and anything with an effect never do;
+// - ops whose result is not a function of their arguments are refused by name: uninitialized
+//   memory (empty, new_empty, x.new(n), torch.Tensor(n)), addresses and identities
+//   (data_ptr, storage, id, hash), and `.data` (it has a version counter of its own);
+// - only CPU tensors (kernels on accelerators may reduce in a different order run to run);
+// - the tensor's version counter, shared with its views, must be unchanged when Python reads
+//   the data: an in-place change since (through any view) makes it a number read at replay.
+// With symbolic sizes the shapes are not constants, so nothing built from them folds.
+
+// The version counter of a tensor (or of the tensor a bound method belongs to), -1 for others.
+static int64_t data_version(PyObject* o) {
+    if (o && PyCFunction_Check(o) && PyCFunction_GET_SELF(o) && is_tensor(PyCFunction_GET_SELF(o)))
+        o = PyCFunction_GET_SELF(o);
+    if (!o || !is_tensor(o)) return -1;
+    PyObject* ver = PyObject_GetAttrString(o, "_version");
+    int64_t n = ver && PyLong_Check(ver) ? PyLong_AsLongLong(ver) : -2;
+    Py_XDECREF(ver);
+    PyErr_Clear();
+    return n;
+}
+
+bool Capture::folds(int id, int depth) {
+    const Value& x = v(id);
+    switch (x.kind) {
+    case ValueKind::Const: return !x.tensor && !x.sym && !x.dyn_scalar;
+    case ValueKind::OpResult:
+        return x.const_data && !x.sym && data_version(x.real.get()) == x.const_version;
+    case ValueKind::FreshList:
+    case ValueKind::FreshTuple:
+    case ValueKind::FreshDict: {
+        if (depth >= 8) return false;
+        std::vector<int> items = x.items;
+        for (int it : items)
+            if (!folds(it, depth + 1)) return false;
+        return true;
+    }
+    default: return false;
+    }
+}
+
+// Whether a call's result is a function of its arguments alone.
+static bool pure_callee(PyObject* callee) {
+    if (!callee) return false;
+    if (PyType_Check(callee) &&
+        PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(callee), torch_api().tensor_type))
+        return false;  // torch.Tensor(n), torch.FloatTensor(n): uninitialized
+    std::string n;
+    if (PyObject* name = PyObject_GetAttrString(callee, "__name__")) {
+        if (PyUnicode_Check(name)) n = py::str_of(name);
+        Py_DECREF(name);
+    }
+    PyErr_Clear();
+    static const std::set<std::string> kNotPure = {
+        "empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "new",
+        "data_ptr", "storage", "untyped_storage", "_storage", "_cdata", "id", "hash", "__hash__"};
+    return kNotPure.count(n) == 0;
+}
+
+bool Capture::callee_folds(int id) {
+    const Value& x = v(id);
+    return ((x.kind == ValueKind::Input && x.identity) || folds(id)) && pure_callee(x.real.get());
+}
+
+bool Capture::step_folds(const Step& step, PyObject* real) {
+    if (step.effect || !real) return false;
+    switch (step.kind) {
+    case StepKind::Call: case StepKind::CallEx: case StepKind::Binary: case StepKind::Compare:
+    case StepKind::Unary: case StepKind::GetItem: case StepKind::GetAttr:
+    case StepKind::BuildList: case StepKind::BuildTuple: case StepKind::BuildDict:
+    case StepKind::BuildSlice:
+        break;
+    default: return false;
+    }
+    auto arg_value = [&](const Arg& a) -> int {
+        if (a.kind != Arg::Kind::Slot) return -1;
+        size_t s = static_cast<size_t>(a.index);
+        if (s < m_slot_values.size() && m_slot_values[s] >= 0) return m_slot_values[s];
+        auto it = m_built_slots.find(a.index);
+        return it == m_built_slots.end() ? -1 : it->second;
+    };
+    bool call = step.kind == StepKind::Call || step.kind == StepKind::CallEx;
+    for (const Arg& a : step.args) {
+        if (a.kind == Arg::Kind::Input) {
+            // the callee may be an input guarded by identity (G['torch'].tensor)
+            auto it = m_node_values.find(a.index);
+            if (!call || &a != &step.args[0] || it == m_node_values.end() ||
+                !v(it->second).identity)
+                return false;
+            continue;
+        }
+        if (a.kind == Arg::Kind::Const) {
+            if (a.constant && is_tensor(a.constant.get())) return false;
+            continue;
+        }
+        int id = arg_value(a);
+        if (id < 0 || !folds(id)) return false;
+    }
+    if (call) {
+        if (step.args.empty()) return false;
+        const Arg& c = step.args[0];
+        int cv = c.kind == Arg::Kind::Input ? m_node_values[c.index] : arg_value(c);
+        PyObject* callee = c.kind == Arg::Kind::Const ? c.constant.get()
+                           : cv >= 0                   ? v(cv).real.get()
+                                                       : nullptr;
+        if (!pure_callee(callee)) return false;
+    }
+    if (step.kind == StepKind::GetAttr && step.name && py::str_of(step.name.get()) == "data")
+        return false;
+    if (is_tensor(real)) {
+        PyObject* cpu = PyObject_GetAttrString(real, "is_cpu");
+        bool on_cpu = cpu == Py_True;
+        Py_XDECREF(cpu);
+        PyErr_Clear();
+        if (!on_cpu) return false;
+    }
+    return true;
+}
+
 static uint8_t result_kind_of(PyObject* o) {
     if (!o) return 0;
     if (is_tensor(o)) return 1;
@@ -465,8 +591,13 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
     bool sym = false;
     if (!m_dynamic_nodes.empty() || !m_dynamic_numbers.empty())
         for (const Arg& a : step.args) sym = sym || arg_sym(a);
+    bool folds = step_folds(step, real_result);
     int id = new_value(ValueKind::OpResult, real_result, label);
     v(id).slot = step.out;
+    if (folds) {
+        v(id).const_data = true;
+        v(id).const_version = data_version(real_result);
+    }
     if (m_slot_values.size() <= static_cast<size_t>(step.out))
         m_slot_values.resize(static_cast<size_t>(step.out) + 1, -1);
     m_slot_values[static_cast<size_t>(step.out)] = id;
@@ -742,6 +873,7 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
             add_step(std::move(size));
         }
         if (escape) v(id).built = out.index;
+        m_built_slots[out.index] = id;
         return true;
     }
     case ValueKind::Iterator:

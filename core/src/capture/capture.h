@@ -89,6 +89,11 @@ struct Value {
     bool ctx_exit = false;  // the bound __exit__ of a captured with block
     int built = -1;         // Fresh*: the plan slot of the object once it escaped (identity fixed)
     int cls = -1;           // FreshObject: the value of its class
+    // An op result that follows from the guards alone (torch.tensor(x.shape), arange(n) and
+    // what is computed from them): Python may read its data as a constant while the tensor's
+    // version counter is still `const_version` ([Note: tensors of constants]).
+    bool const_data = false;
+    int64_t const_version = -1;
     // Dynamic shapes ([Note: dynamic shapes]): a tensor whose sizes may differ at replay (an
     // op result computed from one; inputs read their symbolic dims from the guard tree), or a
     // number computed at replay from such sizes. `sym_deps`: the (guard node, dims) the number
@@ -142,6 +147,10 @@ public:
     int value_count() const { return static_cast<int>(m_values.size()); }
     int new_value(ValueKind kind, PyObject* real, std::string label);
     int const_value(PyObject* real, std::string label = {});
+    // Whether the value follows from the guards alone: a constant, an op result computed only
+    // from such values (and its data not changed since), or a container of them.
+    bool folds(int value, int depth = 0);
+    bool callee_folds(int value);  // folds, or a function guarded by identity
     // External values: a root access, or a step from an Input value. Guards by type.
     // `by_type`: a float guarded by its type only, not its value (Value::dyn_scalar).
     int input_root(AccessKind kind, int index, PyObject* key, const std::string& source,
@@ -247,6 +256,7 @@ private:
     bool build_arg(int value, Arg& out, bool escape, int depth);
     bool guard_contents(int value, int depth);
     void add_step(Step step);
+    bool step_folds(const Step& step, PyObject* real_result);
     int register_input(int node, PyObject* real, bool by_type = false);
     void describe_graph(CaptureResult& r);
 
@@ -278,6 +288,7 @@ private:
     std::vector<int> m_dynamic_nodes;   // tensor guard nodes with symbolic dims
     std::vector<int> m_dynamic_numbers; // input numbers read at replay (automatic dynamic)
     std::vector<int> m_slot_values;     // plan slot -> value recorded into it (-1: none)
+    std::unordered_map<int, int> m_built_slots;  // plan slot -> the fresh container built there
     uint64_t dynamic_dims_for(int node, PyObject* tensor);
     bool arg_sym(const Arg& a);
     PyCodeObject* m_code = nullptr;

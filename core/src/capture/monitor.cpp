@@ -2179,6 +2179,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         if (result && !is_tensor(result) && is_number(result) && reads_tensor &&
             p.callee.kind == CallKind::TorchOp)
             return push_out(number_from_data(p, result));  // t.item(), torch.equal(a, b)
+        if (result && p.callee.kind == CallKind::TorchOp && p.callee.op == "tolist" &&
+            args_fold(p))
+            return push_out(constant_of(result));  // [Note: tensors of constants]
         if (result && !is_tensor(result) && (is_number(result) || PyUnicode_Check(result))) {
             return m_cap.fail(breaks::kTensorToPython,
                               "`" + name + "` turns tensor data into a Python value",
@@ -2584,9 +2587,30 @@ int Monitor::format_step(int opcode, int oparg, const std::vector<int>& in, PyOb
 }
 
 int Monitor::number_from_data(Pending& p, PyObject* result) {
+    if (result && args_fold(p)) return constant_of(result);  // [Note: tensors of constants]
     int r = record_call(p, result, false, false);
     if (r >= 0) m_cap.v(r).dyn_scalar = true;
     return r;
+}
+
+bool Monitor::args_fold(const Pending& p) {
+    if (!m_cap.callee_folds(p.callee_value)) return false;
+    for (int a : p.in)
+        if (!m_cap.folds(a)) return false;
+    return true;
+}
+
+// A Python value read from data that follows from the guards: numbers and strings are
+// constants; lists and tuples (t.tolist()) are made in the call, so each call gets its own.
+int Monitor::constant_of(PyObject* o, int depth) {
+    if ((PyList_CheckExact(o) || PyTuple_CheckExact(o)) && depth < 8) {
+        std::vector<int> items;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+            items.push_back(constant_of(PySequence_Fast_GET_ITEM(o, i), depth + 1));
+        return m_cap.fresh(PyList_CheckExact(o) ? ValueKind::FreshList : ValueKind::FreshTuple,
+                           std::move(items), o);
+    }
+    return m_cap.const_value(o);
 }
 
 bool Monitor::holds(int id, bool Value::*flag, int depth) {
@@ -3694,6 +3718,7 @@ bool Monitor::truthiness_known(int id) {
         return false;
     }
     m_cap.concretize(id);  // a branch on sizes: checked or guarded from here on
+    if (v.tensor && m_cap.folds(id)) return true;  // [Note: tensors of constants]
     if (v.tensor) {
         m_cap.fail(breaks::kDataDependentBranch,
                    "a branch depends on the values inside tensor " + v.label,

@@ -142,6 +142,10 @@ private:
     // Whether `value`, or an item of a container made in the call, has `flag` set (dyn_scalar:
     // a number read from tensor data; dyn_shape: a tensor whose shape depends on data).
     bool holds(int value, bool Value::*flag, int depth = 0);
+    // Data that follows from the guards ([Note: tensors of constants]): whether the callee and
+    // every argument fold, and the value Python gets for what the call returned.
+    bool args_fold(const Pending& p);
+    int constant_of(PyObject* real, int depth = 0);
     int format_step(int opcode, int oparg, const std::vector<int>& in, PyObject* real);
     // A with block over a captured context manager ([Note: with blocks]): records its
     // __exit__ and __enter__, pushes both as BEFORE_WITH does.
