@@ -142,6 +142,23 @@ def test_local_dict_building_and_update():
     assert_stats(cf, graphs=1, hits=1, misses=1)
 
 
+def test_dict_update_of_a_dict_made_in_the_call():
+    # GeneralizedRCNN: losses = {}; losses.update(detector_losses); losses.update(proposal_losses)
+    ext = {"b": 1.0}
+
+    def f(x):
+        losses = {}
+        losses.update({"a": x.sum()})
+        losses.update(ext)
+        out = {"first": x}
+        result = (out, losses)
+        out.update(losses)  # after `out` is in the result: replayed as writes
+        return result
+
+    cf = check(f, [torch.randn(3) for _ in range(3)], mutate=lambda i: i == 2 and ext.update(c=2))
+    assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+
+
 def test_containers_of_python_scalars():
     def f(x, cfg):
         sizes = [cfg[0], cfg[1]]

@@ -382,3 +382,23 @@ def test_finfo_and_iinfo_of_a_dtype_are_constants():
     x = torch.randn(4)
     cf = check(f, [(x, x > 0), (x * 2, x < 0)])
     assert_stats(cf, graphs=1, breaks=0, hits=1)
+
+
+def test_operators_called_through_torch_ops():
+    # torchvision calls its kernels as torch.ops.torchvision.roi_align(...) / nms(...)
+    pytest.importorskip("torchvision")  # registers torch.ops.torchvision
+
+    def f(boxes, scores, x):
+        keep = torch.ops.torchvision.nms(boxes, scores, 0.5)
+        y = torch.ops.aten.add.Tensor(x, x)
+        torch.ops.aten.mul_.Tensor(x, 2.0)  # in place on the input: replayed as a write
+        return keep, y
+
+    def boxes():
+        b = torch.rand(6, 4) * 10
+        b[:, 2:] += b[:, :2]
+        return b
+
+    calls = [(boxes(), torch.rand(6), torch.randn(3)) for _ in range(3)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)

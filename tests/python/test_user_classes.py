@@ -252,6 +252,57 @@ def test_custom_getattr_breaks():
     assert break_ids(cf) == ["MB007"]
 
 
+class LazyNamespace:
+    """torch.ops style: __getattr__ makes a member once and stores it on the instance."""
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        value = len(name) * 1.5
+        setattr(self, name, value)
+        return value
+
+
+def test_getattr_hook_is_not_needed_for_attributes_already_stored():
+    ns = LazyNamespace()
+    ns.scale  # made once, before compiling: later reads find it in __dict__
+
+    def f(x):
+        return x * ns.scale
+
+    cf = check(f, [torch.randn(2), torch.randn(2)], mutate=lambda i: i == 1 and ns.__dict__.update(scale=4.0))
+    assert_stats(cf, breaks=0, hits=0, misses=2)  # the changed value recompiles
+
+
+class Scaler:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, x, bias=0.0):
+        return x * self.k + bias
+
+
+def test_calling_an_instance_traces_its_class_call():
+    # torchvision's LevelMapper: self.map_levels(boxes)
+    sc = Scaler(2.0)
+
+    def f(x):
+        return sc(x, bias=1.0) + sc(x)
+
+    def mutate(i):
+        if i == 2:
+            sc.k = 3.0
+        if i == 3:
+            Scaler.__call__ = lambda self, x, bias=0.0: x - self.k
+
+    old = Scaler.__call__
+    try:
+        cf = check(f, [torch.randn(3) for _ in range(5)], mutate=mutate)
+        assert_stats(cf, graphs=3, breaks=0, hits=2, misses=3)
+    finally:
+        Scaler.__call__ = old
+
+
 def test_namedtuple_field_access_is_captured():
     P = collections.namedtuple("P", "a b")
 

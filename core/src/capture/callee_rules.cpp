@@ -4,6 +4,7 @@
 #include "guards/guard_tree.h"
 #include "python/torch_api.h"
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
@@ -350,6 +351,16 @@ CalleeInfo classify_callee(PyObject* f) {
                 info.code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(init));
             }
         }
+        return info;
+    }
+    if (std::find(api.op_types.begin(), api.op_types.end(), Py_TYPE(f)) != api.op_types.end()) {
+        // torch.ops.torchvision.roi_align(...), torch.ops.aten.add.Tensor(...): an operator
+        py::Ref qual = py::Ref::steal(PyObject_GetAttrString(f, "__name__"));
+        PyErr_Clear();
+        info.op = qual && PyUnicode_Check(qual.get()) ? py::str_of(qual.get()) : "op";
+        info.op = info.op.substr(0, info.op.find('.'));  // "add_.Tensor": its packet's name
+        info.name = "torch.ops." + info.op;
+        info.kind = CallKind::TorchOp;
         return info;
     }
     if (PyObject_TypeCheck(f, api.module_type)) {

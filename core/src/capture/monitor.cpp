@@ -260,10 +260,20 @@ static bool has_attribute_hook(PyObject* obj, bool set) {
            !PyObject_TypeCheck(obj, torch_api().module_type);
 }
 
+// A class with only a __getattr__ (torch.ops, lazy namespaces) runs it only when the usual
+// lookup fails: an attribute already in the instance's __dict__ is read without Python code.
+static bool found_before_getattr_hook(PyObject* obj, PyObject* key) {
+    PyObject* ga = _PyType_Lookup(Py_TYPE(obj), interned("__getattribute__"));
+    if (!ga || PyFunction_Check(ga)) return false;  // a __getattribute__ of the class's own
+    PyObject** dict = _PyObject_GetDictPtr(obj);
+    return dict && *dict && PyDict_Contains(*dict, key) == 1;
+}
+
 // Whether reading (or setting) `obj.key` could run Python code of the class's.
 static bool runs_code_to_access(PyObject* obj, PyObject* key, bool set) {
     if (PyType_Check(obj) || PyModule_Check(obj)) return false;
-    return is_code_descriptor(Py_TYPE(obj), key) || has_attribute_hook(obj, set);
+    return is_code_descriptor(Py_TYPE(obj), key) ||
+           (has_attribute_hook(obj, set) && (set || !found_before_getattr_hook(obj, key)));
 }
 
 bool Monitor::set_object_attr(int obj, PyObject* name, int val) {
@@ -1976,6 +1986,17 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         if (!unwrap_partial(callable, args, kwnames, func)) return;
         return dispatch_call(f, func, std::move(args), kwnames);
     }
+    if (c.kind == ValueKind::Input && !PyType_Check(fn) && is_plain_user_class(Py_TYPE(fn))) {
+        // obj(*args) on an instance of a user class (torchvision's LevelMapper): its class's
+        // __call__, traced with obj first; the class and the lookup are guarded.
+        PyObject* call = _PyType_Lookup(Py_TYPE(fn), interned("__call__"));
+        if (call && PyFunction_Check(call)) {
+            int func = class_attr(callable, interned("__call__"), call);
+            if (func < 0) return;
+            args.insert(args.begin(), callable);
+            return dispatch_call(f, func, std::move(args), kwnames);
+        }
+    }
     p.callee = classify_callee(fn);
     if (c.ctx_exit) {  // the end of a captured with block
         p.callee.kind = CallKind::ContextExit;
@@ -3179,6 +3200,26 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         write_input_item(d, args[1], fallback);
         return fallback;
     }
+    if (name == "update" && args.size() == 2 && m_cap.v(d).kind == ValueKind::FreshDict) {
+        // losses.update(detector_losses): the other dict's items, set in its order
+        int o = args[1];
+        bool source = m_cap.v(o).kind == ValueKind::FreshDict ||
+                      (m_cap.v(o).kind == ValueKind::Input && PyDict_Check(m_cap.v(o).real.get()));
+        if (!source) return fail("dict.update() from " + m_cap.v(o).label);
+        std::vector<int> pairs;
+        if (!dict_view(o, DictView::Items, pairs)) return -1;
+        for (size_t j = 0; j + 1 < pairs.size(); j += 2) {
+            if (m_cap.v(pairs[j]).kind != ValueKind::Const)
+                return fail("dict.update() with a key that is not a constant");
+            dict_set(d, pairs[j], pairs[j + 1]);
+            if (m_cap.v(d).built >= 0) {
+                Step st;
+                st.kind = StepKind::SetItem;
+                m_cap.record_effect(std::move(st), {d, pairs[j], pairs[j + 1]});
+            }
+        }
+        return m_cap.const_value(Py_None);
+    }
     return fail("dict." + name + "() on " + m_cap.v(d).label);
 }
 
@@ -3324,7 +3365,7 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
                    "read the underlying attribute, or make it a plain attribute");
         return -1;
     }
-    if (has_attribute_hook(target, false)) {
+    if (has_attribute_hook(target, false) && !found_before_getattr_hook(target, name)) {
         m_cap.fail(breaks::kUnsupportedAttribute,
                    "`" + o.label + "` has a custom __getattr__/__getattribute__",
                    "use plain attributes");

@@ -85,6 +85,10 @@ bool init_torch_api() {
         if (fn) api.module_member_fns.emplace_back(n, std::move(fn));
         PyErr_Clear();
     }
+    py::Ref ops = py::Ref::steal(PyImport_ImportModule("torch._ops"));
+    for (const char* n : {"OpOverloadPacket", "OpOverload"})
+        if (PyTypeObject* t = ops ? get_type(ops.get(), n) : nullptr) api.op_types.push_back(t);
+    PyErr_Clear();
     api.torch_module = torch;
     g_api = std::move(api);
     return true;

@@ -22,6 +22,8 @@ struct TorchApi {
     PyTypeObject* device_type = nullptr;  // torch.device
     PyTypeObject* layout_type = nullptr;  // torch.layout
     PyTypeObject* ordered_dict_type = nullptr;  // collections.OrderedDict
+    // torch._ops.OpOverloadPacket and OpOverload: torch.ops.ns.op(...) (optional)
+    std::vector<PyTypeObject*> op_types;
     // torch.nn.modules.module's global hook dicts (forward, pre-forward, backward ...): a hook
     // there runs around every module call.
     std::vector<std::pair<std::string, py::Ref>> global_hooks;
