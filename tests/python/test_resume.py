@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import magpy
-from conftest import Call, check
+from conftest import Call, break_ids, check
 
 
 def entries(cf):
@@ -374,3 +374,24 @@ def test_branch_on_float_from_item_resumes_both_ways():
     cf = check(f, xs)
     assert "MB001" in [b.reason_id for b in magpy.explain(cf).breaks]
     assert_settled(cf, lambda: (cf(torch.ones(4)), cf(-torch.ones(4))), calls=3)
+
+
+def test_a_break_in_the_frame_itself_costs_one_capture():
+    # The branch on data is found before its instruction runs, so the first capture already
+    # ends its segment there: the second call replays it (and captures the rest).
+    def f(x):
+        y = x * 2
+        if y.sum() > -100:
+            y = y + 1
+        return y.relu()
+
+    cf = check(f, [torch.randn(4) for _ in range(2)])
+    stats = magpy.explain(cf)
+    # call 1 captured the segment; call 2 replays it and captures the rest
+    assert (stats.cache_hits, stats.cache_misses) == (1, 1)
+    assert (stats.resume_hits, stats.resume_misses) == (0, 1)
+    assert captures(cf) == 2
+    assert break_ids(cf) == ["MB001"]
+    check(f, [torch.randn(4) for _ in range(2)], compiled=cf)
+    assert captures(cf) == 2  # settled from the third call
+    assert magpy.explain(cf).resume_hits == 2

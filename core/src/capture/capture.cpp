@@ -1037,6 +1037,7 @@ CaptureResult Capture::finish(int return_value) {
     for (const Accessor& a : m_guards->nodes()) names.push_back(a.source);
     m_plan->set_input_names(std::move(names));
     r.ok = true;
+    r.breaks = m_breaks;  // a break this capture ended its segment at (retract_failure)
     r.ops = m_graph_ops;
     describe_graph(r);
     r.guards = std::move(m_guards);

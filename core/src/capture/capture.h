@@ -218,6 +218,13 @@ public:
     const std::vector<BreakInfo>& breaks() const { return m_breaks; }
     // The capture failed because of `b` (a break met earlier), whatever failed since.
     void set_break(BreakInfo b) { m_breaks.assign(1, std::move(b)); }
+    // The capture goes on after all (the break ends a segment instead): the break stays
+    // listed in the result, and the capture no longer counts as failed.
+    BreakInfo retract_failure() {
+        m_failed = false;
+        return m_breaks.back();
+    }
+    size_t step_count() const { return m_plan->steps().size(); }
     std::string break_message() const;  // the first break, formatted for an exception
     void raise_graph_break() const;     // sets GraphBreakError for the first break
 

@@ -1212,8 +1212,25 @@ void Monitor::on_opcode(PyFrameObject* fo) {
         m_root_callee = callee_at(f, ins);
     }
     m_cap.instructions++;
+    if (!f.is_root) {
+        dispatch(f, ins);
+        if (m_cap.failed()) stop_tracing();
+        return;
+    }
+    size_t steps = m_cap.step_count();
+    ShadowFrame before = f;
     dispatch(f, ins);
-    if (m_cap.failed()) stop_tracing();
+    if (!m_cap.failed()) return;
+    // A break found before the root frame's instruction ran: the frame is as it was before it,
+    // so the segment can end here now, as the next capture would at this site. (dispatch may
+    // have taken its operands off the shadow frame: it is put back as it was.)
+    if (m_cap.step_count() == steps) {
+        ShadowFrame after = std::move(f);
+        f = std::move(before);
+        if (break_here(f, ins)) return;
+        f = std::move(after);
+    }
+    stop_tracing();
 }
 
 static const char* opname(int op);

@@ -124,6 +124,7 @@ private:
     const void* callee_at(ShadowFrame& f, const py::Instruction& ins);
     bool at_site(ShadowFrame& f, const py::Instruction& ins);
     void note_site();
+    bool break_here(ShadowFrame& f, const py::Instruction& ins);
     void end_segment(ShadowFrame& f, const py::Instruction& ins);
     bool break_step(ShadowFrame& f, const py::Instruction& ins, std::vector<int>& stack,
                     Continuation& c);

@@ -63,6 +63,27 @@ void Monitor::note_site() {
     m_found_site = true;
 }
 
+// The capture failed at the root frame's instruction `ins` before it ran (a branch on tensor
+// data, a callee with no rule): when that makes a break site, the segment ends before it in
+// this capture, so the break costs one capture instead of two. False: nothing was done.
+bool Monitor::break_here(ShadowFrame& f, const py::Instruction& ins) {
+    if (!m_seg.sites || m_cont || m_ending || m_cap.internal() || m_cap.breaks().empty() ||
+        m_cap.breaks().front().reason_id == breaks::kTooLarge ||
+        m_seg.sites->size() >= kMaxBreakSites || m_fullgraph ||
+        py::code_offset_in_handler(m_root_code, ins.offset))
+        return false;
+    BreakSite site;
+    site.offset = ins.offset;
+    site.callee = callee_at(f, ins);
+    for (const BreakSite& s : *m_seg.sites)
+        if (s.offset == site.offset && s.callee == site.callee) return false;
+    site.info = m_cap.retract_failure();
+    m_seg.sites->push_back(std::move(site));
+    end_segment(f, ins);
+    stop_tracing();
+    return true;
+}
+
 // The iterator `it` as a real object at replay, positioned where the capture's is: sequences
 // are iterated again from their position (their iterators' __setstate__); the rest become an
 // iterator over their remaining items.
