@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <utility>
 
 namespace magpy {
 
@@ -359,6 +360,17 @@ int Monitor::fresh_dict_slot(int dict, PyObject* key) {
         if (eq == 1) return static_cast<int>(j + 1);
     }
     return -1;
+}
+
+// d[key] = val on a dict made in the call: its items follow, and once the dict exists at
+// replay (it escaped) the write is replayed there too.
+void Monitor::set_fresh_item(int dict, int key, int val) {
+    dict_set(dict, key, val);
+    if (m_cap.v(dict).built >= 0) {
+        Step s;
+        s.kind = StepKind::SetItem;
+        m_cap.record_effect(std::move(s), {dict, key, val});
+    }
 }
 
 void Monitor::dict_set(int dict, int key, int val) {
@@ -1217,18 +1229,23 @@ void Monitor::on_opcode(PyFrameObject* fo) {
         if (m_cap.failed()) stop_tracing();
         return;
     }
+    // What a failing dispatch may have taken off the shadow frame: its operands (stack) and
+    // KW_NAMES (kwnames); `pending` is empty here (complete() reset it) and may be set.
     size_t steps = m_cap.step_count();
-    ShadowFrame before = f;
+    std::vector<int> stack = f.stack;
+    PyObject* kwnames = f.kwnames;
     dispatch(f, ins);
     if (!m_cap.failed()) return;
     // A break found before the root frame's instruction ran: the frame is as it was before it,
-    // so the segment can end here now, as the next capture would at this site. (dispatch may
-    // have taken its operands off the shadow frame: it is put back as it was.)
+    // so the segment can end here now, as the next capture would at this site.
     if (m_cap.step_count() == steps) {
-        ShadowFrame after = std::move(f);
-        f = std::move(before);
+        std::swap(f.stack, stack);
+        std::swap(f.kwnames, kwnames);
+        Pending pending = std::exchange(f.pending, Pending{});
         if (break_here(f, ins)) return;
-        f = std::move(after);
+        std::swap(f.stack, stack);
+        std::swap(f.kwnames, kwnames);
+        f.pending = std::move(pending);
     }
     stop_tracing();
 }
@@ -1411,15 +1428,8 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
             }
             return;
         }
-        if (c.kind == ValueKind::FreshDict && m_cap.v(key).kind == ValueKind::Const) {
-            dict_set(cont, key, val);
-            if (c.built >= 0) {
-                Step s;
-                s.kind = StepKind::SetItem;
-                m_cap.record_effect(std::move(s), {cont, key, val});
-            }
-            return;
-        }
+        if (c.kind == ValueKind::FreshDict && m_cap.v(key).kind == ValueKind::Const)
+            return set_fresh_item(cont, key, val);
         if (c.kind == ValueKind::Input && PyDict_Check(c.real.get()))
             return write_input_item(cont, key, val);
         return m_cap.fail(breaks::kUnsupportedOpcode, "item assignment on " + c.label,
@@ -3199,12 +3209,7 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         if (m_cap.v(d).kind == ValueKind::FreshDict) {
             int at = fresh_dict_slot(d, key);
             if (at >= 0) return m_cap.v(d).items[static_cast<size_t>(at)];
-            dict_set(d, args[1], fallback);
-            if (m_cap.v(d).built >= 0) {
-                Step s;
-                s.kind = StepKind::SetItem;
-                m_cap.record_effect(std::move(s), {d, args[1], fallback});
-            }
+            set_fresh_item(d, args[1], fallback);
             return fallback;
         }
         if (m_cap.v(d).mutated && !m_cap.v(d).keyed_writes)
@@ -3228,12 +3233,7 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         for (size_t j = 0; j + 1 < pairs.size(); j += 2) {
             if (m_cap.v(pairs[j]).kind != ValueKind::Const)
                 return fail("dict.update() with a key that is not a constant");
-            dict_set(d, pairs[j], pairs[j + 1]);
-            if (m_cap.v(d).built >= 0) {
-                Step st;
-                st.kind = StepKind::SetItem;
-                m_cap.record_effect(std::move(st), {d, pairs[j], pairs[j + 1]});
-            }
+            set_fresh_item(d, pairs[j], pairs[j + 1]);
         }
         return m_cap.const_value(Py_None);
     }

@@ -203,6 +203,7 @@ private:
     bool set_object_attr(int obj, PyObject* name, int val);
     bool pairs_of(int dict, std::vector<int>& out);
     void dict_set(int dict, int key, int val);
+    void set_fresh_item(int dict, int key, int val);  // d[key] = val, replayed once d escaped
     int fresh_dict_slot(int dict, PyObject* key);
     int dict_item(int dict, PyObject* key, PyObject* real);
     int dict_lookup(int dict, PyObject* key);
