@@ -60,6 +60,10 @@ def assert_consistent(r):
         for b in e["breaks"]:
             assert b in r["breaks"], f"entry {e['id']}: break {b} missing from the top level"
 
+    for c in r["callees"]:  # callees compiled on their own: reports of the same layout
+        assert c["calls"] >= 1
+        assert_consistent(c)
+
     graph_entries = [g["entry"] for g in r["graphs"]]
     assert sorted(graph_entries) == sorted(i for i, e in entries.items() if e["kind"] == "graph")
     for g in r["graphs"]:
@@ -236,7 +240,27 @@ def objects_and_functions_made_inside():
     return r
 
 
+def gate(h):
+    if h.sum() > 0:
+        return h * 2
+    return h
+
+
+def through_gate(x):
+    return gate(x.sin()) + 1
+
+
+def callee_compiled_on_its_own():
+    """A callee that breaks inside runs as a compiled callable of its own: its report nests."""
+    cf = check(through_gate, [torch.full((3,), v) for v in (1.0, -1.0, 2.0, -2.0, 1.0)])
+    r = report(cf)
+    assert [c["name"] for c in r["callees"]] == ["gate"]
+    assert r["callees"][0]["graph_count"] >= 2 and r["callees"][0]["breaks"]
+    return r
+
+
 SHAPES = {
+    "callee_compiled_on_its_own": callee_compiled_on_its_own,
     "objects_and_functions_made_inside": objects_and_functions_made_inside,
     "plain_tensor_fn_with_recompile": plain_tensor_fn,
     "module_with_sequential": module_with_sequential,
@@ -288,6 +312,7 @@ def _eager_entry(r):
 BAD = {
     "unknown_top_level_key": lambda r: r.update(extra=1),
     "missing_top_level_key": lambda r: r.pop("cache_entries"),
+    "callee_not_a_report": lambda r: r.update(callees=[{"name": "gate"}]),
     "calls_as_string": lambda r: r.update(calls="3"),
     "negative_count": lambda r: r.update(cache_hits=-1),
     "fullgraph_as_int": lambda r: r.update(fullgraph=0),

@@ -43,8 +43,8 @@ class GraphBreak:
 
 class Explanation:
     def __init__(self, report_json):
-        self._json = report_json
-        self.report = json.loads(report_json)
+        self._json = report_json if isinstance(report_json, str) else json.dumps(report_json)
+        self.report = json.loads(report_json) if isinstance(report_json, str) else report_json
         r = self.report
         self.name = r["name"]
         self.graph_count = r["graph_count"]
@@ -66,6 +66,9 @@ class Explanation:
         self.profiler = dict(r.get("profiler", {}))
         # per cache entry id: GPU work recorded while its graph ran (magpy.profile())
         self.kernels = {e["id"]: e["kernels"] for e in r["cache_entries"] if "kernels" in e}
+        # callees that broke inside, run as compiled callables of their own: one Explanation
+        # each (their graphs and breaks are not counted above)
+        self.callees = [Explanation(c) for c in r.get("callees", [])]
 
     def to_json(self):
         return self._json
@@ -96,6 +99,10 @@ class Explanation:
                          f"{k['device_ns'] / 1e6:.3f} ms device time")
         for b in self.breaks:
             lines.append("  break " + str(b).replace("\n", "\n  "))
+        for c in self.callees:
+            lines.append(f"  callee {c.name} (it broke inside) ran compiled on its own: "
+                         f"{c.graph_count} graphs, {c.break_count} breaks, "
+                         f"{c.report['calls']} calls")
         for why in self.recompile_reasons:
             lines.append(f"  recompiled because {why}")
         for n in self.notes:
@@ -114,6 +121,8 @@ class Explanation:
                 where.append(f"ends at the break on line {e['ends_at_line']}")
             lines.append("  replay plan" + (f" ({', '.join(where)})" if where else "") + ":")
             lines.extend("    " + l for l in code.rstrip().splitlines())
+        for c in self.callees:
+            lines.extend("  " + l for l in str(c).splitlines())
         return "\n".join(lines)
 
     __repr__ = __str__

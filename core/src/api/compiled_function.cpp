@@ -31,12 +31,16 @@ void cf_dealloc(PyObject* self) {
     Py_TYPE(self)->tp_free(self);
 }
 
+int visit_state(const CompiledState& st, visitproc visit, void* arg) {
+    Py_VISIT(st.target.get());
+    for (const std::unique_ptr<CompiledState>& c : st.callees)
+        if (int r = visit_state(*c, visit, arg)) return r;
+    return 0;
+}
+
 int cf_traverse(PyObject* self, visitproc visit, void* arg) {
     auto* cf = reinterpret_cast<CompiledFunctionObject*>(self);
-    if (cf->state) {
-        Py_VISIT(cf->state->target.get());
-    }
-    return 0;
+    return cf->state ? visit_state(*cf->state, visit, arg) : 0;
 }
 
 PyObject* cf_repr(PyObject* self) {
@@ -88,6 +92,13 @@ PyType_Spec cf_spec = {"magpy.CompiledFunction", sizeof(CompiledFunctionObject),
 
 PyTypeObject* g_type = nullptr;
 
+}  // namespace
+
+PyTypeObject* compiled_function_type() {
+    if (!g_type) g_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&cf_spec));
+    return g_type;
+}
+
 std::string qualname_of(PyObject* o) {
     PyObject* q = PyObject_GetAttrString(o, "__qualname__");
     if (!q) {
@@ -103,11 +114,35 @@ std::string qualname_of(PyObject* o) {
     return s;
 }
 
-}  // namespace
-
-PyTypeObject* compiled_function_type() {
-    if (!g_type) g_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&cf_spec));
-    return g_type;
+CaptureTarget capture_target(PyObject* target) {
+    CaptureTarget t;
+    PyObject* func = nullptr;
+    if (PyFunction_Check(target)) {
+        func = target;
+    } else if (PyMethod_Check(target)) {
+        func = PyMethod_GET_FUNCTION(target);
+        t.self = PyMethod_GET_SELF(target);
+    } else if (PyObject_TypeCheck(target, torch_api().module_type)) {
+        PyObject* fwd = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(target)),
+                                               "forward");
+        if (!fwd) PyErr_Clear();
+        if (fwd && PyFunction_Check(fwd)) func = fwd;  // the type keeps it alive
+        Py_XDECREF(fwd);
+        t.self = target;
+    }
+    if (func && t.self) {
+        PyObject* wrapped = PyObject_GetAttrString(func, "__wrapped__");
+        if (wrapped) {
+            t.function = func;  // `self` is inside the wrapper's *args
+            Py_DECREF(wrapped);
+        } else {
+            PyErr_Clear();
+        }
+    }
+    if (func && py::code_is_plain_function(
+                    reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(func))))
+        t.code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(func));
+    return t;
 }
 
 CompiledState* compiled_state(PyObject* obj) {
@@ -147,34 +182,11 @@ PyObject* make_compiled_function(PyObject* target, const CompileOptions& options
     st.backend = backend;
     st.name = qualname_of(target);
 
-    // Which frame to capture: the function itself, a bound method's function (self fixed), or
-    // a module's forward (self is the module; Module.__call__ runs hooks around it).
-    PyObject* func = nullptr;
-    if (PyFunction_Check(target)) {
-        func = target;
-    } else if (PyMethod_Check(target)) {
-        func = PyMethod_GET_FUNCTION(target);
-        st.expect_self = PyMethod_GET_SELF(target);
-    } else if (PyObject_TypeCheck(target, torch_api().module_type)) {
-        PyObject* fwd = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(target)),
-                                               "forward");
-        if (!fwd) PyErr_Clear();
-        if (fwd && PyFunction_Check(fwd)) func = fwd;  // the type keeps it alive
-        Py_XDECREF(fwd);
-        st.expect_self = target;
-    }
-    if (func && PyFunction_Check(func) && st.expect_self) {
-        PyObject* wrapped = PyObject_GetAttrString(func, "__wrapped__");
-        if (wrapped) {
-            st.expect_function = func;  // `self` is inside the wrapper's *args
-            Py_DECREF(wrapped);
-        } else {
-            PyErr_Clear();
-        }
-    }
-    if (func && PyFunction_Check(func) &&
-        py::code_is_plain_function(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(func)))) {
-        st.code = py::Ref::borrow(PyFunction_GET_CODE(func));
+    CaptureTarget t = capture_target(target);
+    st.expect_self = t.self;
+    st.expect_function = t.function;
+    if (t.code) {
+        st.code = py::Ref::borrow(reinterpret_cast<PyObject*>(t.code));
     } else {
         BreakInfo b;
         b.reason_id = breaks::kNoPythonCode;

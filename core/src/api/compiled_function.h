@@ -12,4 +12,18 @@ PyObject* make_compiled_function(PyObject* target, const CompileOptions& options
 CompiledState* compiled_state(PyObject* obj);
 PyTypeObject* compiled_function_type();  // registered by the bindings
 
+// Which frame a call of `target` is captured as: the function's own, a bound method's function
+// (with its self), or a module's forward (self is the module; Module.__call__ runs hooks around
+// it). `function` is set for a forward wrapped by a decorator (functools.wraps): the wrapper's
+// frame is captured, recognised by its function. All borrowed (the target keeps them alive).
+struct CaptureTarget {
+    PyCodeObject* code = nullptr;  // null: no plain Python code to capture
+    PyObject* self = nullptr;
+    PyObject* function = nullptr;
+};
+CaptureTarget capture_target(PyObject* target);
+
+// The qualified name shown for a compiled callable (its __qualname__, or its type's).
+std::string qualname_of(PyObject* target);
+
 }  // namespace magpy

@@ -5,6 +5,7 @@
 #include "capture/capture.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,11 @@ struct CompiledState {
     std::string options_key;  // options.key(), computed once (compared on every call)
     const Backend* backend = nullptr;
     CallStats stats;
+    // Callees compiled on their own ([Note: callees compiled on their own] in frame_hook.cpp):
+    // a segment that ends at a call whose callee broke runs that call through its own state,
+    // made on first use with these options. Owned; at most kMaxCallees.
+    std::vector<std::unique_ptr<CompiledState>> callees;
+    static constexpr size_t kMaxCallees = 64;
 
     void add_break(const BreakInfo& b);
     void add_note(const std::string& note);

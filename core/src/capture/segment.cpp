@@ -3,6 +3,7 @@
 // capture. See core/capture/NOTES.md, [Note: graph breaks that resume].
 #include "capture/break_reasons.h"
 #include "capture/monitor.h"
+#include "hook/frame_hook.h"
 #include "python/compat.h"
 
 namespace magpy {
@@ -251,6 +252,9 @@ bool Monitor::break_step(ShadowFrame& f, const py::Instruction& at, std::vector<
         stack.resize(stack.size() - static_cast<size_t>(n) - 2);
         s.kind = StepKind::Call;
         s.kwnames = py::Ref::borrow(f.kwnames);
+        // A Python callee (it broke inside) runs as a compiled callable of its own.
+        PyObject* callee = static_cast<PyObject*>(const_cast<void*>(callee_at(f, at)));
+        if (callee && compiles_on_its_own(callee)) s.args.push_back(Arg::value(compiled_call()));
         return run(std::move(s), in, 0);
     }
     case CALL_FUNCTION_EX: {

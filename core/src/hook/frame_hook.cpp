@@ -1,6 +1,8 @@
 // [SECTION] arming  [SECTION] entry frame: hit, capture or eager
 #include "hook/frame_hook.h"
 
+#include "api/compiled_function.h"
+
 #include "profile/profiler.h"
 
 #include "cache/code_cache.h"
@@ -302,17 +304,19 @@ void set_progress_hook(PyObject* hook) {
 
 // [SECTION] arming -----------------------------------------------------------------------------
 
-PyObject* call_with_hook(CompiledState& st, PyObject* const* args, size_t nargsf,
-                         PyObject* kwnames) {
-    st.stats.calls++;
-    if (!st.code) return PyObject_Vectorcall(st.target.get(), args, nargsf, kwnames);
+namespace {
+
+// Calls `callable` with the hook armed for `code` (its frame, recognised by `self` or
+// `function` when set), on behalf of `st`.
+PyObject* call_armed(CompiledState& st, PyObject* callable, PyObject* const* args,
+                     size_t nargsf, PyObject* kwnames) {
     ActiveScope scope(st, reinterpret_cast<PyCodeObject*>(st.code.get()), st.expect_self,
                       st.expect_function);
     if (g_hook_users++ == 0) {
         g_prev_eval = py::get_eval_frame();
         py::set_eval_frame(magpy_eval_frame);
     }
-    PyObject* r = PyObject_Vectorcall(st.target.get(), args, nargsf, kwnames);
+    PyObject* r = PyObject_Vectorcall(callable, args, nargsf, kwnames);
     if (--g_hook_users == 0) py::set_eval_frame(g_prev_eval);
     if (!scope.call.entered && r) {
         // The code we wait for never ran as the call's frame: a decorator wraps it (its frame
@@ -325,6 +329,99 @@ PyObject* call_with_hook(CompiledState& st, PyObject* const* args, size_t nargsf
                     "decorated");
     }
     return r;
+}
+
+// [Note: callees compiled on their own]
+// A break inside a callee ends the caller's segment before the call (a break site of the
+// caller's code), and the call itself becomes the segment's last step. Run plainly, the whole
+// callee would then be eager: for a detection model whose NMS branches on data, that is all
+// of roi_heads. Instead that step calls `compiled_call(callee, *args)`, which runs the callee
+// as a compiled callable of its own (as torch.compile does with the frame of a callee that
+// broke): its own captures, segments and cache entries, under the caller's options. The state
+// is kept in the caller's `callees`, one per code and self (a module, a bound method's
+// object), so the report shows it under the caller. Python's standard library is not compiled
+// this way (logging, I/O helpers): it runs as it is.
+bool in_stdlib(PyCodeObject* code) {
+    static std::string dir = [] {
+        std::string d;
+        py::Ref sysconfig = py::Ref::steal(PyImport_ImportModule("sysconfig"));
+        py::Ref path = sysconfig ? py::Ref::steal(PyObject_CallMethod(sysconfig.get(), "get_path",
+                                                                      "s", "stdlib"))
+                                 : py::Ref();
+        if (path && PyUnicode_Check(path.get())) d = py::str_of(path.get()) + "/";
+        PyErr_Clear();
+        return d;
+    }();
+    std::string file = py::str_of(code->co_filename);
+    return !dir.empty() && file.compare(0, dir.size(), dir) == 0 &&
+           file.find("-packages/") == std::string::npos;
+}
+
+CompiledState* callee_state(CompiledState& caller, PyObject* callable) {
+    CaptureTarget t = capture_target(callable);
+    if (!t.code) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    for (const std::unique_ptr<CompiledState>& c : caller.callees)
+        if (c->code.get() == reinterpret_cast<PyObject*>(t.code) && c->expect_self == t.self &&
+            c->expect_function == t.function)
+            return c.get();
+    if (caller.callees.size() >= CompiledState::kMaxCallees) return nullptr;
+    auto c = std::make_unique<CompiledState>();
+    c->target = py::Ref::borrow(callable);  // keeps self and function alive
+    c->code = py::Ref::borrow(reinterpret_cast<PyObject*>(t.code));
+    c->expect_self = t.self;
+    c->expect_function = t.function;
+    c->options = caller.options;
+    c->options_key = caller.options_key;
+    c->backend = caller.backend;
+    c->name = qualname_of(callable);
+    caller.callees.push_back(std::move(c));
+    return caller.callees.back().get();
+}
+
+PyObject* compiled_call_impl(PyObject*, PyObject* const* args, Py_ssize_t nargs,
+                             PyObject* kwnames) {
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "compiled_call() needs the callable to call");
+        return nullptr;
+    }
+    PyObject* callable = args[0];
+    CompiledState* caller = t_active ? t_active->st : nullptr;
+    CompiledState* st = caller ? callee_state(*caller, callable) : nullptr;
+    if (!st) return PyObject_Vectorcall(callable, args + 1, nargs - 1, kwnames);
+    st->stats.calls++;
+    return call_armed(*st, callable, args + 1, nargs - 1, kwnames);
+}
+
+PyMethodDef g_compiled_call_def = {
+    "compiled_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(compiled_call_impl)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "compiled_call(callee, *args, **kwargs): calls callee as a compiled callable of its own, "
+    "with the options of the compiled callable running (a segment's last step)."};
+
+}  // namespace
+
+bool compiles_on_its_own(PyObject* callable) {
+    CaptureTarget t = capture_target(callable);
+    PyErr_Clear();
+    return t.code && !in_stdlib(t.code);
+}
+
+PyObject* compiled_call() {
+    static PyObject* fn = [] {
+        py::Ref module = py::Ref::steal(PyUnicode_FromString("magpy"));
+        return PyCFunction_NewEx(&g_compiled_call_def, nullptr, module.get());
+    }();
+    return fn;
+}
+
+PyObject* call_with_hook(CompiledState& st, PyObject* const* args, size_t nargsf,
+                         PyObject* kwnames) {
+    st.stats.calls++;
+    if (!st.code) return PyObject_Vectorcall(st.target.get(), args, nargsf, kwnames);
+    return call_armed(st, st.target.get(), args, nargsf, kwnames);
 }
 
 void CompiledState::add_break(const BreakInfo& b) {

@@ -13,6 +13,14 @@ namespace magpy {
 PyObject* call_with_hook(CompiledState& st, PyObject* const* args, size_t nargsf,
                          PyObject* kwnames);
 
+// The builtin a segment's last step calls a callee through when the callee broke inside
+// (compiled_call(callee, *args)): the callee runs as a compiled callable of its own, under the
+// options of the compiled callable whose plan runs. Borrowed, never freed. See [Note: callees
+// compiled on their own] in frame_hook.cpp. `compiles_on_its_own`: whether it would (Python
+// code outside the standard library).
+PyObject* compiled_call();
+bool compiles_on_its_own(PyObject* callable);
+
 // A callable told what the engine is doing, for live views: hook(event, info) with event
 // "capture" (a capture starts), "captured" (it ended: ok, ops, breaks), "compile" and
 // "compiled" (the backend, with compile_ns). Called outside tracing, with the GIL held; what

@@ -180,6 +180,11 @@ nlohmann::json make_report(const CompiledState& st) {
                        {"guard", s.guard_ns},
                        {"replay", std::max<int64_t>(0, s.replay_ns - deferred)}};
     r["notes"] = notes;
+    // Callees that broke inside, run as compiled callables of their own ([Note: callees compiled
+    // on their own] in frame_hook.cpp): each with its own report.
+    r["callees"] = nlohmann::json::array();
+    for (const std::unique_ptr<CompiledState>& c : st.callees)
+        if (c->stats.calls > 0) r["callees"].push_back(make_report(*c));
     r["graph_count"] = r["graphs"].size();
     r["break_count"] = r["breaks"].size();
     return r;

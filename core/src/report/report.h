@@ -9,7 +9,7 @@
 
 namespace magpy {
 
-constexpr int kReportSchemaVersion = 1;
+constexpr int kReportSchemaVersion = 2;
 
 // PRECONDITION: GIL held.
 nlohmann::json make_report(const CompiledState& st);
