@@ -365,6 +365,24 @@ def test_break_in_a_function_from_another_cell_names_that_cell(ip, rec):
     assert "if t.sum() &gt; 0:" in data["text/html"]
 
 
+def test_a_function_that_broke_inside_shows_its_own_graphs(ip, rec):
+    """helper breaks inside: from the third run it runs as a compiled callable of its own, and
+    the views show its graphs and guards under its name."""
+    run(ip, "x = torch.ones(3)\n\ndef helper(t):\n    t = t * 3\n    if t.sum() > 0:\n"
+            "        t = t * 2\n    return t - 1")
+    for _ in range(4):
+        got = run(ip, "%%magpy\ny = helper(x + 1)\ny")
+        assert torch.equal(got, (torch.ones(3) + 1) * 6 - 1), got
+    graphs = rec.view("graphs")["application/vnd.magpy.graphs+json"]["graphs"]
+    titles = [g["title"] for g in graphs]
+    assert any(t.startswith("callee helper: graph") for t in titles), titles
+    assert any(not t.startswith("callee") for t in titles), titles
+    guards = rec.view("guards")
+    assert "callee helper: entry" in guards["text/plain"]
+    plan = rec.view("plan")["text/plain"]
+    assert "magpy.compiled_call(G['helper']" in plan and "L['t'] * 3" in plan, plan
+
+
 @pytest.mark.parametrize("cell,needle,line", [
     ("from math import *\nsqrt(4)", "cannot run `from ... import *`", 2),
     ("import asyncio\nawait asyncio.sleep(0)", "cannot run top-level await", 3),

@@ -167,6 +167,36 @@ def _line_text(ctx, filename, lineno):
     return ctx.get("file_lines", {}).get(filename, {}).get(lineno, "")
 
 
+def _with_callees(report):
+    """The report with the graphs, cache entries and breaks of the callees that ran compiled on
+    their own (report["callees"], nested) folded in, each graph and entry marked with its
+    callee's name. An entry shared by two callees (one class, two modules) is listed once."""
+    if not report.get("callees"):
+        return report
+    out = dict(report, graphs=list(report.get("graphs", [])),
+               cache_entries=list(report.get("cache_entries", [])),
+               breaks=list(report.get("breaks", [])))
+    seen = {e["id"] for e in out["cache_entries"]}
+
+    def fold(callee):
+        name = callee.get("name", "")
+        graphs = {g["entry"]: g for g in callee.get("graphs", [])}
+        for e in callee.get("cache_entries", []):
+            if e["id"] in seen:
+                continue
+            seen.add(e["id"])
+            out["cache_entries"].append(dict(e, callee=name))
+            if e["id"] in graphs:
+                out["graphs"].append(dict(graphs[e["id"]], callee=name))
+        out["breaks"].extend(b for b in callee.get("breaks", []) if b not in out["breaks"])
+        for c in callee.get("callees", []):
+            fold(c)
+
+    for c in report["callees"]:
+        fold(c)
+    return out
+
+
 def _graph_title(g, entry, ctx):
     where = []
     if entry.get("starts_at_line"):
@@ -174,7 +204,8 @@ def _graph_title(g, entry, ctx):
     if entry.get("ends_at_line"):
         where.append(f"to the break at line {entry['ends_at_line']}")
     tail = f" ({', '.join(where)})" if where else ""
-    return f"graph {g['entry']}{tail}"
+    callee = f"callee {g['callee']}: " if g.get("callee") else ""
+    return f"{callee}graph {g['entry']}{tail}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -635,7 +666,8 @@ def guards_view(report, ctx):
     blocks, plain = [], []
     for e in entries:
         rows = [[i + 1, _code(humanize(g)), _code(g)] for i, g in enumerate(e.get("guards", []))]
-        head = (f"entry {e['id']} · {e['kind']} · {plural(e.get('hits', 0), 'hit')} · "
+        head = ((f"callee {e['callee']}: " if e.get("callee") else "") +
+                f"entry {e['id']} · {e['kind']} · {plural(e.get('hits', 0), 'hit')} · "
                 f"{plural(len(e.get('guards', [])), 'guard')}")
         blocks.append(f'<div style="margin-top:6px"><b>{esc(head)}</b>'
                       + _table(["#", "condition", "as checked"], rows, raw_cols=(1, 2)) + "</div>")
@@ -879,7 +911,7 @@ _BUILDERS = {"graphs": graphs_view, "refgraph": refgraph_view, "guards": guards_
 def build_view(kind, report, ctx):
     if kind not in _BUILDERS:
         raise ValueError(f"unknown magpy view {kind!r}; the views are {', '.join(KINDS)}")
-    return _BUILDERS[kind](report, ctx)
+    return _BUILDERS[kind](_with_callees(report), ctx)
 
 
 def all_views(report, ctx, kinds=KINDS):
