@@ -794,7 +794,7 @@ class ProgramGen:
             kinds += [(3, "break_continue")]
         kinds += [(0.4, "raise"), (0.4, "assert"), (0.8, "pair"), (2, "containers_in"),
                   (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try"), (1, "print"),
-                  (0.6, "data_sizes"), (0.6, "const_tensor")]
+                  (0.6, "data_sizes"), (0.6, "const_tensor"), (0.6, "iter_alias")]
         if self.p(self.break_rate * 2):
             kinds = [(1, "breaker")]
         kind = self.wchoice(kinds)
@@ -1067,6 +1067,31 @@ class ProgramGen:
                      f"if torch.stack([{parts}[0].sum(), {b}.sum()]).numel() == 2 and "
                      f"torch.cat({parts}).shape[0] < {half}:"]
         return lines + ["    print('many')", "else:", "    print('few')"]
+
+    def st_iter_alias(self, env, depth, loop):
+        """A loop over an iterator a local also names, a graph break inside it (a branch on data,
+        or an object's __str__ printed), then the rest of the iterator read after the loop: the
+        resumed loop and the local must go on as one object, where the loop left it ([Note:
+        iterators passed in])."""
+        lists = [(n, v) for n, v in env.items() if v.kind == "tlist" and n not in self.iterating]
+        if not lists:
+            return self.st_assign_t(env, depth, loop)
+        self.features.add("iter_alias")
+        n, v = self.choice(lists)
+        it, x, y, t = self.name("it"), self.name("u"), self.name("u"), self.name("t")
+        src = self.choice([f"iter({n})", f"iter(tuple({n}))", f"enumerate({n})",
+                           f"zip({n}, {n}[1:] + {n}[:1])"])
+        item = {"e": f"{x}[1]", "z": f"{x}[0] - {x}[1]"}.get(src[0], x)
+        stop = self.choice([f"    if ({item}).sum() > 0:", "    if len(str(Obj())) > 0:"])
+        env[t] = V("t", (), True)
+        return [f"{it} = {src}",
+                f"{t} = torch.zeros(())",
+                f"for {x} in {it}:",
+                f"    {t} = {t} + ({item}).sum()",
+                stop,
+                "        break",
+                f"for {y} in {it}:",
+                f"    {t} = {t} * 0.5 + ({item.replace(x, y)}).sum()"]
 
     def st_const_tensor(self, env, depth, loop):
         """Tensors computed from constants (shapes, ints): Python reading their data folds to a

@@ -395,3 +395,110 @@ def test_a_break_in_the_frame_itself_costs_one_capture():
     check(f, [torch.randn(4) for _ in range(2)], compiled=cf)
     assert captures(cf) == 2  # settled from the third call
     assert magpy.explain(cf).resume_hits == 2
+
+
+# [Note: iterators passed in] A loop that broke goes on in a resume function over its iterator:
+# the rest of the loop is captured (next() on the real iterator at replay), not one segment per
+# iteration that only calls next().
+
+def loop_breaks(cf):
+    return [b.reason for b in magpy.explain(cf).breaks if b.reason_id == "MB004"]
+
+
+def test_a_loop_that_breaks_goes_on_captured_after_the_break():
+    def decode(h, steps):
+        outs = []
+        for _ in range(steps):
+            h = torch.tanh(h * 1.5 + 0.1)
+            outs.append(h)
+            if h.sum() > 2.5:  # early stop on data: a break in every iteration
+                break
+        return torch.stack(outs), len(outs)
+
+    calls = [(torch.full((3,), v), 8) for v in (0.9, -0.5, 0.1, 0.95, -0.9, 0.5)] * 2
+    cf = check(decode, calls)
+    assert loop_breaks(cf) == [], magpy.explain(cf)
+    assert_settled(cf, lambda: [cf(*c) for c in calls[:6]], calls=1)
+
+
+def test_a_loop_over_zip_and_enumerate_goes_on_after_a_print(capsys):
+    def f(xs, ws):
+        total = torch.zeros(2)
+        for i, (x, w) in enumerate(zip(xs, ws)):
+            total = total + x * w
+            print("item", i, file=sys.stdout)
+            total = total - i
+        return total
+
+    xs = [torch.full((2,), float(v)) for v in (1, 2, 3)]
+    ws = [torch.full((2,), float(v)) for v in (3, 2, 1)]
+    cf = check(f, [(xs, ws)] * 6 + [(xs[:2], ws)] * 2 + [(xs, ws)] * 2)
+    assert capsys.readouterr().out.split().count("item") == 2 * (3 * 8 + 2 * 2)
+    assert loop_breaks(cf) == [], magpy.explain(cf)
+    assert_settled(cf, lambda: cf(xs, ws))
+
+
+def test_an_iterator_named_by_a_local_is_where_the_loop_left_it():
+    def f(xs):
+        it = iter(xs)
+        head = []
+        for x in it:
+            head.append(x * 2)
+            if x.sum() < 0:  # stop at the first negative item; the rest is read after
+                break
+        return head, [y + 1 for y in it]
+
+    mk = lambda *vs: [torch.full((2,), float(v)) for v in vs]  # noqa: E731
+    check(f, [mk(1, -1, 2, 3), mk(1, 2, -3, 4), mk(-1, 2, 3, 4), mk(1, 2, 3, 4)] * 3)
+
+
+def test_an_iterator_passed_as_an_argument_is_looped_over_without_a_break():
+    def f(it, x):
+        for v in it:
+            x = x * v
+        return x
+
+    def calls():
+        return [(iter([torch.full((2,), 2.0), torch.full((2,), 3.0)]), torch.ones(2)),
+                (iter((torch.full((2,), 0.5),)), torch.ones(2)),
+                (iter(range(1, 4)), torch.ones(2))]
+
+    cf = magpy.compile(f)
+    for (it_e, x_e), (it_c, x_c) in zip(calls() + calls() + calls(), calls() + calls() + calls()):
+        assert torch.equal(cf(it_c, x_c), f(it_e, x_e))
+        assert list(it_c) == list(it_e) == []
+    ex = magpy.explain(cf)
+    assert ex.break_count == 0 and ex.cache_hits == 6, ex
+
+
+def test_an_iterator_passed_in_is_advanced_at_replay():
+    def f(it, x):
+        first = next(iter([x]))  # an unrelated next(): only `it` is advanced
+        for v in it:
+            x = x + v
+            if x.sum() > 5:
+                break
+        return x + first
+
+    for _ in range(4):
+        data = [torch.full((2,), float(v)) for v in (1, 2, 3, 4, 5)]
+        it_e, it_c = iter(data), iter(data)
+        cf = magpy.compile(f) if _ == 0 else cf
+        assert torch.equal(cf(it_c, torch.zeros(2)), f(it_e, torch.zeros(2)))
+        assert [t.tolist() for t in it_c] == [t.tolist() for t in it_e]
+
+
+def test_zip_running_out_over_an_iterator_passed_in_stays_exact():
+    def f(it, ys):
+        total = torch.zeros(1)
+        for a, b in zip(it, ys):  # zip takes one more item from `it` when ys runs out
+            total = total + a * b
+        return total
+
+    for _ in range(4):
+        data = [torch.full((1,), float(v)) for v in range(5)]
+        ys = [torch.ones(1)] * 3
+        it_e, it_c = iter(data), iter(data)
+        cf = magpy.compile(f) if _ == 0 else cf
+        assert torch.equal(cf(it_c, ys), f(it_e, ys))
+        assert [t.item() for t in it_c] == [t.item() for t in it_e] == [4.0]

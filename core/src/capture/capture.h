@@ -75,6 +75,9 @@ struct Value {
     int iter_pos = 0;
     int iter_width = 1;      // Flat: items per step (2 for dict.items())
     bool iter_view = false;  // a dict view or similar: iter() of it starts a new iterator
+    // InputSeq over an iterator passed in ([Note: iterators passed in] in monitor.cpp): that
+    // iterator's value, advanced at replay by one next() per item the capture took.
+    int iter_advance = -1;
     bool tensor = false;
     bool identity = false;  // identity-guarded (modules, functions, classes)
     bool dyn_shape = false; // tensor whose shape depends on data (nonzero, masks)

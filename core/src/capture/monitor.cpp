@@ -155,7 +155,7 @@ bool Monitor::iterator_items(int it, std::vector<int>& out) {
                    "unpack lists, tuples, or zip() of them");
         return false;
     };
-    if (v.iter_pos != 0 && !v.iter_view) return fail();
+    if ((v.iter_pos != 0 && !v.iter_view) || v.iter_advance >= 0) return fail();
     std::vector<int> items;
     switch (v.iter_kind) {
     case IterKind::ConstSeq:
@@ -1569,6 +1569,11 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case UNPACK_SEQUENCE: defer(1, ins.oparg); return;
     case UNPACK_EX: defer(1, (ins.oparg & 0xff) + (ins.oparg >> 8) + 1); return;
     case FOR_ITER:
+        if (m_cap.v(f.stack.back()).kind != ValueKind::Iterator) {
+            int it = input_iterator(f.stack.back());
+            if (m_cap.failed()) return;
+            if (it >= 0) f.stack.back() = it;
+        }
         if (m_cap.v(f.stack.back()).kind != ValueKind::Iterator)
             return m_cap.fail(breaks::kUnsupportedOpcode,
                               "a loop goes on over " + m_cap.v(f.stack.back()).label +
@@ -2913,7 +2918,51 @@ void Monitor::with_enter(ShadowFrame& f, int ctx, PyObject* exit, PyObject* ente
 // An iterator value knows where its items come from; FOR_ITER asks next_item() for each one and
 // iter_done() at the end, which guards what decided the trip count.
 
+// [Note: iterators passed in]
+// A loop whose body broke goes on in a resume function, with its iterator on the stack: an
+// object made before that capture started. When it is a list, tuple or range iterator, or a
+// zip or enumerate of those (what segments rebuild loop iterators as), the items it has left
+// are read without taking them (AccessKind::IterRest, guarded like an input list), so the loop
+// is captured on: each item the capture takes is that list's next item, and the plan calls
+// next() on the real iterator at that point, so it is where the loop left it for whatever
+// runs after the segment (the resumed frame's stack, or a local naming the same iterator).
+// Any other use of the iterator than a loop over it (list(it), zip(it, ...)) breaks as
+// before. Without this, each iteration after the break was a segment of its own that only
+// called next() (MB004).
+int Monitor::input_iterator(int value) {
+    if (m_cap.v(value).kind != ValueKind::Input || m_cap.v(value).tensor ||
+        m_cap.v(value).node < 0)
+        return -1;
+    py::Ref real = m_cap.v(value).real;
+    py::Ref rest = py::Ref::steal(iterator_rest(real.get()));
+    if (!rest) return -1;
+    std::string label = m_cap.v(value).label;
+    int src = m_cap.input_child(value, AccessKind::IterRest, 0, nullptr, ".<items left>",
+                                rest.get());
+    if (src < 0) return -1;
+    int it = m_cap.new_value(ValueKind::Iterator, real.get(), label);
+    Value& iv = m_cap.v(it);
+    iv.iter_kind = IterKind::InputSeq;
+    iv.iter_source = src;
+    iv.iter_advance = value;
+    return it;
+}
+
+// next(it) as a plan step, an effect in program order; `ran_out`: next(it, None), the call
+// that found the iterator exhausted.
+void Monitor::advance_iterator(int it, bool ran_out) {
+    Step s;
+    s.kind = StepKind::Call;
+    std::vector<int> in = {m_cap.const_value(PyDict_GetItemString(PyEval_GetBuiltins(), "next")), it};
+    if (ran_out) in.push_back(m_cap.const_value(Py_None));
+    m_cap.record_effect(std::move(s), in);
+}
+
 int Monitor::make_iter(int src, PyObject* real_iter) {
+    if (real_iter == m_cap.v(src).real.get()) {  // iter(it) is it: an iterator passed in
+        int it = input_iterator(src);
+        if (it >= 0 || m_cap.failed()) return it;
+    }
     Value& s = m_cap.v(src);
     if (s.kind == ValueKind::Iterator) {
         if (!s.iter_view) return src;  // iter(iterator) is the iterator itself
@@ -3006,6 +3055,14 @@ int Monitor::next_item(int it, PyObject* real) {
     case IterKind::ConstSeq: return m_cap.const_value(real);
     case IterKind::FreshSeq:
     case IterKind::InputSeq: {
+        if (iter.iter_advance >= 0) {  // [Note: iterators passed in]
+            int advance = iter.iter_advance;
+            int item = m_cap.input_child(src, AccessKind::Item, pos, nullptr,
+                                         "[" + std::to_string(pos) + "]", real);
+            if (item < 0) return -1;
+            advance_iterator(advance, false);
+            return m_cap.failed() ? -1 : item;
+        }
         if (iter.iter_kind == IterKind::InputSeq && !m_cap.v(src).shadow)
             return m_cap.input_child(src, AccessKind::Item, pos, nullptr,
                                      "[" + std::to_string(pos) + "]", real);
@@ -3084,6 +3141,14 @@ void Monitor::iter_done(int it) {
     Value& iter = m_cap.v(it);
     switch (iter.iter_kind) {
     case IterKind::InputSeq:
+        if (iter.iter_advance >= 0) {
+            // The real loop's last next() ran out here; at replay it runs too, with a default
+            // (a zip ending takes items from the iterators it holds before one runs out).
+            int advance = iter.iter_advance, src = iter.iter_source, n = iter.iter_pos;
+            m_cap.guard_len(src, n);
+            advance_iterator(advance, true);
+            return;
+        }
         if (!m_cap.v(iter.iter_source).shadow) m_cap.guard_len(iter.iter_source, iter.iter_pos);
         return;
     case IterKind::ModuleSeq:
@@ -3093,6 +3158,12 @@ void Monitor::iter_done(int it) {
     case IterKind::Enumerate: {
         // zip stops at its shortest input: pin the length of every input container.
         std::vector<int> inner = iter.items;
+        for (int sub : inner)
+            if (m_cap.v(sub).iter_advance >= 0)  // it lost an item to the zip ending: not known
+                return m_cap.fail(breaks::kUnsupportedOpcode,
+                                  "zip() ran out over " + m_cap.v(sub).label +
+                                      ", an iterator passed in",
+                                  "zip lists or tuples, or loop over the iterator itself");
         for (int sub : inner) {
             const Value& sv = m_cap.v(sub);
             if (sv.iter_kind == IterKind::Zip || sv.iter_kind == IterKind::Enumerate) {

@@ -188,6 +188,8 @@ private:
     int modules_dict(int container);
     enum class DictView { Keys, Values, Items };
     int make_iter(int source, PyObject* real_iter);
+    int input_iterator(int value);  // [Note: iterators passed in]; -1: not one of those
+    void advance_iterator(int it, bool ran_out);
     int next_item(int iter, PyObject* real);
     void iter_done(int iter);
     bool dict_view(int dict, DictView view, std::vector<int>& out);

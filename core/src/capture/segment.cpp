@@ -6,6 +6,8 @@
 #include "hook/frame_hook.h"
 #include "python/compat.h"
 
+#include <map>
+
 namespace magpy {
 
 namespace {
@@ -89,6 +91,8 @@ bool Monitor::break_here(ShadowFrame& f, const py::Instruction& ins) {
 // are iterated again from their position (their iterators' __setstate__); the rest become an
 // iterator over their remaining items.
 int Monitor::iterator_state(int it, int depth) {
+    // An iterator passed in is the real one, advanced at replay ([Note: iterators passed in]).
+    if (m_cap.v(it).iter_advance >= 0) return m_cap.v(it).iter_advance;
     Value& iv = m_cap.v(it);
     int pos = iv.iter_pos;
     std::vector<int> rest;
@@ -187,8 +191,9 @@ int Monitor::iterator_state(int it, int depth) {
         std::vector<Arg> args;
         for (int sub : inner) {
             int state = iterator_state(sub, depth + 1);
-            if (state < 0) return -1;
-            args.push_back(Arg::slot(m_cap.v(state).slot));
+            Arg a;
+            if (state < 0 || !m_cap.escape_arg(state, a)) return -1;
+            args.push_back(std::move(a));
         }
         if (iv.iter_kind == IterKind::Zip) return call(builtin("zip"), std::move(args), iv.label);
         // enumerate's next count, read from the real object: enumerate(it, count).
@@ -383,6 +388,13 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     // The live state: the original code's varnames, the stack, then cells that are not
     // arguments. Cell arguments carry their contents (the resume code makes the cell).
     std::vector<int> live;
+    // One rebuilt iterator per iterator value: a local naming the loop's iterator (`it =
+    // iter(xs); for x in it:`) must go on as the same object as the one on the stack.
+    std::map<int, int> rebuilt;
+    auto rebuild = [&](int id) {
+        auto at = rebuilt.find(id);
+        return at != rebuilt.end() ? at->second : rebuilt[id] = iterator_state(id);
+    };
     int nvar = origin->co_nlocals;
     cont->nvar = nvar;
     int none = m_cap.const_value(Py_None);
@@ -400,7 +412,7 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
         cont->stack_nulls.push_back(id == m_cap.null_value());
         if (id == m_cap.null_value()) continue;
         if (m_cap.v(id).kind == ValueKind::Iterator) {
-            id = iterator_state(id);
+            id = rebuild(id);
             if (id < 0) return refuse("an iterator on the stack cannot be rebuilt");
         }
         live.push_back(id);
@@ -417,7 +429,7 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     }
     for (int& id : live)
         if (m_cap.v(id).kind == ValueKind::Iterator) {
-            id = iterator_state(id);
+            id = rebuild(id);
             if (id < 0) return refuse("an iterator in a local cannot be rebuilt");
         }
     for (int id : live) {

@@ -183,6 +183,8 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
         Py_DECREF(keys);
         return t;
     }
+    case AccessKind::IterRest:
+        return iterator_rest(parent);
     case AccessKind::DictValueAt: {
         if (!PyDict_Check(parent)) return nullptr;
         Py_ssize_t pos = 0, i = 0;
@@ -194,6 +196,86 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
     default:
         return nullptr;
     }
+}
+
+// Iterators read through __reduce__, which every one of these types has for pickling: list and
+// tuple iterators give (iter, (seq,), index), or (iter, ((),)) once exhausted; range iterators
+// (iter, (range,), index); zip (zip, (iterators...)), with a third item when strict;
+// enumerate (enumerate, (iterator, count)).
+PyObject* iterator_rest(PyObject* it) {
+    PyTypeObject* t = Py_TYPE(it);
+    bool seq = t == &PyListIter_Type || t == &PyTupleIter_Type || t == &PyRangeIter_Type;
+    if (!seq && t != &PyZip_Type && t != &PyEnum_Type) return nullptr;
+    py::Ref red = py::Ref::steal(PyObject_CallMethod(it, "__reduce__", nullptr));
+    if (!red || !PyTuple_Check(red.get()) || PyTuple_GET_SIZE(red.get()) < 2 ||
+        !PyTuple_Check(PyTuple_GET_ITEM(red.get(), 1))) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    PyObject* args = PyTuple_GET_ITEM(red.get(), 1);
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    py::Ref out;
+    if (seq) {
+        if (nargs != 1) return nullptr;
+        Py_ssize_t pos = 0;
+        if (PyTuple_GET_SIZE(red.get()) >= 3) {
+            pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(red.get(), 2));
+            if (pos < 0) {
+                PyErr_Clear();
+                return nullptr;
+            }
+        }
+        Py_ssize_t n = PyObject_Length(PyTuple_GET_ITEM(args, 0));
+        if (n < 0 || n - pos > kMaxIterRest) {
+            PyErr_Clear();
+            return nullptr;
+        }
+        py::Ref part = py::Ref::steal(
+            PySequence_GetSlice(PyTuple_GET_ITEM(args, 0), std::min(pos, n), n));
+        out = part ? py::Ref::steal(PySequence_List(part.get())) : py::Ref();
+    } else if (t == &PyZip_Type) {
+        if (PyTuple_GET_SIZE(red.get()) != 2 || nargs == 0) return nullptr;  // strict zip
+        std::vector<py::Ref> rests;
+        Py_ssize_t n = PY_SSIZE_T_MAX;
+        for (Py_ssize_t i = 0; i < nargs; ++i) {
+            rests.push_back(py::Ref::steal(iterator_rest(PyTuple_GET_ITEM(args, i))));
+            if (!rests.back()) return nullptr;
+            n = std::min(n, PyList_GET_SIZE(rests.back().get()));
+        }
+        out = py::Ref::steal(PyList_New(n));
+        for (Py_ssize_t k = 0; out && k < n; ++k) {
+            PyObject* row = PyTuple_New(nargs);
+            if (!row) {
+                out = py::Ref();
+                break;
+            }
+            for (Py_ssize_t i = 0; i < nargs; ++i)
+                PyTuple_SET_ITEM(row, i, Py_NewRef(PyList_GET_ITEM(rests[static_cast<size_t>(i)].get(), k)));
+            PyList_SET_ITEM(out.get(), k, row);
+        }
+    } else {  // enumerate
+        if (nargs != 2) return nullptr;
+        py::Ref rest = py::Ref::steal(iterator_rest(PyTuple_GET_ITEM(args, 0)));
+        Py_ssize_t count = PyLong_AsSsize_t(PyTuple_GET_ITEM(args, 1));
+        if (!rest || count < 0) {
+            PyErr_Clear();
+            return nullptr;
+        }
+        Py_ssize_t n = PyList_GET_SIZE(rest.get());
+        out = py::Ref::steal(PyList_New(n));
+        for (Py_ssize_t k = 0; out && k < n; ++k) {
+            PyObject* index = PyLong_FromSsize_t(count + k);
+            PyObject* row = index ? PyTuple_Pack(2, index, PyList_GET_ITEM(rest.get(), k)) : nullptr;
+            Py_XDECREF(index);
+            if (!row) {
+                out = py::Ref();
+                break;
+            }
+            PyList_SET_ITEM(out.get(), k, row);
+        }
+    }
+    if (!out) PyErr_Clear();
+    return out.release();
 }
 
 // [SECTION] checks -----------------------------------------------------------------------------

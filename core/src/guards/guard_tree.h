@@ -37,7 +37,16 @@ enum class AccessKind : uint8_t {
     TypeLookup,    // the attribute `key` found on the class parent (no binding)
     FuncKwDefault, // parent.__kwdefaults__[key]
     DictKeys,      // tuple(parent.keys()): the keys in iteration order
+    IterRest,      // iterator_rest(parent): a list of the items an iterator has left
 };
+
+// The items the iterator `it` has left, as a new list, without advancing it: list, tuple and
+// range iterators, and zip and enumerate over those (what a resumed loop iterates: segments
+// rebuild loop iterators in these forms). Null, with no error set, for any other iterator (a
+// generator cannot be looked into) or one with more than `kMaxIterRest` items left.
+// PRECONDITION: GIL held.
+PyObject* iterator_rest(PyObject* it);
+constexpr Py_ssize_t kMaxIterRest = 4096;
 
 enum class CheckKind : uint8_t {
     TypeIs, IdIs, Equals, LenEq, TensorMatch, GradMode,
