@@ -357,7 +357,11 @@ bool in_stdlib(PyCodeObject* code) {
            file.find("-packages/") == std::string::npos;
 }
 
+// Runs on every replay of a segment that ends at such a call: the callable seen before (a
+// module, a function) is found by identity, without looking up its forward again.
 CompiledState* callee_state(CompiledState& caller, PyObject* callable) {
+    for (const std::unique_ptr<CompiledState>& c : caller.callees)
+        if (c->target.get() == callable) return c.get();
     CaptureTarget t = capture_target(callable);
     if (!t.code) {
         PyErr_Clear();
