@@ -19,8 +19,13 @@ namespace magpy_kernel {
 
 namespace {
 
-// PRECONDITION: GIL held.
-py::object glue() { return py::module_::import("magpy_kernel"); }
+// The glue module, set by import_glue_module and kept for the process (never released: it
+// lives as long as the interpreter, which is never finalized). Looked up once, not per
+// request: an import through __import__ costs microseconds on every cell.
+PyObject* g_glue = nullptr;
+
+// PRECONDITION: GIL held, import_glue_module() done.
+py::handle glue() { return py::handle(g_glue); }
 
 // An error reply for a failure of the kernel's own machinery (not of the user's code, which
 // IPython reports itself). Built by hand: xeus 2.4.1's create_error_reply swaps ename and evalue.
@@ -60,6 +65,7 @@ void import_glue_module() {
         py::len(source), py::none(), source.attr("splitlines")(true), filename);
     py::object code = py::module_::import("builtins").attr("compile")(source, filename, "exec");
     py::module_::import("builtins").attr("exec")(code, module.attr("__dict__"));
+    g_glue = module.release().ptr();
 }
 
 MagpyInterpreter::MagpyInterpreter() { xeus::register_interpreter(this); }

@@ -34,11 +34,13 @@ SigintWindow::SigintWindow() {
     PyOS_setsig(SIGINT, SIG_IGN);
     drain_tripped_signals();
     // As ipykernel: the cell sees Python's default handler, even if an earlier cell changed it.
-    // signal.signal and default_int_handler are looked up once (kept for the process).
-    static PyObject* set_handler = nullptr;   // signal.signal
-    static PyObject* default_handler = nullptr;  // signal.default_int_handler
+    // _signal.signal, not signal.signal: the latter converts its result to an enum, which for
+    // a function handler raises and catches an exception on every cell (several microseconds
+    // of every request). Both are looked up once (kept for the process).
+    static PyObject* set_handler = nullptr;   // _signal.signal
+    static PyObject* default_handler = nullptr;  // _signal.default_int_handler
     if (set_handler == nullptr) {
-        PyObject* signal_module = PyImport_ImportModule("signal");
+        PyObject* signal_module = PyImport_ImportModule("_signal");
         if (signal_module != nullptr) {
             set_handler = PyObject_GetAttrString(signal_module, "signal");
             default_handler = PyObject_GetAttrString(signal_module, "default_int_handler");
