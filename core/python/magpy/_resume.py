@@ -149,12 +149,14 @@ def _renumber_derefs(code_bytes, old_limit, delta):
     return bytes(out)
 
 
-def make_resume(code, target, stack_nulls, unbound):
+def make_resume(code, target, stack_nulls, unbound, hide_args=False):
     """Returns (resume code, shift in code units) continuing `code` at `target`.
 
     stack_nulls: one bool per value-stack entry at `target`, bottom first (True: the entry is
     the NULL CPython pushes before some callables). unbound: indices into co_varnames and
-    co_cellvars (fast-local indices) that hold no value at `target`.
+    co_cellvars (fast-local indices) that hold no value at `target`. hide_args: the prologue
+    unbinds the extra arguments that carried the stack and the cells once it has used them,
+    so the frame's locals are the original's (`locals()`, `dir()` and `vars()` run in it).
     """
     _check_version()
     if code.co_flags & _NOT_PLAIN:
@@ -200,6 +202,9 @@ def make_resume(code, target, stack_nulls, unbound):
             else:
                 _emit(out, _OP["LOAD_FAST"], arg)
                 arg += 1
+        if hide_args:
+            for k in range(extra):
+                _emit(out, _OP["DELETE_FAST"], nvar + k)
         _emit(out, _OP["JUMP_FORWARD"], jump_arg)
         return bytes(out)
 

@@ -5,6 +5,7 @@
 #include "python/torch_api.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <unordered_set>
 
@@ -40,6 +41,36 @@ const std::unordered_set<std::string> kPureBuiltins = {
     "sum", "any", "all", "sorted", "format", "ascii", "bin", "hex", "oct"};
 
 }  // namespace
+
+bool reads_caller_frame(PyObject* callable, size_t nargs) {
+    bool no_args = nargs == 0 || nargs == SIZE_MAX;
+    if (callable == reinterpret_cast<PyObject*>(&PySuper_Type)) return no_args;
+    PyObject* fn = PyMethod_Check(callable) ? PyMethod_GET_FUNCTION(callable) : callable;
+    if (PyCFunction_Check(fn)) {
+        auto* cf = reinterpret_cast<PyCFunctionObject*>(fn);
+        std::string m = cf->m_module && PyUnicode_Check(cf->m_module) ? py::str_of(cf->m_module)
+                                                                      : std::string();
+        PyObject* self = PyCFunction_GET_SELF(fn);
+        if (m.empty() && self && PyModule_Check(self)) {
+            const char* n = PyModule_GetName(self);
+            if (n) m = n;
+            else PyErr_Clear();
+        }
+        const std::string name = cf->m_ml->ml_name;
+        if (m == "builtins")
+            return name == "locals" || name == "globals" || name == "eval" || name == "exec" ||
+                   name == "breakpoint" || ((name == "vars" || name == "dir") && no_args);
+        if (m == "sys") return starts_with(name, "_getframe");
+        return m == "_warnings";
+    }
+    if (PyFunction_Check(fn)) {
+        PyObject* mod = PyFunction_GET_MODULE(fn);
+        std::string m = mod && PyUnicode_Check(mod) ? py::str_of(mod) : std::string();
+        return m == "logging" || starts_with(m, "logging.") || m == "inspect" ||
+               m == "traceback" || m == "warnings" || m == "pdb" || m == "bdb";
+    }
+    return false;
+}
 
 bool is_metadata_query(const std::string& n, size_t nargs) {
     static const std::unordered_set<std::string> kMeta = {

@@ -57,6 +57,15 @@ bool is_namedtuple_type(PyTypeObject* type);
 // object.__new__, attributes in __dict__ through the generic getattr/setattr, no __del__.
 bool is_plain_user_class(PyTypeObject* type);
 
+// Whether calling `callable` with `nargs` positional arguments reads the frame that calls it:
+// `locals()`, `vars()`, `dir()`, `globals()`, `eval`/`exec`, zero-argument `super()`,
+// `sys._getframe`, `warnings.warn` (its stacklevel), and the Python functions of `logging`,
+// `inspect`, `traceback`, `warnings`, `pdb` (they look up their caller's file and line). Such
+// a call must run in a frame of the user's code, never from a replay plan. `callable`
+// borrowed; nargs is SIZE_MAX when unknown (`f(*args)`).
+// PRECONDITION: GIL held.
+bool reads_caller_frame(PyObject* callable, size_t nargs);
+
 // Tensor methods and torch functions that answer from metadata only (shape, dtype...).
 // `nargs` counts the tensor itself for methods.
 bool is_metadata_query(const std::string& op, size_t nargs);

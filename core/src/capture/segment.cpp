@@ -6,6 +6,7 @@
 #include "hook/frame_hook.h"
 #include "python/compat.h"
 
+#include <cstdint>
 #include <map>
 
 namespace magpy {
@@ -380,8 +381,24 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     cont->origin = origin;
     cont->line = m_cap.line();
     std::vector<int> stack = f.stack;
-    if (!break_step(f, at, stack, *cont) || m_cap.failed())
+    // [Note: calls that read their caller's frame] A replay plan runs in place of the frame,
+    // so a call made from it sees the frame's caller as its own: `locals()` would list the
+    // caller's names, zero-argument `super()` would find no `__class__`, and logging would
+    // report the caller's file and line. Such a call is not a plan step: the segment ends
+    // before it, and the frame goes on from it as plain Python in its resume code, whose
+    // name, lines, locals and closure are the original's. The rest of that call is not
+    // captured (its graphs before the break are kept).
+    PyObject* callee = static_cast<PyObject*>(const_cast<void*>(callee_at(f, at)));
+    size_t nargs = at.opcode == CALL_FUNCTION_EX ? SIZE_MAX : static_cast<size_t>(at.oparg);
+    if (callee && reads_caller_frame(callee, nargs)) {
+        cont->eager = true;
+        cont->next = at.offset;
+        m_note = "after the break at line " + std::to_string(cont->line) +
+                 ", the call goes on as plain Python: `" + callable_name(callee) +
+                 "` reads the frame that calls it";
+    } else if (!break_step(f, at, stack, *cont) || m_cap.failed()) {
         return refuse("the instruction cannot run on its own");
+    }
     cont->next -= m_seg.shift;
     if (cont->jump >= 0) cont->jump -= m_seg.shift;
 

@@ -179,6 +179,8 @@ PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, Py
     std::vector<PyObject*> argv;
     argv.reserve(args.size());
     for (const py::Ref& a : args) argv.push_back(a.get());
+    // [Note: calls that read their caller's frame] in capture/segment.cpp.
+    if (c.eager) return PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr);
     PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.get()));
     ActiveScope scope(st, code, nullptr, nullptr);
     return PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr);

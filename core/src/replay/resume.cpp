@@ -7,8 +7,9 @@ namespace magpy {
 
 namespace {
 
-std::string resume_key(int target, const std::vector<bool>& nulls, const std::vector<int>& unbound) {
-    std::string k = std::to_string(target) + "|";
+std::string resume_key(int target, const std::vector<bool>& nulls, const std::vector<int>& unbound,
+                       bool eager) {
+    std::string k = std::to_string(target) + (eager ? "|E|" : "|");
     for (bool n : nulls) k += n ? 'N' : 'v';
     k += "|";
     for (int u : unbound) k += std::to_string(u) + ",";
@@ -17,15 +18,16 @@ std::string resume_key(int target, const std::vector<bool>& nulls, const std::ve
 
 // The resume code continuing `origin` at `target` with this state layout, made once per
 // layout and kept by the origin's cache (so its own cache of entries is shared by every
-// segment that ends there). Borrowed; NULL with a Python error set.
+// segment that ends there). `eager`: the code hides its arguments (Continuation::eager).
+// Borrowed; NULL with a Python error set.
 PyCodeObject* resume_code(PyCodeObject* origin, int target, const std::vector<bool>& nulls,
-                          const std::vector<int>& unbound) {
+                          const std::vector<int>& unbound, bool eager) {
     CodeCache* cc = code_cache(origin, true);
     if (!cc) {
         PyErr_SetString(PyExc_RuntimeError, "magpy: no cache for the resumed code");
         return nullptr;
     }
-    std::string key = resume_key(target, nulls, unbound);
+    std::string key = resume_key(target, nulls, unbound, eager);
     auto it = cc->resumes.find(key);
     if (it != cc->resumes.end()) return reinterpret_cast<PyCodeObject*>(it->second.get());
     py::Ref mod = py::Ref::steal(PyImport_ImportModule("magpy._resume"));
@@ -36,8 +38,9 @@ PyCodeObject* resume_code(PyCodeObject* origin, int target, const std::vector<bo
     py::Ref py_unbound = py::Ref::steal(PyList_New(static_cast<Py_ssize_t>(unbound.size())));
     for (size_t i = 0; i < unbound.size(); ++i)
         PyList_SET_ITEM(py_unbound.get(), static_cast<Py_ssize_t>(i), PyLong_FromLong(unbound[i]));
-    py::Ref r = py::Ref::steal(PyObject_CallMethod(mod.get(), "make_resume", "OiOO", origin,
-                                                   target, py_nulls.get(), py_unbound.get()));
+    py::Ref r = py::Ref::steal(PyObject_CallMethod(mod.get(), "make_resume", "OiOOO", origin,
+                                                   target, py_nulls.get(), py_unbound.get(),
+                                                   eager ? Py_True : Py_False));
     if (!r) return nullptr;
     PyObject* code = PyTuple_GET_ITEM(r.get(), 0);
     long shift = PyLong_AsLong(PyTuple_GET_ITEM(r.get(), 1));
@@ -108,7 +111,7 @@ bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_funct
             nulls.push_back(false);
             computed.insert(computed.begin() + top_index + 1, false);
         }
-        code = resume_code(c.origin, jumped ? c.jump : c.next, nulls, c.unbound);
+        code = resume_code(c.origin, jumped ? c.jump : c.next, nulls, c.unbound, c.eager);
         if (!code) return false;
         if (CodeCache* rc = code_cache(code, false)) {
             std::vector<bool>& dyn = rc->dynamic_args;

@@ -25,6 +25,12 @@ struct Continuation {
     Kind kind = Kind::Next;
     Test test = Test::IsFalse;
     bool pop_on_jump = true;  // false for JUMP_IF_*_OR_POP, which keeps the value
+    // The frame goes on as plain Python (no capture, no more segments) at `next`, which is
+    // the break instruction itself: a call that reads the frame calling it (`locals()`,
+    // zero-argument `super()`, logging's caller lookup) must run in a frame of the user's
+    // code. The resume code hides its own arguments, so the frame holds what the original
+    // did. See [Note: calls that read their caller's frame] in capture/segment.cpp.
+    bool eager = false;
     int next = 0;             // offsets in code units, in the original code
     int jump = -1;
     // The live-state tuple: co_varnames (None where unbound), the non-NULL stack entries
