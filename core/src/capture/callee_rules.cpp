@@ -252,6 +252,11 @@ bool is_plain_user_class(PyTypeObject* t) {
 CalleeInfo classify_callee(PyObject* f) {
     CalleeInfo info;
     const TorchApi& api = torch_api();
+    if (f == reinterpret_cast<PyObject*>(&PySuper_Type)) {
+        info.kind = CallKind::Super;
+        info.name = info.op = "super";
+        return info;
+    }
     if (PyFunction_Check(f)) {
         auto* fn = reinterpret_cast<PyFunctionObject*>(f);
         info.name = py::str_of(fn->func_qualname);

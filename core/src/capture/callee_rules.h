@@ -35,6 +35,8 @@ enum class CallKind : uint8_t {
     ModuleMembers,   // m.parameters(), m.named_modules() & co: an iterator over guarded members
     UserClass,       // a plain class of the user's called: an object made in the call, its
                      // __init__ (`code`, null for object's) traced ([Note: objects made in the call])
+    Super,           // super() / super(cls, obj): a method of a base class called next ([Note:
+                     // super] in monitor.cpp)
     Unsupported,
 };
 

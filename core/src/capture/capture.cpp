@@ -987,8 +987,9 @@ void set_graph_break_error(PyObject* type) {
 
 void Capture::describe_graph(CaptureResult& r) {
     static const char* kKinds[] = {"null",  "input",    "const", "op",      "list",    "tuple",
-                                   "dict",  "object",   "iterator", "cell", "function"};
-    static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == static_cast<size_t>(ValueKind::Function) + 1,
+                                   "dict",  "object",   "iterator", "cell", "function",
+                                   "super"};
+    static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == static_cast<size_t>(ValueKind::Super) + 1,
                   "a name for every ValueKind");
     for (size_t i = 1; i < m_values.size(); ++i) {
         const Value& val = m_values[i];

@@ -53,6 +53,7 @@ enum class ValueKind : uint8_t {
     Iterator,
     Cell,        // a closure cell object (LOAD_CLOSURE)
     Function,    // a function made during the call (MAKE_FUNCTION: lambdas, comprehensions)
+    Super,       // the object super() made: `items` {the class it starts after, the object}
 };
 
 enum class IterKind : uint8_t {

@@ -576,6 +576,92 @@ void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
     p.property_get = true;
 }
 
+// [Note: super] `super()` in a traced frame is `super(__class__, <first argument>)`: the class
+// comes from the frame's `__class__` cell (guarded by identity, as closure cells are) and the
+// object from its first local, as CPython takes them; `super(cls, obj)` gives both. The call
+// makes a Super value; the method then looked up on it is found the way super() finds it, on
+// the classes of type(obj).__mro__ after the class, and guarded by that lookup
+// (AccessKind::SuperLookup on type(obj)), so a base method replaced later recompiles. The
+// method is then called with the object first and traced like any method of the user's
+// (`super().forward(x)`, `super().__init__(...)` on an object made in the call). Attributes
+// other than plain functions (properties, class or static methods, C slots) break (MB007).
+void Monitor::dispatch_super(ShadowFrame& f, Pending& p) {
+    int cls = -1, obj = -1;
+    if (p.in.empty() && !p.kwnames) {
+        PyCodeObject* co = f.code;
+        int n = py::code_nlocalsplus(co);
+        int cell = -1;
+        for (int i = n - co->co_nfreevars; i < n; ++i)
+            if (str(py::code_localsplus_name(co, i)) == "__class__") cell = i;
+        if (cell < 0 || co->co_argcount + co->co_kwonlyargcount < 1)
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`super()` without arguments outside a method",
+                              "call super() in a method, or pass the class and the object");
+        cls = load_deref(f, cell);
+        if (cls < 0) return;
+        if (py::code_local_kind(co, 0) & py::kLocalKindCell) {
+            auto it = m_cap.cells().find(py::frame_local(f.frame, 0));
+            obj = it == m_cap.cells().end() ? -1 : it->second;
+        } else {
+            obj = f.locals.empty() ? -1 : f.locals[0];
+        }
+    } else if (p.in.size() == 2 && !p.kwnames) {
+        cls = p.in[0];
+        obj = p.in[1];
+    }
+    if (cls < 0 || obj < 0)
+        return m_cap.fail(breaks::kUnsupportedCallee, "a form of `super()` the capture does not follow",
+                          "call super() or super(cls, self) in a method");
+    const Value& c = m_cap.v(cls);
+    const Value& o = m_cap.v(obj);
+    if (!PyType_Check(c.real.get()) || !(c.kind == ValueKind::Const || c.identity) ||
+        !(o.kind == ValueKind::Input || o.kind == ValueKind::FreshObject) || o.tensor ||
+        PyType_Check(o.real.get()))
+        return m_cap.fail(breaks::kUnsupportedCallee,
+                          "`super()` over " + o.label + ", which the capture cannot look up",
+                          "call super() in a method of your class");
+    p.in = {cls, obj};
+}
+
+int Monitor::super_method(int sup, PyObject* name, PyObject* real) {
+    const Value& s = m_cap.v(sup);
+    int cls = s.items[0], obj = s.items[1];
+    PyObject* start = m_cap.v(cls).real.get();
+    PyTypeObject* type = Py_TYPE(m_cap.v(obj).real.get());
+    PyObject* mro = type->tp_mro;
+    Py_ssize_t at = -1;
+    for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i)
+        if (PyTuple_GET_ITEM(mro, i) == start) at = i;
+    PyObject* raw = nullptr;
+    for (Py_ssize_t j = at + 1; at >= 0 && !raw && j < PyTuple_GET_SIZE(mro); ++j) {
+        PyObject* d = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, j))->tp_dict;
+        raw = d ? PyDict_GetItemWithError(d, name) : nullptr;
+    }
+    if (PyErr_Occurred()) PyErr_Clear();
+    std::string what = "`super()." + str(name) + "`";
+    if (!raw || !PyFunction_Check(raw) || !real || !PyMethod_Check(real) ||
+        PyMethod_GET_FUNCTION(real) != raw)
+        return m_cap.fail(breaks::kUnsupportedAttribute, what + " is not a plain method",
+                          "call a plain method of the base class"),
+               -1;
+    // The lookup depends on type(obj) (its MRO) only: guarded through it.
+    const Value& o = m_cap.v(obj);
+    int type_value = o.kind == ValueKind::Input
+                         ? m_cap.input_child(obj, AccessKind::TypeOf, 0, nullptr, ".__class__",
+                                             reinterpret_cast<PyObject*>(type))
+                         : o.cls;
+    if (type_value < 0 || m_cap.v(type_value).node < 0 ||
+        m_cap.v(type_value).real.get() != reinterpret_cast<PyObject*>(type))
+        return m_cap.fail(breaks::kUnsupportedAttribute,
+                          what + " on an object whose class the capture cannot guard",
+                          "call super() in a method of a class defined outside the call"),
+               -1;
+    return m_cap.input_child(type_value, AccessKind::SuperLookup, static_cast<int>(at), name,
+                             ".<after " + std::string(reinterpret_cast<PyTypeObject*>(start)->tp_name) +
+                                 ">." + str(name),
+                             raw);
+}
+
 int Monitor::class_attr(int obj, PyObject* name, PyObject* real) {
     PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(m_cap.v(obj).real.get()));
     int cls = m_cap.input_child(obj, AccessKind::TypeOf, 0, nullptr, ".__class__", type);
@@ -1633,6 +1719,16 @@ void Monitor::complete(ShadowFrame& f) {
     case LOAD_METHOD: {
         PyObject* meth = real_stack(f, 1);
         PyObject* name = py::code_name(f.code, p.oparg);
+        if (m_cap.v(p.in[0]).kind == ValueKind::Super) {
+            // super().name(...): CPython pushes [NULL, bound method], which PRECALL turns into
+            // [function, object]; the shadow stack holds that form at once.
+            int fn = super_method(p.in[0], name, tos);
+            if (fn < 0) return;
+            int obj = m_cap.v(p.in[0]).items[1];
+            push(f, fn);
+            push(f, obj);
+            return;
+        }
         if (!meth) {
             push(f, m_cap.null_value());
             out(load_attr(p.in[0], name, tos));
@@ -2120,6 +2216,8 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
                                   "then runs in the graph's replay");
         return;
     }
+    case CallKind::Super:
+        return dispatch_super(f, p);
     case CallKind::IO:
         return m_cap.fail(breaks::kIO, "`" + p.callee.name + "()` does input or output",
                           "it runs in Python between two graphs; move printing and I/O out "
@@ -2579,6 +2677,14 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                               "`" + name + "()` sets attributes the capture did not see",
                               "set attributes in __init__ with self.name = value");
         push_out(obj);
+        return;
+    }
+    case CallKind::Super: {
+        if (!result || Py_TYPE(result) != &PySuper_Type)
+            return m_cap.internal_error("super() did not make a super object");
+        int s = m_cap.new_value(ValueKind::Super, result, "super()");
+        m_cap.v(s).items = p.in;  // {class, object}
+        push_out(s);
         return;
     }
     case CallKind::TypeOf:

@@ -195,6 +195,8 @@ private:
     bool dict_view(int dict, DictView view, std::vector<int>& out);
     int iter_call(const std::string& name, const std::vector<int>& args, PyObject* result);
     int class_attr(int obj, PyObject* name, PyObject* real);
+    void dispatch_super(ShadowFrame& f, Pending& p);  // [Note: super]
+    int super_method(int sup, PyObject* name, PyObject* real);
     bool items_of(int seq, std::vector<int>& out);
     bool iterator_items(int it, std::vector<int>& out);
     int fresh_dict(const std::vector<int>& pairs, PyObject* real);

@@ -185,6 +185,18 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
     }
     case AccessKind::IterRest:
         return iterator_rest(parent);
+    case AccessKind::SuperLookup: {
+        if (!PyType_Check(parent)) return nullptr;
+        PyObject* mro = reinterpret_cast<PyTypeObject*>(parent)->tp_mro;
+        if (!mro || !PyTuple_Check(mro)) return nullptr;
+        for (Py_ssize_t j = a.index + 1; j < PyTuple_GET_SIZE(mro); ++j) {
+            PyObject* d = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, j))->tp_dict;
+            PyObject* r = d ? PyDict_GetItemWithError(d, a.key.get()) : nullptr;
+            if (r) return new_ref_or_null(r);
+            if (PyErr_Occurred()) return nullptr;
+        }
+        return nullptr;
+    }
     case AccessKind::DictValueAt: {
         if (!PyDict_Check(parent)) return nullptr;
         Py_ssize_t pos = 0, i = 0;

@@ -38,6 +38,8 @@ enum class AccessKind : uint8_t {
     FuncKwDefault, // parent.__kwdefaults__[key]
     DictKeys,      // tuple(parent.keys()): the keys in iteration order
     IterRest,      // iterator_rest(parent): a list of the items an iterator has left
+    SuperLookup,   // the attribute `key` found on the classes of parent.__mro__ after the one
+                   // at `index` (what super() finds; parent is a class, no binding)
 };
 
 // The items the iterator `it` has left, as a new list, without advancing it: list, tuple and
