@@ -2324,6 +2324,46 @@ class LoggingBlock(nn.Module):
         return out
 
 
+class LayerNorm2d(nn.LayerNorm):
+    """Channels-first LayerNorm the way many ConvNeXt/SegFormer ports write it: the built-in
+    module's forward through super() on a permuted tensor."""
+
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 1)
+        x = super().forward(x)
+        return x.permute(0, 3, 1, 2)
+
+
+class ConvNeXtStage(nn.Module):
+    """Depthwise 7x7 conv, LayerNorm2d, inverted bottleneck MLP and layer scale, stacked; a
+    subclass adds a stochastic-depth-free residual through super().forward."""
+
+    def __init__(self, dim=16, depth=2):
+        super().__init__()
+        self.dw = nn.ModuleList([nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+                                 for _ in range(depth)])
+        self.norm = nn.ModuleList([LayerNorm2d(dim, eps=1e-6) for _ in range(depth)])
+        self.pw1 = nn.ModuleList([nn.Conv2d(dim, 4 * dim, 1) for _ in range(depth)])
+        self.pw2 = nn.ModuleList([nn.Conv2d(4 * dim, dim, 1) for _ in range(depth)])
+        self.gamma = nn.Parameter(torch.full((depth, dim, 1, 1), 1e-2))
+
+    def forward(self, x):
+        for i, (dw, norm, pw1, pw2) in enumerate(zip(self.dw, self.norm, self.pw1, self.pw2)):
+            x = x + self.gamma[i] * pw2(F.gelu(pw1(norm(dw(x)))))
+        return x
+
+
+class ConvNeXtStageWithHead(ConvNeXtStage):
+    def __init__(self, dim=16, classes=5):
+        super().__init__(dim)
+        self.head_norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = super().forward(x)
+        return self.head(self.head_norm(x.mean(dim=(2, 3))))
+
+
 class SignDependentBranch(nn.Module):
     """Branches on tensor values: `if x.sum() > 0:` and `while norm > max_norm` style clipping
     (data-dependent control flow: breaks on purpose)."""
@@ -2855,6 +2895,9 @@ def programs():
                                           add_pooler=False),
                 lambda: (torch.randn(2, 5, 16),),
                 note="the other branches: no pooler, optional settings present, tuple out"),
+        Program("prog/convnext_stage_super_forward", ConvNeXtStageWithHead,
+                lambda: (torch.randn(2, 16, 8, 8),), quick=True,
+                note="LayerNorm2d(nn.LayerNorm) and a subclass both calling super().forward"),
         Program("prog/logging_in_forward", LoggingBlock, lambda: (torch.randn(3, 16),),
                 note="logger.debug / logger.info with %-args; isEnabledFor guard"),
         Program("prog/tensor_value_branch", SignDependentBranch, lambda: (torch.randn(4, 16),),

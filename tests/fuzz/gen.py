@@ -1594,7 +1594,10 @@ class ProgramGen:
         n = self.name("p")
         t = self.name("t")
         env[t] = V("t", a.shape, True)
-        g = self.r.randrange(3)
+        g = self.r.randrange(4)
+        if g == 3:  # a subclass whose __init__ and method call super()
+            return [f"{n} = Triple({a.code}, {k}, {self.gen_int(env)[0]})",
+                    f"{t} = {n}.first * {n}.total() + {n}.third"]
         if g == 1:  # attributes written after it was made, and a new one
             return [f"{n} = Pair({a.code}, {k})", f"{n}.second = {n}.second + 1",
                     f"{n}.third = {n}.first * 2",
@@ -1987,6 +1990,15 @@ class Pair:
         return self.second + 1
 
 
+class Triple(Pair):
+    def __init__(self, first, second, third):
+        super().__init__(first, second)
+        self.third = third
+
+    def total(self):
+        return super().total() + self.third
+
+
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -2007,6 +2019,12 @@ class Net(nn.Module):
         if not self.training:
             y = y * 2{net_break}
         return y
+
+
+class SubNet(Net):
+    def forward(self, x):
+        y = super().forward(x)
+        return y * 0.5 + super(SubNet, self).forward(x).relu()
 
 
 def helper_a(t, k):
@@ -2103,7 +2121,7 @@ _hooks = []
 _SINK = io.StringIO()
 HELPER = {self.choice(['helper_a', 'helper_b'])}
 OBJ = Obj()
-NET = Net()
+NET = {'SubNet' if self.p(0.3) else 'Net'}()
 NET.train({self.choice(['True', 'False'])})
 LST = [torch.randn(F) for _ in range({r.randint(1, 3)})]
 DCT = {{'a': torch.randn(F){", 'b': torch.randn(F)" if self.p(0.5) else ''}}}
