@@ -28,6 +28,16 @@ bool starts_with(const std::string& s, const char* prefix) {
     return s.rfind(prefix, 0) == 0;
 }
 
+// The module a C function belongs to: its __module__, else the module it is bound to.
+std::string cfunction_module(PyCFunctionObject* cf) {
+    if (cf->m_module && PyUnicode_Check(cf->m_module)) return py::str_of(cf->m_module);
+    if (cf->m_self && PyModule_Check(cf->m_self)) {
+        if (const char* n = PyModule_GetName(cf->m_self)) return n;
+        PyErr_Clear();
+    }
+    return {};
+}
+
 bool is_torch_module_name(const std::string& m) { return m == "torch" || starts_with(m, "torch."); }
 
 // TorchScript helpers that eager code calls: their answer is fixed when not scripting/tracing.
@@ -48,14 +58,7 @@ bool reads_caller_frame(PyObject* callable, size_t nargs) {
     PyObject* fn = PyMethod_Check(callable) ? PyMethod_GET_FUNCTION(callable) : callable;
     if (PyCFunction_Check(fn)) {
         auto* cf = reinterpret_cast<PyCFunctionObject*>(fn);
-        std::string m = cf->m_module && PyUnicode_Check(cf->m_module) ? py::str_of(cf->m_module)
-                                                                      : std::string();
-        PyObject* self = PyCFunction_GET_SELF(fn);
-        if (m.empty() && self && PyModule_Check(self)) {
-            const char* n = PyModule_GetName(self);
-            if (n) m = n;
-            else PyErr_Clear();
-        }
+        const std::string m = cfunction_module(cf);
         const std::string name = cf->m_ml->ml_name;
         if (m == "builtins")
             return name == "locals" || name == "globals" || name == "eval" || name == "exec" ||
@@ -301,10 +304,7 @@ CalleeInfo classify_callee(PyObject* f) {
             info.bound_self = true;
             return info;
         }
-        std::string m = cf->m_module && PyUnicode_Check(cf->m_module) ? py::str_of(cf->m_module)
-                        : self && PyModule_Check(self) ? PyModule_GetName(self)
-                                                       : "";
-        if (PyErr_Occurred()) PyErr_Clear();
+        std::string m = cfunction_module(cf);
         if (m.empty() && self && PyType_Check(self))
             m = module_of(self);  // torch._C._VariableFunctions methods
         if (is_torch_module_name(m)) {

@@ -632,12 +632,7 @@ int Monitor::super_method(int sup, PyObject* name, PyObject* real) {
     Py_ssize_t at = -1;
     for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i)
         if (PyTuple_GET_ITEM(mro, i) == start) at = i;
-    PyObject* raw = nullptr;
-    for (Py_ssize_t j = at + 1; at >= 0 && !raw && j < PyTuple_GET_SIZE(mro); ++j) {
-        PyObject* d = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, j))->tp_dict;
-        raw = d ? PyDict_GetItemWithError(d, name) : nullptr;
-    }
-    if (PyErr_Occurred()) PyErr_Clear();
+    PyObject* raw = at >= 0 ? lookup_after(type, at, name) : nullptr;
     std::string what = "`super()." + str(name) + "`";
     if (!raw || !PyFunction_Check(raw) || !real || !PyMethod_Check(real) ||
         PyMethod_GET_FUNCTION(real) != raw)

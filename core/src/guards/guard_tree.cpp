@@ -185,18 +185,11 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
     }
     case AccessKind::IterRest:
         return iterator_rest(parent);
-    case AccessKind::SuperLookup: {
-        if (!PyType_Check(parent)) return nullptr;
-        PyObject* mro = reinterpret_cast<PyTypeObject*>(parent)->tp_mro;
-        if (!mro || !PyTuple_Check(mro)) return nullptr;
-        for (Py_ssize_t j = a.index + 1; j < PyTuple_GET_SIZE(mro); ++j) {
-            PyObject* d = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, j))->tp_dict;
-            PyObject* r = d ? PyDict_GetItemWithError(d, a.key.get()) : nullptr;
-            if (r) return new_ref_or_null(r);
-            if (PyErr_Occurred()) return nullptr;
-        }
-        return nullptr;
-    }
+    case AccessKind::SuperLookup:
+        return PyType_Check(parent)
+                   ? new_ref_or_null(lookup_after(reinterpret_cast<PyTypeObject*>(parent),
+                                                  a.index, a.key.get()))
+                   : nullptr;
     case AccessKind::DictValueAt: {
         if (!PyDict_Check(parent)) return nullptr;
         Py_ssize_t pos = 0, i = 0;
@@ -214,6 +207,21 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
 // tuple iterators give (iter, (seq,), index), or (iter, ((),)) once exhausted; range iterators
 // (iter, (range,), index); zip (zip, (iterators...)), with a third item when strict;
 // enumerate (enumerate, (iterator, count)).
+PyObject* lookup_after(PyTypeObject* type, Py_ssize_t after, PyObject* name) {
+    PyObject* mro = type->tp_mro;
+    if (!mro || !PyTuple_Check(mro)) return nullptr;
+    for (Py_ssize_t j = after + 1; j < PyTuple_GET_SIZE(mro); ++j) {
+        PyObject* d = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, j))->tp_dict;
+        PyObject* r = d ? PyDict_GetItemWithError(d, name) : nullptr;
+        if (r) return r;
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            return nullptr;
+        }
+    }
+    return nullptr;
+}
+
 PyObject* iterator_rest(PyObject* it) {
     PyTypeObject* t = Py_TYPE(it);
     bool seq = t == &PyListIter_Type || t == &PyTupleIter_Type || t == &PyRangeIter_Type;

@@ -48,6 +48,11 @@ enum class AccessKind : uint8_t {
 // generator cannot be looked into) or one with more than `kMaxIterRest` items left.
 // PRECONDITION: GIL held.
 PyObject* iterator_rest(PyObject* it);
+
+// What super() finds for `name`: the attribute in the __dict__ of the first class of
+// type->__mro__ after position `after` that has it (no binding). Borrowed; null when none,
+// with no error set. PRECONDITION: GIL held.
+PyObject* lookup_after(PyTypeObject* type, Py_ssize_t after, PyObject* name);
 constexpr Py_ssize_t kMaxIterRest = 4096;
 
 enum class CheckKind : uint8_t {
