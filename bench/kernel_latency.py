@@ -1,7 +1,7 @@
 """Request round-trip latency of the magpy kernel against Debian's ipykernel and xeus-python.
 
     /usr/bin/python3 bench/kernel_latency.py [--binary build/kernel/magpy-kernel] [-n 200]
-        [--json out.json]
+        [--json out.json] [--compare OTHER-BUILD/magpy-kernel]
 
 For each kernel and each request (`pass`, a print, a small display), the time from sending
 execute_request to receiving both the execute_reply and the closing `idle` status (so every
@@ -41,15 +41,19 @@ REQUESTS = {
 SETUP = "from IPython.display import HTML, display"
 
 
-def magpy_spec_dir(binary):
-    """A temporary kernelspec for exactly this binary (not whatever is installed)."""
+def magpy_spec_dir(binary, compare=None):
+    """A temporary kernelspec for exactly this binary (not whatever is installed), and one
+    named magpy-bench-compare for the binary to compare with, if any."""
     root = tempfile.mkdtemp(prefix="magpy-kernel-bench-")
-    spec = os.path.join(root, "kernels", "magpy-bench")
-    os.makedirs(spec)
-    with open(os.path.join(spec, "kernel.json"), "w") as f:
-        json.dump({"argv": [os.path.abspath(binary), "-f", "{connection_file}"],
-                   "display_name": "magpy (bench)", "language": "python",
-                   "interrupt_mode": "signal"}, f)
+    for name, path in (("magpy-bench", binary), ("magpy-bench-compare", compare)):
+        if path is None:
+            continue
+        spec = os.path.join(root, "kernels", name)
+        os.makedirs(spec)
+        with open(os.path.join(spec, "kernel.json"), "w") as f:
+            json.dump({"argv": [os.path.abspath(path), "-f", "{connection_file}"],
+                       "display_name": "magpy (bench)", "language": "python",
+                       "interrupt_mode": "signal"}, f)
     return root
 
 
@@ -109,20 +113,25 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--binary", default=os.path.join(here, "..", "build", "kernel", "magpy-kernel"),
                     help="the magpy-kernel executable (default: build/kernel/magpy-kernel)")
+    ap.add_argument("--compare", metavar="BINARY",
+                    help="another magpy-kernel build to measure in the same run (row magpy-compare)")
     ap.add_argument("-n", type=int, default=200, help="requests per kernel and request kind")
     ap.add_argument("--round", type=int, default=20, help="requests per interleaved round")
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
-    if not os.access(args.binary, os.X_OK):
-        sys.exit("kernel_latency: %s is not an executable; build it (scripts/build.sh) or pass "
-                 "--binary" % args.binary)
+    for path in (args.binary, args.compare):
+        if path is not None and not os.access(path, os.X_OK):
+            sys.exit("kernel_latency: %s is not an executable; build it (scripts/build.sh) or "
+                     "pass --binary" % path)
 
-    root = magpy_spec_dir(args.binary)
+    root = magpy_spec_dir(args.binary, args.compare)
     os.environ["JUPYTER_PATH"] = root + os.pathsep + os.environ.get("JUPYTER_PATH", "")
     ipython_dir = tempfile.mkdtemp(prefix="magpy-kernel-bench-ipython-")
     os.environ["IPYTHONDIR"] = ipython_dir
     kernels = {"magpy": "magpy-bench", "ipykernel": "python3", "xeus-python": "xpython"}
+    if args.compare:
+        kernels["magpy-compare"] = "magpy-bench-compare"
     clients = {}
     try:
         for label, name in kernels.items():
@@ -156,7 +165,7 @@ def main():
 
     rows = []
     print("request round trip (execute_request -> reply and idle), ms, n=%d each" % args.n)
-    print("%-12s %-8s %8s %8s %10s" % ("kernel", "request", "median", "p90", "in-kernel"))
+    print("%-14s %-8s %8s %8s %10s" % ("kernel", "request", "median", "p90", "in-kernel"))
     for label in clients:
         for req in REQUESTS:
             xs = samples[label][req]
@@ -165,7 +174,7 @@ def main():
                    "median_ms": statistics.median(xs), "p90_ms": percentile(xs, 0.9),
                    "in_kernel_median_ms": statistics.median(ks) if ks else None}
             rows.append(row)
-            print("%-12s %-8s %8.3f %8.3f %10s" % (
+            print("%-14s %-8s %8.3f %8.3f %10s" % (
                 label, req, row["median_ms"], row["p90_ms"],
                 "%.3f" % row["in_kernel_median_ms"] if ks else "n/a"))
     if args.json:

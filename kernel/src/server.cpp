@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "xeus/xkernel.hpp"
+#include "xeus/xmiddleware.hpp"
 #include "xeus/xzmq_serializer.hpp"
 
 #include "iopub.hpp"
@@ -46,12 +47,33 @@ nl::json fixed_header(const nl::json& header) {
     return fixed;
 }
 
+// [Note: IOPub without a publisher thread]
+// xserver_zmq publishes through a thread: each IOPub message goes over an inproc socket to a
+// publisher thread, which forwards it to the IOPub socket. That is one more thread to wake per
+// message (three per request: busy, execute_input, idle), and on a loaded two-core machine the
+// wake-up shows in every round trip. Here the IOPub socket is ours: bound on the port the
+// connection file names and written directly by whichever thread publishes, under a mutex
+// (a ZeroMQ socket may change threads with a full fence between uses). xserver_zmq still builds
+// its publisher, so it is handed a copy of the configuration whose IOPub port is left for it
+// to pick; that publisher's thread is never started, and nothing is sent to it.
+xeus::xconfiguration without_iopub_port(xeus::xconfiguration config) {
+    config.m_iopub_port.clear();  // xeus binds its (unused) publisher to a free port
+    return config;
+}
+
 }  // namespace
 
 KernelServer::KernelServer(zmq::context_t& context, const xeus::xconfiguration& config,
                            nl::json::error_handler_t eh)
-    : xserver_zmq(context, config, eh) {
+    : xserver_zmq(context, without_iopub_port(config), eh),
+      m_iopub(context, zmq::socket_type::pub) {
+    xeus::init_socket(m_iopub, config.m_transport, config.m_ip, config.m_iopub_port);
     g_server = this;
+}
+
+void KernelServer::update_config_impl(xeus::xconfiguration& config) const {
+    xserver_zmq::update_config_impl(config);
+    config.m_iopub_port = xeus::get_socket_port(m_iopub);
 }
 
 KernelServer* KernelServer::current() { return g_server; }
@@ -70,7 +92,6 @@ void KernelServer::start_impl(xeus::xpub_message message) {
     const auto dot = prefix.rfind('.');
     prefix = dot == std::string::npos ? std::string() : prefix.substr(0, dot + 1);
 
-    start_publisher_thread();
     start_heartbeat_thread();
     m_request_stop = false;
     publish(std::move(message), xeus::channel::SHELL);
@@ -81,7 +102,12 @@ void KernelServer::start_impl(xeus::xpub_message message) {
     while (!m_request_stop) poll_once(-1);
 
     IOPub::instance().detach();
-    stop_channels();
+    {  // the heartbeat thread answers once and ends (xserver_zmq::stop_channels would also
+       // wait for the publisher thread, which never ran)
+        zmq::message_t stop("stop", 4), answer;
+        m_heartbeat_controller.send(stop, zmq::send_flags::none);
+        (void)m_heartbeat_controller.recv(answer);
+    }
     // Give ZeroMQ's I/O thread a moment to deliver the shutdown reply, then leave without
     // running static destructors (libtorch's may not survive a live, unfinalized Python).
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -140,7 +166,7 @@ void KernelServer::note_request(const xeus::xmessage& msg) {
     if (store && !silent && !blank) ++m_counter.current;
 }
 
-void KernelServer::publish_impl(xeus::xpub_message message, xeus::channel c) {
+void KernelServer::publish_impl(xeus::xpub_message message, xeus::channel) {
     // xeus numbers execute_input with its own counter, which also counts store_history=false;
     // use the protocol's. Messages are rebuilt only when something changes (most are not).
     const bool input = msg_type_of(message.header()) == "execute_input";
@@ -151,8 +177,10 @@ void KernelServer::publish_impl(xeus::xpub_message message, xeus::channel c) {
                                      message.parent_header(), message.metadata(),
                                      std::move(content), xeus::buffer_sequence(message.buffers()));
     }
+    zmq::multipart_t wire =
+        xeus::xzmq_serializer::serialize_iopub(std::move(message), *p_auth, m_error_handler);
     std::lock_guard<std::mutex> lock(m_socket);
-    xserver_zmq::publish_impl(std::move(message), c);
+    wire.send(m_iopub);
 }
 
 xeus::xmessage KernelServer::fix_reply(xeus::xmessage message) {

@@ -45,6 +45,7 @@ public:
 
 private:
     void start_impl(xeus::xpub_message message) override;
+    void update_config_impl(xeus::xconfiguration& config) const override;
     void publish_impl(xeus::xpub_message message, xeus::channel c) override;
     void send_shell_impl(xeus::xmessage message) override;
     void send_control_impl(xeus::xmessage message) override;
@@ -54,7 +55,10 @@ private:
     void note_request(const xeus::xmessage& msg);
     xeus::xmessage fix_reply(xeus::xmessage message);
 
-    std::mutex m_socket;  // the IOPub socket is used by several threads
+    // IOPub, bound here and written directly (see [Note: IOPub without a publisher thread]);
+    // several threads publish, so every send holds m_socket.
+    zmq::socket_t m_iopub;
+    std::mutex m_socket;
     ExecutionCounter m_counter;
     std::function<bool()> m_stdin_interrupt_check;
 };
