@@ -1332,7 +1332,7 @@ class ProgramGen:
         return [f"{n} = {a.code}"]
 
     def st_closure(self, env, depth, loop):
-        g = self.r.randrange(5)
+        g = self.r.randrange(6)
         n = self.name("f")
         if g == 0:
             k = self.gen_scalar_operand(env)
@@ -1365,6 +1365,15 @@ class ProgramGen:
             return [f"def {n}(t, scale={self.fconst()}):",
                     f"    return HELPER(t, scale) + {self.fconst()}"] + \
                 self._reg(env, n, V("fn", None))
+        if g == 5:
+            # a functools.partial made in the call, sometimes of a partial (flattened)
+            k = self.gen_scalar_operand(env)
+            env[n] = V("fn", None)
+            return [self.choice([
+                f"{n} = functools.partial(helper_kw, scale={k})",
+                f"{n} = functools.partial(helper_kw, shift={k}, scale=2.0)",
+                f"{n} = functools.partial(functools.partial(helper_kw, scale={k}), shift=1.0)",
+                f"{n} = functools.partial(torch.clamp, min=-1.0, max={self.fconst()} + 1.0)"])]
         # lambdas made in a loop capture the loop variable late
         fs = self.name("FS")
         q = self.name("q")
@@ -1539,7 +1548,8 @@ class ProgramGen:
             upd = {u: V("t", v.shape, False)}
             pre = []
         elif g == 1:
-            head = f"for {k} in {m}:"
+            src = self.choice([m, m, f"sorted({m}, reverse=True)"])
+            head = f"for {k} in {src}:"
             upd = {u: V("t", v.shape, False)}
             pre = [f"{u} = {m}[{k}]"]
         elif g == 2:
@@ -1594,7 +1604,9 @@ class ProgramGen:
         n = self.name("p")
         t = self.name("t")
         env[t] = V("t", a.shape, True)
-        g = self.r.randrange(4)
+        g = self.r.randrange(5)
+        if g == 4:  # called: its class's __call__
+            return [f"{n} = Pair({a.code}, {k})", f"{t} = {n}({a.code}) + {n}.first"]
         if g == 3:  # a subclass whose __init__ and method call super()
             return [f"{n} = Triple({a.code}, {k}, {self.gen_int(env)[0]})",
                     f"{t} = {n}.first * {n}.total() + {n}.third"]
@@ -1928,6 +1940,7 @@ class ProgramGen:
         header = f'''\
 # magpy fuzz program, seed {self.seed}
 import builtins
+import functools
 import io
 
 import torch
@@ -1988,6 +2001,9 @@ class Pair:
 
     def total(self):
         return self.second + 1
+
+    def __call__(self, t):
+        return t * self.second + self.first
 
 
 class Triple(Pair):

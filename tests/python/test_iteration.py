@@ -166,3 +166,41 @@ def test_next_with_a_default_at_the_end_breaks():
 
     cf = check(f, [(torch.randn(2), [1]) for _ in range(3)])
     assert break_ids(cf) == ["MB004"]
+
+
+# sorted() of items whose order the guards fix (Monitor::sorted_items)
+
+def test_sorted_keys_and_items_of_a_dict_passed_in():
+    def by_keys(x, d):
+        out = x
+        for k in sorted(d):
+            out = out * 2 + d[k]
+        return out
+
+    def by_items(x, d):
+        return [v * x + len(k) for k, v in sorted(d.items(), reverse=True)]
+
+    x = torch.randn(3)
+    calls = [(x, {"b": torch.ones(3), "a": torch.zeros(3)})] * 2 + \
+        [(x, {"b": torch.ones(3), "a": torch.zeros(3), "c": torch.full((3,), 2.0)})]
+    cf = check(by_keys, calls)
+    assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)  # new keys: a new capture
+    cf = check(by_items, calls)
+    assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
+
+
+def test_sorted_numbers_of_a_list_passed_in_recompile_when_they_change():
+    def f(x, ks):
+        return sum(x * k for k in sorted(ks)) + x * sorted(ks, reverse=True)[0]
+
+    x = torch.randn(3)
+    cf = check(f, [(x, [3, 1, 2]), (x, [3, 1, 2]), (x, [1, 5, 2]), (x, [1, 5, 2])])
+    assert_stats(cf, breaks=0, hits=2, misses=2)
+
+
+def test_sorted_tensors_break_with_the_tensor_reason():
+    def f(x):
+        return sorted([x.sum(), x.mean()])[0] * x
+
+    cf = check(f, [torch.randn(3) for _ in range(3)])
+    assert break_ids(cf) == ["MB002"]

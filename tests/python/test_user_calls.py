@@ -325,3 +325,89 @@ def test_parameter_list_iteration():
     m.strength.append(torch.nn.Parameter(torch.ones(())))  # length guarded
     check(m, [torch.randn(3)], compiled=cf)
     assert_stats(cf, misses=2)
+
+
+# [Note: partials]: partials made in the call are followed as their parts; escaping ones are
+# made again at replay.
+
+def test_partial_made_in_the_call_is_called_through():
+    def f(x):
+        act = functools.partial(torch.nn.functional.gelu, approximate="tanh")
+        mix = functools.partial(add_then, scale=2.0)
+        return mix(act(x), x) + mix(x, y=x, scale=0.5)
+
+    cf = check(f, [torch.randn(2, 3) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_partial_of_a_partial_and_of_a_partial_passed_in():
+    outer = functools.partial(add_then, scale=3.0)
+
+    def f(x, y):
+        p = functools.partial(functools.partial(add_then, y), scale=0.5)  # flattened
+        q = functools.partial(outer, y=y)  # of one passed in
+        return p(x) + q(x) + p(x, scale=2.0)
+
+    cf = check(f, [(torch.randn(3), torch.randn(3)) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_partial_made_in_the_call_escapes_and_is_rebuilt():
+    store = {}
+
+    def f(x):
+        p = functools.partial(add_then, y=x, scale=2.0)
+        store["p"] = p
+        return p(x), p
+
+    cf = magpy.compile(f)
+    for _ in range(3):
+        x = torch.randn(3)
+        out, p = cf(x)
+        assert store["p"] is p  # the one object, stored and returned
+        ref_out, ref_p = f(x)
+        assert torch.equal(out, ref_out)
+        assert isinstance(p, functools.partial) and p.func is add_then
+        assert p.args == () and set(p.keywords) == {"y", "scale"}
+        assert torch.equal(p.keywords["y"], x) and p.keywords["scale"] == 2.0
+        assert torch.equal(p(x), ref_p(x))
+    assert_stats(cf, graphs=1, breaks=0)
+
+
+def test_partial_made_in_the_call_lives_across_a_graph_break():
+    def f(x):
+        p = functools.partial(add_then, scale=2.0)
+        h = p(x, x)
+        if h.sum() > 0:  # a branch on data: a break
+            h = h + 1
+        return p(h, x)
+
+    cf = check(f, [torch.randn(4) for _ in range(4)])
+    assert magpy.explain(cf).break_count >= 1
+
+
+class Affine:
+    def __init__(self, w, b):
+        self.w = w
+        self.b = b
+
+    def __call__(self, x):
+        return x * self.w + self.b
+
+
+def test_calling_an_object_made_in_the_call_traces_its_class_call():
+    def f(x):
+        a = Affine(2.0, x.mean())
+        a.__call__ = lambda x: x  # an instance attribute: calls still use the class's
+        return a(x) + Affine(0.5, 1.0)(x)
+
+    def mutate(i):
+        if i == 2:
+            Affine.__call__ = lambda self, x: x - self.b
+
+    old = Affine.__call__
+    try:
+        cf = check(f, [torch.randn(3) for _ in range(4)], mutate=mutate)
+        assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
+    finally:
+        Affine.__call__ = old

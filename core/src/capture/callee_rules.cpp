@@ -252,12 +252,29 @@ bool is_plain_user_class(PyTypeObject* t) {
     return true;
 }
 
+PyTypeObject* functools_partial_type() {
+    static PyObject* type = [] {
+        PyObject* mod = PyImport_ImportModule("functools");
+        PyObject* t = mod ? PyObject_GetAttrString(mod, "partial") : nullptr;
+        Py_XDECREF(mod);
+        if (!t || !PyType_Check(t)) PyErr_Clear();
+        return t;
+    }();
+    return type && PyType_Check(type) ? reinterpret_cast<PyTypeObject*>(type) : nullptr;
+}
+
 CalleeInfo classify_callee(PyObject* f) {
     CalleeInfo info;
     const TorchApi& api = torch_api();
     if (f == reinterpret_cast<PyObject*>(&PySuper_Type)) {
         info.kind = CallKind::Super;
         info.name = info.op = "super";
+        return info;
+    }
+    if (f == reinterpret_cast<PyObject*>(functools_partial_type())) {
+        info.kind = CallKind::MakePartial;
+        info.name = "functools.partial";
+        info.op = "partial";
         return info;
     }
     if (PyFunction_Check(f)) {

@@ -37,6 +37,8 @@ enum class CallKind : uint8_t {
                      // __init__ (`code`, null for object's) traced ([Note: objects made in the call])
     Super,           // super() / super(cls, obj): a method of a base class called next ([Note:
                      // super] in monitor.cpp)
+    MakePartial,     // functools.partial(func, ...): a partial made in the call ([Note:
+                     // partials] in monitor.cpp)
     Unsupported,
 };
 
@@ -47,6 +49,9 @@ struct CalleeInfo {
     PyCodeObject* code = nullptr;     // Inline*: the code expected to run (borrowed)
     bool bound_self = false;          // a bound tensor method: the tensor is not in the args
 };
+
+// functools.partial (borrowed; null if functools cannot be imported). PRECONDITION: GIL held.
+PyTypeObject* functools_partial_type();
 
 // PRECONDITION: GIL held. `callable` borrowed.
 CalleeInfo classify_callee(PyObject* callable);

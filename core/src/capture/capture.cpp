@@ -876,6 +876,42 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         m_built_slots[out.index] = id;
         return true;
     }
+    case ValueKind::Partial: {
+        // made again at replay: functools.partial(func, *args, **keywords), from its parts
+        if (val.built >= 0) {
+            out = Arg::slot(val.built);
+            return true;
+        }
+        py::Ref kw = py::Ref::steal(PyObject_GetAttrString(val.real.get(), "keywords"));
+        if (!kw || !PyDict_CheckExact(kw.get())) {
+            PyErr_Clear();
+            internal_error("a partial without keywords");
+            return false;
+        }
+        Step s;
+        s.kind = StepKind::Call;
+        s.args.push_back(Arg::value(reinterpret_cast<PyObject*>(functools_partial_type())));
+        std::vector<int> items = val.items;
+        for (int item : items) {
+            Arg a;
+            if (!build_arg(item, a, escape, depth + 1)) return false;
+            s.args.push_back(std::move(a));
+        }
+        if (PyDict_GET_SIZE(kw.get()) > 0) {
+            s.kwnames = py::Ref::steal(PySequence_Tuple(kw.get()));  // its keys, in order
+            if (!s.kwnames) {
+                PyErr_Clear();
+                internal_error("the keywords of a partial");
+                return false;
+            }
+        }
+        s.out = m_plan->add_slot();
+        out = Arg::slot(s.out);
+        add_step(std::move(s));
+        if (escape) v(id).built = out.index;
+        m_built_slots[out.index] = id;
+        return true;
+    }
     case ValueKind::Iterator:
         if (!escape && val.iter_view) {
             // A dict view consumed by a call (sum(d.values())): a list of its items is the same
@@ -988,8 +1024,8 @@ void set_graph_break_error(PyObject* type) {
 void Capture::describe_graph(CaptureResult& r) {
     static const char* kKinds[] = {"null",  "input",    "const", "op",      "list",    "tuple",
                                    "dict",  "object",   "iterator", "cell", "function",
-                                   "super"};
-    static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == static_cast<size_t>(ValueKind::Super) + 1,
+                                   "super", "partial"};
+    static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == static_cast<size_t>(ValueKind::Partial) + 1,
                   "a name for every ValueKind");
     for (size_t i = 1; i < m_values.size(); ++i) {
         const Value& val = m_values[i];

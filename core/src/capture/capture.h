@@ -54,6 +54,8 @@ enum class ValueKind : uint8_t {
     Cell,        // a closure cell object (LOAD_CLOSURE)
     Function,    // a function made during the call (MAKE_FUNCTION: lambdas, comprehensions)
     Super,       // the object super() made: `items` {the class it starts after, the object}
+    Partial,     // a functools.partial made in the call: `items` {func, args..., keyword
+                 // values...}, the keyword names those of `real`'s keywords ([Note: partials])
 };
 
 enum class IterKind : uint8_t {

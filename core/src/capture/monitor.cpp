@@ -318,10 +318,90 @@ int Monitor::object_attr(int obj, PyObject* name, PyObject* real, bool method) {
         return -1;
     }
     if (method && attr != real) return m_cap.internal_error("method lookup"), -1;
-    int cls = o.cls;
+    return class_member(obj, name, attr);
+}
+
+// `attr`, found as `name` on the class of an object made in the call: guarded through the
+// class when the class came from outside.
+int Monitor::class_member(int obj, PyObject* name, PyObject* attr) {
+    int cls = m_cap.v(obj).cls;
     if (m_cap.v(cls).kind == ValueKind::Input)
         return m_cap.input_child(cls, AccessKind::TypeLookup, 0, name, "." + str(name), attr);
     return m_cap.const_value(attr);
+}
+
+// sorted(xs[, reverse=b]) of items the capture knows, in an order that follows from the guards
+// alone: constants (a dict's keys, guarded items of a list) or the (constant key, value) pairs
+// of d.items(). The result is a fresh list of those same items in the order sorted() gave.
+int Monitor::sorted_items(const Pending& p, PyObject* result) {
+    auto unsupported = [&](const std::string& why) {
+        m_cap.fail(breaks::kUnsupportedCallee, "`sorted()` " + why,
+                   "sort constants, a dict's keys or d.items() (by key), or sort before calling "
+                   "the compiled function");
+        return -1;
+    };
+    size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+    for (size_t k = 0; k < nkw; ++k)
+        if (str(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))) != "reverse")
+            return unsupported("with a key function");
+    if (!require_const(std::vector<int>(p.in.end() - static_cast<long>(nkw), p.in.end()),
+                       "`sorted(reverse=...)`"))
+        return -1;
+    if (p.in.size() != nkw + 1 || !result || !PyList_CheckExact(result))
+        return unsupported("without one iterable");
+    int src = p.in[0];
+    const Value& s = m_cap.v(src);
+    std::vector<int> items;
+    size_t width = 1;
+    if (s.kind == ValueKind::FreshDict ||
+        (s.kind == ValueKind::Input && PyDict_Check(s.real.get()))) {
+        if (!dict_view(src, DictView::Keys, items)) return -1;
+    } else if (s.kind == ValueKind::Iterator && s.iter_view) {  // d.keys(), d.items()
+        items = s.items;
+        width = static_cast<size_t>(std::max(1, s.iter_width));
+    } else if (!items_of(src, items)) {
+        return -1;
+    }
+    size_t n = items.size() / width;
+    if (static_cast<size_t>(PyList_GET_SIZE(result)) != n)
+        return m_cap.internal_error("sorted() gave another number of items"), -1;
+    for (size_t g = 0; g < n; ++g) {
+        int key = items[g * width];
+        if (known(key)) continue;
+        if (m_cap.v(key).tensor || holds(key, &Value::dyn_scalar))
+            return m_cap.fail(breaks::kTensorToPython,
+                              "`sorted()` compares " + m_cap.v(key).label + ", a tensor or a "
+                              "number read from one",
+                              "sort with torch.sort, or keep the order fixed"),
+                   -1;
+        return unsupported("of " + m_cap.v(key).label + ", whose order the guards do not fix");
+    }
+    std::vector<bool> used(n, false);
+    std::vector<int> out;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(result); ++i) {
+        PyObject* r = PyList_GET_ITEM(result, i);
+        PyObject* key = r;
+        if (width == 2) {
+            if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2)
+                return m_cap.internal_error("sorted() of pairs"), -1;
+            key = PyTuple_GET_ITEM(r, 0);
+        }
+        size_t found = n;
+        for (size_t g = 0; g < n && found == n; ++g)  // the same object first,
+            if (!used[g] && m_cap.v(items[g * width]).real.get() == key) found = g;
+        for (size_t g = 0; g < n && found == n; ++g) {  // then an equal one
+            int eq = used[g] ? 0
+                             : PyObject_RichCompareBool(m_cap.v(items[g * width]).real.get(), key, Py_EQ);
+            if (eq < 0) PyErr_Clear();
+            if (eq == 1) found = g;
+        }
+        if (found == n) return m_cap.internal_error("an item sorted() gave"), -1;
+        used[found] = true;
+        out.push_back(width == 1 ? items[found]
+                                 : m_cap.fresh(ValueKind::FreshTuple,
+                                               {items[found * 2], items[found * 2 + 1]}, r));
+    }
+    return m_cap.fresh(ValueKind::FreshList, out, result);
 }
 
 // The key, value pairs of a mapping whose contents the capture knows (fresh, or an input dict
@@ -2008,86 +2088,131 @@ void Monitor::complete(ShadowFrame& f) {
 
 // [SECTION] calls ------------------------------------------------------------------------------
 
-static PyTypeObject* functools_partial_type() {  // borrowed; null if functools cannot load
-    static PyObject* type = [] {
-        PyObject* mod = PyImport_ImportModule("functools");
-        PyObject* t = mod ? PyObject_GetAttrString(mod, "partial") : nullptr;
-        Py_XDECREF(mod);
-        if (!t || !PyType_Check(t)) PyErr_Clear();
-        return t;
-    }();
-    return type && PyType_Check(type) ? reinterpret_cast<PyTypeObject*>(type) : nullptr;
-}
-
-// A functools.partial passed in (`self.act = partial(F.gelu, approximate="tanh")`) is called
-// as what it stands for: func(*p.args, *args, **{**p.keywords, **kwargs}). Its func, the items
-// of its args and its keywords are guarded like any attribute read.
-bool Monitor::unwrap_partial(int callable, std::vector<int>& args, PyObject*& kwnames,
-                             int& func) {
-    PyObject* p = m_cap.v(callable).real.get();
-    py::Ref pfunc = py::Ref::steal(PyObject_GetAttrString(p, "func"));
+// [Note: partials] A functools.partial is called as what it stands for:
+// func(*p.args, *args, **{**p.keywords, **kwargs}). One passed in (`self.act = partial(F.gelu,
+// approximate="tanh")`) has its func, the items of its args and its keywords guarded like any
+// attribute read. One made in the call is a ValueKind::Partial whose items are its parts (func,
+// args, keyword values; the keyword names are those of the real object's keywords, in order);
+// a partial of a partial is flattened, as functools does. If it escapes it is made again at
+// replay from its parts (build_arg).
+bool Monitor::partial_parts(int partial, PartialParts& out) {
+    const Value& pv = m_cap.v(partial);
+    PyObject* p = pv.real.get();
     py::Ref pargs = py::Ref::steal(PyObject_GetAttrString(p, "args"));
     py::Ref pkw = py::Ref::steal(PyObject_GetAttrString(p, "keywords"));
-    if (!pfunc || !pargs || !pkw || !PyTuple_CheckExact(pargs.get()) ||
-        !PyDict_CheckExact(pkw.get())) {
+    if (!pargs || !pkw || !PyTuple_CheckExact(pargs.get()) || !PyDict_CheckExact(pkw.get())) {
         PyErr_Clear();
-        m_cap.fail(breaks::kUnsupportedCallee, m_cap.v(callable).label + " is not a plain partial",
+        m_cap.fail(breaks::kUnsupportedCallee, pv.label + " is not a plain partial",
                    "call the function itself");
         return false;
     }
-    func = m_cap.input_child(callable, AccessKind::Attr, 0, interned("func"), ".func",
-                             pfunc.get());
-    int av = m_cap.input_child(callable, AccessKind::Attr, 0, interned("args"), ".args",
+    out = PartialParts{};
+    PyObject *key, *value;
+    Py_ssize_t it = 0;
+    if (pv.kind == ValueKind::Partial) {
+        const std::vector<int>& items = pv.items;
+        size_t npos = static_cast<size_t>(PyTuple_GET_SIZE(pargs.get()));
+        if (items.size() != 1 + npos + static_cast<size_t>(PyDict_GET_SIZE(pkw.get()))) {
+            m_cap.internal_error("the parts of a partial");
+            return false;
+        }
+        out.func = items[0];
+        out.args.assign(items.begin() + 1, items.begin() + 1 + static_cast<long>(npos));
+        out.values.assign(items.begin() + 1 + static_cast<long>(npos), items.end());
+        while (PyDict_Next(pkw.get(), &it, &key, &value)) out.names.push_back(key);
+        return true;
+    }
+    py::Ref pfunc = py::Ref::steal(PyObject_GetAttrString(p, "func"));
+    if (!pfunc) {
+        PyErr_Clear();
+        return m_cap.internal_error("a partial without func"), false;
+    }
+    out.func = m_cap.input_child(partial, AccessKind::Attr, 0, interned("func"), ".func",
+                                 pfunc.get());
+    int av = m_cap.input_child(partial, AccessKind::Attr, 0, interned("args"), ".args",
                                pargs.get());
-    int kv = m_cap.input_child(callable, AccessKind::Attr, 0, interned("keywords"), ".keywords",
+    int kv = m_cap.input_child(partial, AccessKind::Attr, 0, interned("keywords"), ".keywords",
                                pkw.get());
-    if (func < 0 || av < 0 || kv < 0) return false;
-    // positional: the partial's, then the call's (the call's keyword values stay last)
-    size_t nkw = kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames)) : 0;
-    std::vector<int> pos(args.begin(), args.end() - static_cast<long>(nkw));
-    std::vector<int> kwvals(args.end() - static_cast<long>(nkw), args.end());
-    std::vector<int> merged;
+    if (out.func < 0 || av < 0 || kv < 0) return false;
     m_cap.guard_len(av, PyTuple_GET_SIZE(pargs.get()));
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pargs.get()); ++i) {
         int item = item_of(av, i, PyTuple_GET_ITEM(pargs.get(), i));
         if (item < 0) return false;
-        merged.push_back(item);
+        out.args.push_back(item);
     }
-    merged.insert(merged.end(), pos.begin(), pos.end());
-    // keywords: the partial's in its order, a call's keyword of the same name replacing it
     m_cap.guard_len(kv, PyDict_Size(pkw.get()));
-    std::vector<PyObject*> names;
-    std::vector<int> values;
-    PyObject *key, *value;
-    Py_ssize_t it = 0;
     while (PyDict_Next(pkw.get(), &it, &key, &value)) {
         int kval = dict_item(kv, key, value);
         if (kval < 0) return false;
-        names.push_back(key);
-        values.push_back(kval);
+        out.names.push_back(key);
+        out.values.push_back(kval);
     }
+    return true;
+}
+
+// `parts` applied to a call's arguments (its keyword values last, named by `kwnames`): the
+// partial's positionals, then the call's; the partial's keywords in their order, a call's
+// keyword of the same name replacing its value, new ones after.
+void Monitor::apply_partial(PartialParts parts, std::vector<int>& args, PyObject*& kwnames) {
+    size_t nkw = kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames)) : 0;
+    std::vector<int> merged = std::move(parts.args);
+    merged.insert(merged.end(), args.begin(), args.end() - static_cast<long>(nkw));
     for (size_t k = 0; k < nkw; ++k) {
         PyObject* name = PyTuple_GET_ITEM(kwnames, static_cast<Py_ssize_t>(k));
+        int val = args[args.size() - nkw + k];
         size_t j = 0;
-        while (j < names.size() && PyUnicode_Compare(names[j], name) != 0) ++j;
-        if (j < names.size()) {
-            values[j] = kwvals[k];
+        while (j < parts.names.size() && PyUnicode_Compare(parts.names[j], name) != 0) ++j;
+        if (j < parts.names.size()) {
+            parts.values[j] = val;
         } else {
-            names.push_back(name);
-            values.push_back(kwvals[k]);
+            parts.names.push_back(name);
+            parts.values.push_back(val);
         }
     }
-    merged.insert(merged.end(), values.begin(), values.end());
+    merged.insert(merged.end(), parts.values.begin(), parts.values.end());
     kwnames = nullptr;
-    if (!names.empty()) {
-        py::Ref t = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(names.size())));
-        for (size_t k = 0; k < names.size(); ++k)
-            PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(k), Py_NewRef(names[k]));
+    if (!parts.names.empty()) {
+        py::Ref t = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(parts.names.size())));
+        for (size_t k = 0; k < parts.names.size(); ++k)
+            PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(k), Py_NewRef(parts.names[k]));
         kwnames = t.get();
         m_owned.push_back(std::move(t));
     }
     args = std::move(merged);
-    return true;
+}
+
+// functools.partial(func, *args, **kwargs) has run and made `result`: its value.
+int Monitor::make_partial(const Pending& p, PyObject* result) {
+    size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+    if (p.in.size() <= nkw) return m_cap.internal_error("partial() without a function"), -1;
+    PartialParts parts;
+    parts.func = p.in[0];
+    std::vector<int> args(p.in.begin() + 1, p.in.end());
+    PyObject* kwnames = p.kwnames;
+    const Value& fv = m_cap.v(parts.func);
+    if (fv.kind == ValueKind::Partial ||
+        (fv.kind == ValueKind::Input && Py_TYPE(fv.real.get()) == functools_partial_type())) {
+        if (!partial_parts(parts.func, parts)) return -1;  // flattened, as functools does
+    }
+    const int func = parts.func;
+    apply_partial(std::move(parts), args, kwnames);
+    // what functools made must be what the parts say
+    py::Ref rfunc = py::Ref::steal(PyObject_GetAttrString(result, "func"));
+    py::Ref rargs = py::Ref::steal(PyObject_GetAttrString(result, "args"));
+    py::Ref rkw = py::Ref::steal(PyObject_GetAttrString(result, "keywords"));
+    size_t rn = kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames)) : 0;
+    if (!rfunc || !rargs || !rkw || !PyTuple_CheckExact(rargs.get()) || !PyDict_CheckExact(rkw.get()) ||
+        static_cast<size_t>(PyTuple_GET_SIZE(rargs.get())) + rn != args.size() ||
+        static_cast<size_t>(PyDict_GET_SIZE(rkw.get())) != rn ||
+        rfunc.get() != m_cap.v(func).real.get()) {
+        PyErr_Clear();
+        return m_cap.internal_error("a partial made unlike its arguments"), -1;
+    }
+    int v = m_cap.new_value(ValueKind::Partial, result, "partial(" + m_cap.v(p.in[0]).label + ")");
+    std::vector<int> items{func};
+    items.insert(items.end(), args.begin(), args.end());
+    m_cap.v(v).items = std::move(items);
+    return v;
 }
 
 void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
@@ -2104,17 +2229,23 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         args.insert(args.begin(), self);
         return dispatch_call(f, func, std::move(args), kwnames);
     }
-    if (c.kind == ValueKind::Input && Py_TYPE(fn) == functools_partial_type()) {
-        int func;
-        if (!unwrap_partial(callable, args, kwnames, func)) return;
+    if ((c.kind == ValueKind::Input && Py_TYPE(fn) == functools_partial_type()) ||
+        c.kind == ValueKind::Partial) {
+        PartialParts parts;
+        if (!partial_parts(callable, parts)) return;
+        int func = parts.func;
+        apply_partial(std::move(parts), args, kwnames);
         return dispatch_call(f, func, std::move(args), kwnames);
     }
-    if (c.kind == ValueKind::Input && !PyType_Check(fn) && is_plain_user_class(Py_TYPE(fn))) {
-        // obj(*args) on an instance of a user class (torchvision's LevelMapper): its class's
-        // __call__, traced with obj first; the class and the lookup are guarded.
+    if ((c.kind == ValueKind::Input && !PyType_Check(fn) && is_plain_user_class(Py_TYPE(fn))) ||
+        c.kind == ValueKind::FreshObject) {
+        // obj(*args) on an instance of a user class (torchvision's LevelMapper), passed in or
+        // made in the call: its class's __call__, traced with obj first; the class and the
+        // lookup are guarded.
         PyObject* call = _PyType_Lookup(Py_TYPE(fn), interned("__call__"));
         if (call && PyFunction_Check(call)) {
-            int func = class_attr(callable, interned("__call__"), call);
+            int func = c.kind == ValueKind::Input ? class_attr(callable, interned("__call__"), call)
+                                                  : class_member(callable, interned("__call__"), call);
             if (func < 0) return;
             args.insert(args.begin(), callable);
             return dispatch_call(f, func, std::move(args), kwnames);
@@ -2537,6 +2668,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                 return;
             }
         }
+        if (p.callee.kind == CallKind::PureBuiltin && name == "sorted" && !all_const)
+            return push_out(sorted_items(p, result));
         if (p.callee.kind == CallKind::PureBuiltin && !all_const && result && is_tensor(result)) {
             // sum(losses), max(a, b), abs(t): run at replay on the values of that call.
             push_out(record_call(p, result, dyn));
@@ -2674,6 +2807,11 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         push_out(obj);
         return;
     }
+    case CallKind::MakePartial:
+        if (!result || Py_TYPE(result) != functools_partial_type())
+            return m_cap.internal_error("functools.partial() did not make a partial");
+        push_out(make_partial(p, result));
+        return;
     case CallKind::Super: {
         if (!result || Py_TYPE(result) != &PySuper_Type)
             return m_cap.internal_error("super() did not make a super object");

@@ -204,8 +204,10 @@ private:
     py::Ref reals_of(const std::vector<int>& items, bool list);
     int new_object(int cls, PyObject* real);
     int object_attr(int obj, PyObject* name, PyObject* real, bool method);
+    int class_member(int obj, PyObject* name, PyObject* attr);
     bool set_object_attr(int obj, PyObject* name, int val);
     bool pairs_of(int dict, std::vector<int>& out);
+    int sorted_items(const Pending& p, PyObject* result);
     void dict_set(int dict, int key, int val);
     void set_fresh_item(int dict, int key, int val);  // d[key] = val, replayed once d escaped
     int fresh_dict_slot(int dict, PyObject* key);
@@ -221,7 +223,17 @@ private:
     void push(ShadowFrame& f, int v) { f.stack.push_back(v); }
     int pop(ShadowFrame& f);
 
-    bool unwrap_partial(int callable, std::vector<int>& args, PyObject*& kwnames, int& func);
+    // [Note: partials]: a partial's function, positionals and keywords (names borrowed from
+    // the partial's keywords dict or the call's kwnames)
+    struct PartialParts {
+        int func = -1;
+        std::vector<int> args;
+        std::vector<PyObject*> names;
+        std::vector<int> values;
+    };
+    bool partial_parts(int partial, PartialParts& out);
+    void apply_partial(PartialParts parts, std::vector<int>& args, PyObject*& kwnames);
+    int make_partial(const Pending& p, PyObject* result);
 
     Capture& m_cap;
     PyCodeObject* m_root_code;
