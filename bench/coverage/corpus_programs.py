@@ -2237,6 +2237,90 @@ class DebugPrintBlock(nn.Module):
         return x + h
 
 
+class GreedyCostMatcher:
+    """DETR-style matcher object, made in the criterion's forward with the current cost weights
+    and called like a function: each prediction takes the target of lowest weighted cost."""
+
+    def __init__(self, cost_class=1.0, cost_bbox=5.0):
+        self.cost_class = cost_class
+        self.cost_bbox = cost_bbox
+
+    def __call__(self, logits, boxes, target_labels, target_boxes):
+        prob = logits.softmax(-1)                               # (B, Q, C)
+        cost_class = -prob.gather(-1, target_labels.unsqueeze(1).expand(-1, prob.shape[1], -1))
+        cost_bbox = torch.cdist(boxes, target_boxes, p=1)       # (B, Q, T)
+        cost = self.cost_bbox * cost_bbox + self.cost_class * cost_class
+        return cost.argmin(-1)                                  # (B, Q)
+
+
+class SetCriterionDict(nn.Module):
+    """A detection criterion in the style of DETR's SetCriterion: the losses named in
+    `self.losses` are computed by `getattr(self, "loss_" + name)`, collected in a dict, and
+    summed with a weight dict in sorted key order (as logging code does for stable output)."""
+
+    def __init__(self, num_classes=5, losses=("labels", "boxes", "cardinality")):
+        super().__init__()
+        self.num_classes = num_classes
+        self.losses = list(losses)
+        self.weight_dict = {"loss_ce": 1.0, "loss_bbox": 5.0, "loss_card": 0.1}
+        self.register_buffer("empty_weight", torch.ones(num_classes + 1))
+        self.empty_weight[-1] = 0.1
+
+    def loss_labels(self, out, tgt, idx):
+        labels = tgt["labels"].gather(1, idx)
+        return {"loss_ce": F.cross_entropy(out["logits"].transpose(1, 2), labels,
+                                           self.empty_weight)}
+
+    def loss_boxes(self, out, tgt, idx):
+        matched = tgt["boxes"].gather(1, idx.unsqueeze(-1).expand(-1, -1, 4))
+        return {"loss_bbox": F.l1_loss(out["boxes"], matched)}
+
+    def loss_cardinality(self, out, tgt, idx):
+        card = (out["logits"].argmax(-1) != out["logits"].shape[-1] - 1).sum(1).float()
+        return {"loss_card": F.l1_loss(card, torch.full_like(card, tgt["labels"].shape[1]))}
+
+    def forward(self, out, tgt):
+        matcher = GreedyCostMatcher(cost_class=1.0, cost_bbox=self.weight_dict["loss_bbox"])
+        idx = matcher(out["logits"][..., :-1], out["boxes"], tgt["labels"], tgt["boxes"])
+        losses = {}
+        for name in self.losses:
+            losses.update(getattr(self, "loss_" + name)(out, tgt, idx))
+        total = sum(losses[k] * self.weight_dict[k] for k in sorted(losses)
+                    if k in self.weight_dict)
+        log = {k: v.detach() for k, v in sorted(losses.items())}
+        return total, log
+
+
+def set_criterion_inputs(b=2, q=6, t=3, c=5):
+    out = {"logits": torch.randn(b, q, c + 1), "boxes": torch.rand(b, q, 4)}
+    tgt = {"labels": torch.randint(0, c, (b, t)), "boxes": torch.rand(b, t, 4)}
+    return out, tgt
+
+
+class ActivationChoiceBlock(nn.Module):
+    """A block that picks its activation in forward as a functools.partial (leaky or tanh-GELU,
+    from a flag and a slope attribute), and wraps a method of its own in a partial for a
+    residual branch."""
+
+    def __init__(self, dim=16, leaky=True, slope=0.1):
+        super().__init__()
+        self.leaky, self.slope = leaky, slope
+        self.fc1 = nn.Linear(dim, 2 * dim)
+        self.fc2 = nn.Linear(2 * dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def branch(self, x, act, scale=1.0):
+        return self.fc2(act(self.fc1(self.norm(x)))) * scale
+
+    def forward(self, x):
+        act = (functools.partial(F.leaky_relu, negative_slope=self.slope) if self.leaky
+               else functools.partial(F.gelu, approximate="tanh"))
+        residual = functools.partial(self.branch, act=act)
+        for scale in (1.0, 0.5):
+            x = x + residual(x, scale=scale)
+        return act(x)
+
+
 class PropertyPartialEncoder(nn.Module):
     """Library-style module: properties for device, dtype and sizes
     (`next(self.parameters()).device`), activations and norms stored as functools.partial,
@@ -2922,6 +3006,13 @@ def programs():
                 note="momentum update; queue write at int(self.queue_ptr) (breaks on purpose)"),
         Program("prog/tcn_train", TCN, lambda: (torch.randn(2, 4, 20),), train=True,
                 note="dilated causal Conv1d with Chomp1d slicing; dropout in training"),
+        Program("prog/set_criterion_sorted_losses", SetCriterionDict, set_criterion_inputs,
+                note="a matcher object made and called in forward; getattr(self, 'loss_' + "
+                     "name); losses summed over sorted(losses); a log dict over sorted items"),
+        Program("prog/activation_partials_in_forward", ActivationChoiceBlock,
+                lambda: (torch.randn(3, 16),), quick=True,
+                note="functools.partial activations chosen in forward; a partial of a bound "
+                     "method called with keyword overrides"),
         Program("prog/gcn_normalized_adjacency", GCN, gcn_inputs, train=True,
                 note="D^-1/2 (A + I) D^-1/2 in forward; F.dropout(training=self.training)"),
     ]
