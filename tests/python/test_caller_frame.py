@@ -3,7 +3,9 @@ caller's frame] in core/src/capture/segment.cpp). A replay plan runs in place of
 frame, so such a call made from the plan would see the frame's caller: `locals()` listed the
 caller's names, `eval` could not see the function's locals, `sys._getframe()` named the wrong
 function, and logging reported the caller's line. They now run in the resume code, a frame
-with the original's name, lines, locals and closure; the graphs before them are kept."""
+with the original's name, lines, locals and closure; the graphs before them are kept, and where
+the call's statement is simple the resume code is a bridge ([Note: bridges] in
+magpy/_resume.py) after which capture goes on."""
 
 import io
 import logging
@@ -21,8 +23,8 @@ def notes(cf):
     return magpy.explain(cf).notes
 
 
-def assert_goes_on_as_plain_python(cf, name):
-    assert any("goes on as plain Python" in n and name in n for n in notes(cf)), notes(cf)
+def assert_runs_in_its_own_frame(cf, name):
+    assert any("runs in the function's own frame" in n and name in n for n in notes(cf)), notes(cf)
     e = magpy.explain(cf)
     assert len(e.graphs) >= 1, e  # the ops before the break are still a graph
 
@@ -35,7 +37,7 @@ def test_locals_lists_the_functions_own_names():
 
     cf = check(f, [torch.ones(2), torch.randn(2), torch.randn(2)])
     assert cf(torch.ones(2))[0] == ["x", "y"]
-    assert_goes_on_as_plain_python(cf, "locals")
+    assert_runs_in_its_own_frame(cf, "locals")
 
 
 def test_dir_and_vars_without_arguments():
@@ -104,7 +106,7 @@ def test_logging_reports_the_functions_name_and_line():
         lines = out.getvalue().splitlines()
         assert len(lines) == 6
         assert set(lines) == {"step:%d:shape (3,)" % expected_line}
-        assert_goes_on_as_plain_python(cf, "info")
+        assert_runs_in_its_own_frame(cf, "info")
     finally:
         log.removeHandler(handler)
 
@@ -124,3 +126,78 @@ def test_warnings_point_at_the_functions_line():
             cg(torch.randn(3))
         assert [(str(w.message), w.filename, w.lineno) for w in got] == [
             ("careful", __file__, expected_line)]
+
+
+def graph_count(cf):
+    return len(magpy.explain(cf).graphs)
+
+
+def test_capture_goes_on_after_the_statement_through_a_bridge():
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("%(funcName)s:%(lineno)d:%(message)s"))
+    log = logging.getLogger("magpy.test.bridge")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    lin = nn.Linear(4, 4)
+    try:
+        def forward(x):
+            k = 3.0  # a cell (the lambda reads it), live across the bridge
+            h = lin(x).relu()
+            log.info("h %s", tuple(h.shape))
+            later = h.sum(-1)  # assigned after the bridge (unbound there)
+            scale = lambda t: t * k  # noqa: E731
+            return scale(h) + later.unsqueeze(-1)
+
+        line = forward.__code__.co_firstlineno + 3
+        cf = check(forward, [torch.randn(2, 4) for _ in range(4)])
+        assert set(out.getvalue().splitlines()) == {"forward:%d:h (2, 4)" % line}
+        assert graph_count(cf) == 2  # before and after the logging call
+        e = magpy.explain(cf)
+        # call 1 finds the break, call 2 captures up to it, call 3 captures after the bridge;
+        # call 4 replays both graphs
+        assert e.report["captures"] == 3, e
+    finally:
+        log.removeHandler(handler)
+
+
+def test_a_bridge_inside_a_loop_carries_the_loops_iterator():
+    def f(x):
+        for i in range(3):
+            x = x * 2 + i
+            warnings.warn("step")
+            x = x.relu()
+        return x
+
+    warn_line = f.__code__.co_firstlineno + 3
+    magpy.reset()
+    cf = magpy.compile(f)
+    for _ in range(4):
+        x = torch.randn(3)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            assert torch.equal(cf(x), f(x))
+        assert [(str(w.message), w.lineno) for w in got] == [("step", warn_line)] * 6
+
+
+def test_a_call_in_a_try_block_runs_the_rest_as_plain_python():
+    def f(x):
+        y = x + 1
+        try:
+            names = locals().copy()
+        except KeyError:
+            names = {}
+        return y * len(names)
+
+    check(f, [torch.randn(2) for _ in range(3)])
+
+
+def test_eval_assigned_then_captured_after():
+    def f(x):
+        y = x * 2
+        z = eval("y + 1")
+        return (z * y).sum()
+
+    cf = check(f, [torch.randn(3) for _ in range(4)])
+    assert graph_count(cf) == 2

@@ -17,6 +17,7 @@ compat.h is the other): CPython 3.11 only for now.
 """
 
 import dis
+import functools
 import sys
 import types
 
@@ -96,17 +97,23 @@ def _write_varint(out, val, start):
 def _shift_exception_table(table, units):
     """The 3.11 exception table with every start and handler moved `units` code units later."""
     out = bytearray()
+    for start, size, target, depth_lasti in _exception_ranges(table):
+        _write_varint(out, start + units, True)
+        _write_varint(out, size, False)
+        _write_varint(out, target + units, False)
+        _write_varint(out, depth_lasti, False)
+    return bytes(out)
+
+
+def _exception_ranges(table):
+    """(start, size, target, depth_lasti) of each entry of a 3.11 exception table (code units)."""
     i = 0
     while i < len(table):
         start, i = _read_varint(table, i)
         size, i = _read_varint(table, i)
         target, i = _read_varint(table, i)
         depth_lasti, i = _read_varint(table, i)
-        _write_varint(out, start + units, True)
-        _write_varint(out, size, False)
-        _write_varint(out, target + units, False)
-        _write_varint(out, depth_lasti, False)
-    return bytes(out)
+        yield start, size, target, depth_lasti
 
 
 def _no_location_entries(units):
@@ -149,7 +156,7 @@ def _renumber_derefs(code_bytes, old_limit, delta):
     return bytes(out)
 
 
-def make_resume(code, target, stack_nulls, unbound, hide_args=False):
+def make_resume(code, target, stack_nulls, unbound, hide_args=False, launcher=None):
     """Returns (resume code, shift in code units) continuing `code` at `target`.
 
     stack_nulls: one bool per value-stack entry at `target`, bottom first (True: the entry is
@@ -157,6 +164,8 @@ def make_resume(code, target, stack_nulls, unbound, hide_args=False):
     co_cellvars (fast-local indices) that hold no value at `target`. hide_args: the prologue
     unbinds the extra arguments that carried the stack and the cells once it has used them,
     so the frame's locals are the original's (`locals()`, `dir()` and `vars()` run in it).
+    launcher: with hide_args, make a bridge when the statement at `target` allows it (see
+    make_bridge); the whole rest of the function otherwise.
     """
     _check_version()
     if code.co_flags & _NOT_PLAIN:
@@ -180,7 +189,7 @@ def make_resume(code, target, stack_nulls, unbound, hide_args=False):
     # Old fast-local index of each pure cell (for `unbound`).
     old_pure_index = {c: nvar + k for k, c in enumerate(pure_cells)}
 
-    def prologue(jump_arg):
+    def prologue(jump_arg=None):
         out = bytearray()
         if code.co_freevars:
             _emit(out, _OP["COPY_FREE_VARS"], len(code.co_freevars))
@@ -205,17 +214,26 @@ def make_resume(code, target, stack_nulls, unbound, hide_args=False):
         if hide_args:
             for k in range(extra):
                 _emit(out, _OP["DELETE_FAST"], nvar + k)
-        _emit(out, _OP["JUMP_FORWARD"], jump_arg)
+        if jump_arg is not None:
+            _emit(out, _OP["JUMP_FORWARD"], jump_arg)
         return bytes(out)
 
-    # The jump is the prologue's last instruction, so its distance to `target` (moved by the
-    # prologue's length) is `target` itself.
-    pro = prologue(target)
-    units = len(pro) // 2
     body = code.co_code
     if extra and (cellvars or code.co_freevars):
         body = _renumber_derefs(body, nvar, extra)
     flags = code.co_flags & ~(_VARARGS | _VARKEYWORDS)
+    if hide_args and launcher is not None:
+        try:
+            return _bridge(code, target, stack_nulls, prologue(), body, launcher,
+                           co_argcount=len(new_varnames), co_posonlyargcount=0,
+                           co_kwonlyargcount=0, co_nlocals=len(new_varnames),
+                           co_varnames=new_varnames, co_flags=flags)
+        except ResumeUnsupported:
+            pass  # the whole rest of the function runs as plain Python
+    # The jump is the prologue's last instruction, so its distance to `target` (moved by the
+    # prologue's length) is `target` itself.
+    pro = prologue(target)
+    units = len(pro) // 2
     new = code.replace(
         co_code=pro + body,
         co_argcount=len(new_varnames),
@@ -227,6 +245,110 @@ def make_resume(code, target, stack_nulls, unbound, hide_args=False):
         co_stacksize=max(code.co_stacksize, len(stack_nulls) + 1),
         co_linetable=_no_location_entries(units) + code.co_linetable,
         co_exceptiontable=_shift_exception_table(code.co_exceptiontable, units),
+    )
+    return new, units
+
+
+# [Note: bridges] A call that reads its caller's frame (locals(), logging, warnings.warn; see
+# capture/segment.cpp) must run in a real frame that looks like the user's. Its resume code is
+# a bridge when its statement is simple: the prologue, a copy of the statement's instructions
+# (with their lines, so logging reports the user's line), then a call of the launcher with the
+# values left on the stack, whose result the bridge returns. The launcher
+# (`launcher(origin, end, stack)`, from the engine) reads the bridge frame's locals and cells
+# and goes on at `end` in an ordinary resume function, so the rest of the function is captured
+# again. A statement is simple when it is straight-line code (no jumps, returns or raises),
+# outside any exception handler's range, and ends with the stack as it was below the call.
+
+_CALLS = {_OP["CALL"], _OP["CALL_FUNCTION_EX"]}
+_NOT_IN_BRIDGE = set(dis.hasjrel) | set(dis.hasjabs) | {
+    _OP[n] for n in ("RETURN_VALUE", "RAISE_VARARGS", "RERAISE", "YIELD_VALUE", "SEND",
+                     "GET_AWAITABLE", "BEFORE_WITH", "PUSH_EXC_INFO", "POP_EXCEPT",
+                     "CHECK_EXC_MATCH", "LOAD_ASSERTION_ERROR", "SETUP_ANNOTATIONS")}
+
+
+def _statement_end(code, target, depth):
+    """The offset (code units) just after the simple statement whose call is at or after
+    `target`, and the stack depth there; ResumeUnsupported if it is not simple."""
+    base = None
+    for ins in dis.get_instructions(code):
+        off = ins.offset // 2
+        if off < target:
+            continue
+        if base is not None and depth == base:
+            return off, depth
+        if ins.opcode in _NOT_IN_BRIDGE:
+            raise ResumeUnsupported(f"{ins.opname} in the statement of the call")
+        depth += dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None,
+                                  jump=False)
+        if off == target and ins.opcode == _OP["CALL"]:
+            depth -= ins.arg  # dis counts the arguments off at PRECALL, which ran already
+        if base is None and ins.opcode in _CALLS:
+            base = depth - 1  # below the call's result
+        if base is not None and depth < base:
+            raise ResumeUnsupported("the statement takes values from below its call")
+    raise ResumeUnsupported("no statement after the call")
+
+
+def _svarint(val):
+    """A signed varint of the 3.11 line table (6-bit chunks, least significant first)."""
+    val = ((-val) << 1) | 1 if val < 0 else val << 1
+    out = bytearray()
+    while val >= 64:
+        out.append(64 | (val & 63))
+        val >>= 6
+    out.append(val)
+    return bytes(out)
+
+
+def _line_entries(code, start, end, first_line):
+    """Line-table entries (3.11 format, code 13: line only) for the code units [start, end) of
+    `code`, starting from line `first_line`; returns (entries, the line they end on)."""
+    out = bytearray()
+    line = first_line
+    for s, e, ln in code.co_lines():
+        s, e = max(s // 2, start), min(e // 2, end)
+        if s >= e:
+            continue
+        units = e - s
+        if ln is None:
+            out += _no_location_entries(units)
+            continue
+        while units > 0:
+            n = min(units, 8)
+            out.append(0x80 | (13 << 3) | (n - 1))
+            out += _svarint(ln - line)
+            line = ln
+            units -= n
+    return bytes(out), line
+
+
+def _bridge(code, target, stack_nulls, pro, body, launcher, **layout):
+    end, depth = _statement_end(code, target, len(stack_nulls))
+    for start, size, _, _ in _exception_ranges(code.co_exceptiontable):
+        if start < end and target < start + size:
+            raise ResumeUnsupported("the statement is inside a try or with block")
+    if any(stack_nulls[:depth]):
+        raise ResumeUnsupported("a NULL below the statement")
+    consts = code.co_consts + (functools.partial(launcher, code, end),)
+    tail = bytearray()
+    _emit(tail, _OP["BUILD_TUPLE"], depth)
+    _emit(tail, _OP["PUSH_NULL"])
+    _emit(tail, _OP["SWAP"], 2)
+    _emit(tail, _OP["LOAD_CONST"], len(consts) - 1)
+    _emit(tail, _OP["SWAP"], 2)
+    _emit(tail, _OP["PRECALL"], 1)
+    _emit(tail, _OP["CALL"], 1)
+    _emit(tail, _OP["RETURN_VALUE"])
+    copy = body[2 * target:2 * end]
+    units = len(pro) // 2
+    lines, _ = _line_entries(code, target, end, code.co_firstlineno)
+    new = code.replace(
+        co_code=pro + copy + bytes(tail),
+        co_consts=consts,
+        co_stacksize=max(code.co_stacksize, len(stack_nulls) + 1) + 3,
+        co_linetable=_no_location_entries(units) + lines + _no_location_entries(len(tail) // 2),
+        co_exceptiontable=b"",
+        **layout,
     )
     return new, units
 

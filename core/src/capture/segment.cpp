@@ -386,16 +386,20 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     // caller's names, zero-argument `super()` would find no `__class__`, and logging would
     // report the caller's file and line. Such a call is not a plan step: the segment ends
     // before it, and the frame goes on from it as plain Python in its resume code, whose
-    // name, lines, locals and closure are the original's. The rest of that call is not
-    // captured (its graphs before the break are kept).
+    // name, lines, locals and closure are the original's. When the call's statement is
+    // simple, that code is a bridge ([Note: bridges] in magpy/_resume.py): it runs the
+    // statement and hands the frame's state to an ordinary resume function, so the rest of
+    // the call is captured again; otherwise the rest of the call runs as plain Python.
     PyObject* callee = static_cast<PyObject*>(const_cast<void*>(callee_at(f, at)));
     size_t nargs = at.opcode == CALL_FUNCTION_EX ? SIZE_MAX : static_cast<size_t>(at.oparg);
     if (callee && reads_caller_frame(callee, nargs)) {
         cont->eager = true;
         cont->next = at.offset;
-        m_note = "after the break at line " + std::to_string(cont->line) +
-                 ", the call goes on as plain Python: `" + callable_name(callee) +
-                 "` reads the frame that calls it";
+        m_note = "at the break at line " + std::to_string(cont->line) + ", `" +
+                 callable_name(callee) +
+                 "` runs in the function's own frame (it reads the frame that calls it); "
+                 "capture goes on after its statement when that is straight-line code outside "
+                 "try and with blocks, else the rest of the call runs as plain Python";
     } else if (!break_step(f, at, stack, *cont) || m_cap.failed()) {
         return refuse("the instruction cannot run on its own");
     }

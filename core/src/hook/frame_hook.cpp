@@ -174,7 +174,9 @@ PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, Py
     py::Ref state = py::Ref::steal(live);
     py::Ref fn;
     std::vector<py::Ref> args;
-    if (!prepare_resume(c, state.get(), py::frame_function(frame), fn, args)) return nullptr;
+    if (!prepare_resume(c, state.get(), py::frame_function(frame), c.eager ? bridge_launcher() : nullptr,
+                        fn, args))
+        return nullptr;
     state = py::Ref();
     std::vector<PyObject*> argv;
     argv.reserve(args.size());
@@ -401,6 +403,68 @@ PyObject* compiled_call_impl(PyObject*, PyObject* const* args, Py_ssize_t nargs,
     return call_armed(*st, callable, args + 1, nargs - 1, kwnames);
 }
 
+// [Note: bridges] in magpy/_resume.py: launcher(origin, end, stack), called by a bridge once
+// the statement of a call that reads its caller's frame has run in it. The bridge frame's
+// locals and cells, and `stack`, are the live state at `end` of `origin`; the frame goes on
+// there in an ordinary resume function, compiled under the options of the call under way.
+PyObject* bridge_continue(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyCode_Check(args[0]) || !PyLong_Check(args[1]) ||
+        !PyTuple_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "magpy: a bridge called its launcher wrongly");
+        return nullptr;
+    }
+    auto* origin = reinterpret_cast<PyCodeObject*>(args[0]);
+    int end = static_cast<int>(PyLong_AsLong(args[1]));
+    PyObject* stack = args[2];
+    PyFrameObject* fo = PyEval_GetFrame();
+    if (!fo) {
+        PyErr_SetString(PyExc_RuntimeError, "magpy: a bridge launcher without its frame");
+        return nullptr;
+    }
+    py::IFrame* f = py::frame_of(fo);
+    PyCodeObject* bridge = py::frame_code(f);
+    // [locals | stack | contents of the cells that are not arguments], as a segment's live
+    // state; a local or cell without a value is None and listed in `unbound`.
+    std::vector<PyObject*> live;
+    std::vector<int> unbound;
+    const int nvar = origin->co_nlocals;
+    auto content = [&](int bridge_index, int origin_index) {
+        PyObject* v = py::frame_local(f, bridge_index);
+        if (v && (py::code_local_kind(bridge, bridge_index) & py::kLocalKindCell))
+            v = PyCell_GET(v);
+        if (!v) {
+            unbound.push_back(origin_index);
+            v = Py_None;
+        }
+        live.push_back(v);
+    };
+    for (int i = 0; i < nvar; ++i) content(i, i);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stack); ++i) live.push_back(PyTuple_GET_ITEM(stack, i));
+    for (int i = nvar, k = 0; i < py::code_nlocalsplus(origin); ++i) {
+        if (py::code_local_kind(origin, i) != py::kLocalKindCell) continue;  // frees
+        content(bridge->co_nlocals + k++, i);
+    }
+    std::vector<bool> nulls(static_cast<size_t>(PyTuple_GET_SIZE(stack)), false);
+    PyCodeObject* code = resume_code(origin, end, nulls, unbound, false, nullptr);
+    if (!code) return nullptr;
+    PyObject* function = py::frame_function(f);
+    py::Ref fn = py::Ref::steal(PyFunction_NewWithQualName(
+        reinterpret_cast<PyObject*>(code), PyFunction_GET_GLOBALS(function), code->co_qualname));
+    if (!fn) return nullptr;
+    PyObject* closure = PyFunction_GET_CLOSURE(function);
+    if (closure && PyFunction_SetClosure(fn.get(), closure) < 0) return nullptr;
+    CompiledState* st = t_active ? t_active->st : nullptr;
+    if (!st) return PyObject_Vectorcall(fn.get(), live.data(), live.size(), nullptr);
+    ActiveScope scope(*st, code, nullptr, nullptr);
+    return PyObject_Vectorcall(fn.get(), live.data(), live.size(), nullptr);
+}
+
+PyMethodDef g_bridge_def = {
+    "bridge_continue", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(bridge_continue)),
+    METH_FASTCALL,
+    "bridge_continue(origin, end, stack): goes on at `end` of `origin` from the calling "
+    "frame's state, compiled (magpy's bridges after a call that reads its caller's frame)."};
+
 PyMethodDef g_compiled_call_def = {
     "compiled_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(compiled_call_impl)),
     METH_FASTCALL | METH_KEYWORDS,
@@ -413,6 +477,14 @@ bool compiles_on_its_own(PyObject* callable) {
     CaptureTarget t = capture_target(callable);
     PyErr_Clear();
     return t.code && !in_stdlib(t.code);
+}
+
+PyObject* bridge_launcher() {
+    static PyObject* fn = [] {
+        py::Ref module = py::Ref::steal(PyUnicode_FromString("magpy"));
+        return PyCFunction_NewEx(&g_bridge_def, nullptr, module.get());
+    }();
+    return fn;
 }
 
 PyObject* compiled_call() {

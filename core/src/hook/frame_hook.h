@@ -19,6 +19,10 @@ PyObject* call_with_hook(CompiledState& st, PyObject* const* args, size_t nargsf
 // compiled on their own] in frame_hook.cpp. `compiles_on_its_own`: whether it would (Python
 // code outside the standard library).
 PyObject* compiled_call();
+
+// The launcher a bridge calls to go on compiled after a call that reads its caller's frame
+// ([Note: bridges] in magpy/_resume.py). Borrowed, never freed.
+PyObject* bridge_launcher();
 bool compiles_on_its_own(PyObject* callable);
 
 // A callable told what the engine is doing, for live views: hook(event, info) with event

@@ -16,12 +16,10 @@ std::string resume_key(int target, const std::vector<bool>& nulls, const std::ve
     return k;
 }
 
-// The resume code continuing `origin` at `target` with this state layout, made once per
-// layout and kept by the origin's cache (so its own cache of entries is shared by every
-// segment that ends there). `eager`: the code hides its arguments (Continuation::eager).
-// Borrowed; NULL with a Python error set.
+}  // namespace
+
 PyCodeObject* resume_code(PyCodeObject* origin, int target, const std::vector<bool>& nulls,
-                          const std::vector<int>& unbound, bool eager) {
+                          const std::vector<int>& unbound, bool eager, PyObject* launcher) {
     CodeCache* cc = code_cache(origin, true);
     if (!cc) {
         PyErr_SetString(PyExc_RuntimeError, "magpy: no cache for the resumed code");
@@ -38,9 +36,10 @@ PyCodeObject* resume_code(PyCodeObject* origin, int target, const std::vector<bo
     py::Ref py_unbound = py::Ref::steal(PyList_New(static_cast<Py_ssize_t>(unbound.size())));
     for (size_t i = 0; i < unbound.size(); ++i)
         PyList_SET_ITEM(py_unbound.get(), static_cast<Py_ssize_t>(i), PyLong_FromLong(unbound[i]));
-    py::Ref r = py::Ref::steal(PyObject_CallMethod(mod.get(), "make_resume", "OiOOO", origin,
+    py::Ref r = py::Ref::steal(PyObject_CallMethod(mod.get(), "make_resume", "OiOOOO", origin,
                                                    target, py_nulls.get(), py_unbound.get(),
-                                                   eager ? Py_True : Py_False));
+                                                   eager ? Py_True : Py_False,
+                                                   eager && launcher ? launcher : Py_None));
     if (!r) return nullptr;
     PyObject* code = PyTuple_GET_ITEM(r.get(), 0);
     long shift = PyLong_AsLong(PyTuple_GET_ITEM(r.get(), 1));
@@ -56,10 +55,8 @@ PyCodeObject* resume_code(PyCodeObject* origin, int target, const std::vector<bo
     return reinterpret_cast<PyCodeObject*>(code);
 }
 
-}  // namespace
-
 bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_function,
-                    py::Ref& resume_fn, std::vector<py::Ref>& args) {
+                    PyObject* launcher, py::Ref& resume_fn, std::vector<py::Ref>& args) {
     if (!c.origin) {
         PyErr_SetString(PyExc_RuntimeError, "magpy: the resumed function's code is gone");
         return false;
@@ -111,7 +108,8 @@ bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_funct
             nulls.push_back(false);
             computed.insert(computed.begin() + top_index + 1, false);
         }
-        code = resume_code(c.origin, jumped ? c.jump : c.next, nulls, c.unbound, c.eager);
+        code = resume_code(c.origin, jumped ? c.jump : c.next, nulls, c.unbound, c.eager,
+                           launcher);
         if (!code) return false;
         if (CodeCache* rc = code_cache(code, false)) {
             std::vector<bool>& dyn = rc->dynamic_args;

@@ -51,7 +51,17 @@ struct Continuation {
 // the stack's top, as the instruction would). `frame_function` gives globals and closure.
 // Returns false with a Python error set (a raising bool() or next(), or no resume code).
 // PRECONDITION: GIL held.
+// `launcher`: for an eager continuation, the engine's bridge launcher ([Note: bridges] in
+// magpy/_resume.py); null: none.
 bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_function,
-                    py::Ref& resume_fn, std::vector<py::Ref>& args);
+                    PyObject* launcher, py::Ref& resume_fn, std::vector<py::Ref>& args);
+
+// The resume code continuing `origin` at `target` with this state layout (see magpy/_resume.py),
+// made once per layout and kept by the origin's cache (so its own cache of entries is shared by
+// every segment that ends there). `eager`: the code hides its arguments (Continuation::eager),
+// and is a bridge through `launcher` where the statement allows. Borrowed; NULL with a Python
+// error set. PRECONDITION: GIL held.
+PyCodeObject* resume_code(PyCodeObject* origin, int target, const std::vector<bool>& nulls,
+                          const std::vector<int>& unbound, bool eager, PyObject* launcher);
 
 }  // namespace magpy
