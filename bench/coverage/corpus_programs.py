@@ -23,6 +23,7 @@ import copy
 import functools
 import logging
 import math
+import warnings
 from collections import namedtuple
 from dataclasses import dataclass
 
@@ -2321,6 +2322,35 @@ class ActivationChoiceBlock(nn.Module):
         return act(x)
 
 
+class DeprecatedArgEncoder(nn.Module):
+    """Library code that keeps an old keyword alive: passing `head_mask` warns on every call
+    (warnings.warn reads its caller's frame), then the mask is applied; the logger reports
+    the sequence length at INFO, which is enabled."""
+
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.log = logging.getLogger("corpus.deprecated_arg_encoder")
+        self.log.setLevel(logging.INFO)
+        self.log.propagate = False
+        if not self.log.handlers:
+            self.log.addHandler(logging.NullHandler())
+
+    def forward(self, x, head_mask=None):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1) / math.sqrt(d // self.heads)).softmax(-1)
+        if head_mask is not None:
+            warnings.warn("head_mask is deprecated; use attention_mask", FutureWarning)
+            att = att * head_mask.view(1, -1, 1, 1)
+        self.log.info("encoded a sequence of length %d", t)
+        return x + self.out((att @ v).transpose(1, 2).reshape(b, t, d))
+
+
 class PropertyPartialEncoder(nn.Module):
     """Library-style module: properties for device, dtype and sizes
     (`next(self.parameters()).device`), activations and norms stored as functools.partial,
@@ -3013,6 +3043,10 @@ def programs():
                 lambda: (torch.randn(3, 16),), quick=True,
                 note="functools.partial activations chosen in forward; a partial of a bound "
                      "method called with keyword overrides"),
+        Program("prog/deprecated_kwarg_warning", DeprecatedArgEncoder,
+                lambda: Args(torch.randn(2, 5, 16), head_mask=torch.tensor([1.0, 0.5])),
+                note="warnings.warn on every call and an enabled logger.info in forward (they "
+                     "read the caller's frame: bridges, capture goes on after each)"),
         Program("prog/gcn_normalized_adjacency", GCN, gcn_inputs, train=True,
                 note="D^-1/2 (A + I) D^-1/2 in forward; F.dropout(training=self.training)"),
     ]
