@@ -201,3 +201,16 @@ def test_eval_assigned_then_captured_after():
 
     cf = check(f, [torch.randn(3) for _ in range(4)])
     assert graph_count(cf) == 2
+
+
+def test_a_bridge_runs_the_whole_statement_around_the_call():
+    def f(x):
+        y = x + 1
+        names = sorted(locals())  # the result goes into another call, then a store
+        out = torch.cat([
+            x,
+            eval("y + 1")])  # a statement over three lines
+        return names, (out * 2).relu()
+
+    cf = check(f, [torch.randn(3) for _ in range(5)])
+    assert graph_count(cf) == 3  # before locals(), between, after eval

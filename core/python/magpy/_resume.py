@@ -256,8 +256,8 @@ def make_resume(code, target, stack_nulls, unbound, hide_args=False, launcher=No
 # values left on the stack, whose result the bridge returns. The launcher
 # (`launcher(origin, end, stack)`, from the engine) reads the bridge frame's locals and cells
 # and goes on at `end` in an ordinary resume function, so the rest of the function is captured
-# again. A statement is simple when it is straight-line code (no jumps, returns or raises),
-# outside any exception handler's range, and ends with the stack as it was below the call.
+# again. A statement is simple when it is straight-line code (no jumps, returns or raises)
+# outside any exception handler's range, ending on a line start with no NULL left on the stack.
 
 _CALLS = {_OP["CALL"], _OP["CALL_FUNCTION_EX"]}
 _NOT_IN_BRIDGE = set(dis.hasjrel) | set(dis.hasjabs) | {
@@ -266,26 +266,39 @@ _NOT_IN_BRIDGE = set(dis.hasjrel) | set(dis.hasjabs) | {
                      "CHECK_EXC_MATCH", "LOAD_ASSERTION_ERROR", "SETUP_ANNOTATIONS")}
 
 
+def _pushes_null(ins):
+    return (ins.opcode in (_OP["PUSH_NULL"], _OP["LOAD_METHOD"]) or
+            (ins.opcode == _OP["LOAD_GLOBAL"] and ins.arg & 1))
+
+
 def _statement_end(code, target, depth):
-    """The offset (code units) just after the simple statement whose call is at or after
-    `target`, and the stack depth there; ResumeUnsupported if it is not simple."""
+    """The offset (code units) of the first line start after the call at or after `target`
+    once the call's result is consumed (the rest of its statement done), and the stack depth
+    there; ResumeUnsupported if the statement is not simple. Values left on the stack there
+    are ones that were below the call's statement, unless the statement consumed them (then
+    they count as the NULLs they may have been: see _bridge)."""
     base = None
+    done = False  # the call's result has been consumed
     for ins in dis.get_instructions(code):
         off = ins.offset // 2
         if off < target:
             continue
-        if base is not None and depth == base:
+        if done and ins.starts_line is not None:
             return off, depth
         if ins.opcode in _NOT_IN_BRIDGE:
             raise ResumeUnsupported(f"{ins.opname} in the statement of the call")
+        if done and _pushes_null(ins):
+            raise ResumeUnsupported("a call starts after the statement on its line")
         depth += dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None,
                                   jump=False)
         if off == target and ins.opcode == _OP["CALL"]:
             depth -= ins.arg  # dis counts the arguments off at PRECALL, which ran already
         if base is None and ins.opcode in _CALLS:
             base = depth - 1  # below the call's result
-        if base is not None and depth < base:
-            raise ResumeUnsupported("the statement takes values from below its call")
+        if base is not None and depth <= base:
+            done = True
+        if depth < 0:
+            raise ResumeUnsupported("the stack runs out")
     raise ResumeUnsupported("no statement after the call")
 
 
