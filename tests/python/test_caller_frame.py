@@ -7,6 +7,7 @@ with the original's name, lines, locals and closure; the graphs before them are 
 the call's statement is simple the resume code is a bridge ([Note: bridges] in
 magpy/_resume.py) after which capture goes on."""
 
+import contextlib
 import io
 import logging
 import sys
@@ -83,15 +84,24 @@ def test_zero_argument_super_at_a_break_calls_the_base():
     check(Child(), [torch.randn(2, 4) for _ in range(3)])
 
 
-def test_logging_reports_the_functions_name_and_line():
+@contextlib.contextmanager
+def recording_logger(name):
+    """A logger at INFO whose records are written as `funcName:lineno:message` to a StringIO."""
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(logging.Formatter("%(funcName)s:%(lineno)d:%(message)s"))
-    log = logging.getLogger("magpy.test.caller_frame")
+    log = logging.getLogger(name)
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
     try:
+        yield log, out
+    finally:
+        log.removeHandler(handler)
+
+
+def test_logging_reports_the_functions_name_and_line():
+    with recording_logger("magpy.test.caller_frame") as (log, out):
         def step(x):
             y = x.relu()
             log.info("shape %s", tuple(y.shape))
@@ -107,8 +117,6 @@ def test_logging_reports_the_functions_name_and_line():
         assert len(lines) == 6
         assert set(lines) == {"step:%d:shape (3,)" % expected_line}
         assert_runs_in_its_own_frame(cf, "info")
-    finally:
-        log.removeHandler(handler)
 
 
 def test_warnings_point_at_the_functions_line():
@@ -133,15 +141,8 @@ def graph_count(cf):
 
 
 def test_capture_goes_on_after_the_statement_through_a_bridge():
-    out = io.StringIO()
-    handler = logging.StreamHandler(out)
-    handler.setFormatter(logging.Formatter("%(funcName)s:%(lineno)d:%(message)s"))
-    log = logging.getLogger("magpy.test.bridge")
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
     lin = nn.Linear(4, 4)
-    try:
+    with recording_logger("magpy.test.bridge") as (log, out):
         def forward(x):
             k = 3.0  # a cell (the lambda reads it), live across the bridge
             h = lin(x).relu()
@@ -158,8 +159,6 @@ def test_capture_goes_on_after_the_statement_through_a_bridge():
         # call 1 finds the break, call 2 captures up to it, call 3 captures after the bridge;
         # call 4 replays both graphs
         assert e.report["captures"] == 3, e
-    finally:
-        log.removeHandler(handler)
 
 
 def test_a_bridge_inside_a_loop_carries_the_loops_iterator():

@@ -174,8 +174,8 @@ PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, Py
     py::Ref state = py::Ref::steal(live);
     py::Ref fn;
     std::vector<py::Ref> args;
-    if (!prepare_resume(c, state.get(), py::frame_function(frame), c.eager ? bridge_launcher() : nullptr,
-                        fn, args))
+    PyObject* launcher = c.eager ? bridge_launcher() : nullptr;
+    if (!prepare_resume(c, state.get(), py::frame_function(frame), launcher, fn, args))
         return nullptr;
     state = py::Ref();
     std::vector<PyObject*> argv;
@@ -447,12 +447,8 @@ PyObject* bridge_continue(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     std::vector<bool> nulls(static_cast<size_t>(PyTuple_GET_SIZE(stack)), false);
     PyCodeObject* code = resume_code(origin, end, nulls, unbound, false, nullptr);
     if (!code) return nullptr;
-    PyObject* function = py::frame_function(f);
-    py::Ref fn = py::Ref::steal(PyFunction_NewWithQualName(
-        reinterpret_cast<PyObject*>(code), PyFunction_GET_GLOBALS(function), code->co_qualname));
+    py::Ref fn = resume_function(code, py::frame_function(f));
     if (!fn) return nullptr;
-    PyObject* closure = PyFunction_GET_CLOSURE(function);
-    if (closure && PyFunction_SetClosure(fn.get(), closure) < 0) return nullptr;
     CompiledState* st = t_active ? t_active->st : nullptr;
     if (!st) return PyObject_Vectorcall(fn.get(), live.data(), live.size(), nullptr);
     ActiveScope scope(*st, code, nullptr, nullptr);

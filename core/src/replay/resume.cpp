@@ -118,14 +118,18 @@ bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_funct
                 if (computed[i]) dyn[i] = true;
         }
     }
-    PyObject* fn = PyFunction_NewWithQualName(reinterpret_cast<PyObject*>(code),
-                                              PyFunction_GET_GLOBALS(frame_function),
-                                              code->co_qualname);
-    if (!fn) return false;
-    resume_fn = py::Ref::steal(fn);
+    resume_fn = resume_function(code, frame_function);
+    return static_cast<bool>(resume_fn);
+}
+
+py::Ref resume_function(PyCodeObject* code, PyObject* frame_function) {
+    py::Ref fn = py::Ref::steal(PyFunction_NewWithQualName(
+        reinterpret_cast<PyObject*>(code), PyFunction_GET_GLOBALS(frame_function),
+        code->co_qualname));
+    if (!fn) return fn;
     PyObject* closure = PyFunction_GET_CLOSURE(frame_function);
-    if (closure && PyFunction_SetClosure(fn, closure) < 0) return false;
-    return true;
+    if (closure && PyFunction_SetClosure(fn.get(), closure) < 0) return py::Ref();
+    return fn;
 }
 
 }  // namespace magpy

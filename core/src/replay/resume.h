@@ -56,6 +56,10 @@ struct Continuation {
 bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_function,
                     PyObject* launcher, py::Ref& resume_fn, std::vector<py::Ref>& args);
 
+// A function running `code` with the globals and closure of `frame_function` (the function
+// whose frame it continues). Null with a Python error set. PRECONDITION: GIL held.
+py::Ref resume_function(PyCodeObject* code, PyObject* frame_function);
+
 // The resume code continuing `origin` at `target` with this state layout (see magpy/_resume.py),
 // made once per layout and kept by the origin's cache (so its own cache of entries is shared by
 // every segment that ends there). `eager`: the code hides its arguments (Continuation::eager),
