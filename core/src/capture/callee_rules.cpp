@@ -186,7 +186,7 @@ int op_inplace_target(const CalleeInfo& c, PyObject* callable, PyObject* kwnames
 bool is_metadata_attribute(const char* n) {
     static const std::unordered_set<std::string> kAttrs = {
         "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_sparse",
-        "is_quantized", "layout", "is_leaf", "is_meta", "is_mkldnn", "is_complex"};
+        "is_quantized", "layout", "is_leaf", "is_meta", "is_mkldnn", "is_complex", "is_nested"};
     // is_leaf of an input is not part of the tensor check: the monitor guards it separately.
     return kAttrs.count(n) != 0;
 }
@@ -288,7 +288,9 @@ CalleeInfo classify_callee(PyObject* f) {
         if (api.module_member_fn(f)) {
             info.kind = CallKind::ModuleMembers;
         } else if (starts_with(m, "torch.nn.modules")) {
-            info.kind = CallKind::InlineFunction;  // e.g. super().forward(x)
+            // e.g. super().forward(x); a generator expression in a torch module's forward
+            bool gen = info.code->co_flags & CO_GENERATOR;
+            info.kind = gen ? CallKind::Generator : CallKind::InlineFunction;
         } else if (is_torch_module_name(m) && starts_with(m, "torch.") &&
                    (starts_with(m, "torch.jit") || starts_with(m, "torch._jit")) &&
                    is_eager_fact(info.op)) {
@@ -325,7 +327,8 @@ CalleeInfo classify_callee(PyObject* f) {
         if (m.empty() && self && PyType_Check(self))
             m = module_of(self);  // torch._C._VariableFunctions methods
         if (is_torch_module_name(m)) {
-            info.kind = info.op == "_get_tracing_state" ? CallKind::EagerFact : CallKind::TorchOp;
+            bool fact = info.op == "_get_tracing_state" || starts_with(info.op, "_has_torch_function");
+            info.kind = fact ? CallKind::EagerFact : CallKind::TorchOp;
             return info;
         }
         if (m == "builtins") {

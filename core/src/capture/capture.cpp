@@ -71,11 +71,27 @@ static bool is_constant_like(PyObject* o, int depth = 0) {
     return false;
 }
 
+// enum.EnumMeta: the class of every Enum class; its members are singletons.
+static PyTypeObject* enum_meta_type() {
+    static PyObject* meta = [] {
+        py::Ref mod = py::Ref::steal(PyImport_ImportModule("enum"));
+        PyObject* m = mod ? PyObject_GetAttrString(mod.get(), "EnumMeta") : nullptr;
+        if (!m || !PyType_Check(m)) PyErr_Clear();
+        return m;  // kept for the process
+    }();
+    return meta && PyType_Check(meta) ? reinterpret_cast<PyTypeObject*>(meta) : nullptr;
+}
+
+// Objects a guard checks by identity: classes, functions, modules, and singletons (enum
+// members, bare `object()` sentinels), whose identity is what programs test with `is`.
 static bool is_identity_object(PyObject* o) {
     if (PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) || PyModule_Check(o) ||
         PyCode_Check(o) || Py_TYPE(o) == &PyMethodDescr_Type ||
-        Py_TYPE(o) == &PyWrapperDescr_Type || Py_TYPE(o) == &PyClassMethodDescr_Type)
+        Py_TYPE(o) == &PyWrapperDescr_Type || Py_TYPE(o) == &PyClassMethodDescr_Type ||
+        Py_TYPE(o) == &PyBaseObject_Type)
         return true;
+    PyTypeObject* meta = enum_meta_type();
+    if (meta && PyObject_TypeCheck(reinterpret_cast<PyObject*>(Py_TYPE(o)), meta)) return true;
     const TorchApi& api = torch_api();
     return PyObject_TypeCheck(o, api.module_type);
 }
@@ -91,7 +107,11 @@ void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
         m_guards->add_check(node, std::move(t));
         Check m;
         m.kind = CheckKind::TensorMatch;
-        tensor_meta_of(real, m.tensor, false);
+        if (tensor_is_nested(real) || !tensor_meta_of(real, m.tensor, false)) {
+            fail(breaks::kDynamicShape, "`" + val.label + "` is a nested tensor, whose sizes a "
+                 "guard cannot check", "pass a padded tensor (nested.to_padded_tensor(0.0))");
+            return;
+        }
         m.tensor.key.dynamic = dynamic_dims_for(node, real);
         if (m.tensor.key.dynamic) m_dynamic_nodes.push_back(node);
         m_guards->add_check(node, std::move(m));

@@ -951,11 +951,11 @@ Monitor::MapRecord* Monitor::map_of(int value) {
     return &m_maps[static_cast<size_t>(v.iter_source)];
 }
 
-bool Monitor::lazy_items(int value, std::vector<int>& out) {
+bool Monitor::lazy_items(int value, std::vector<int>& out, bool partial_ok) {
     GenRecord* g = generator_of(value);
     MapRecord* m = map_of(value);
     if (!g && !m) return false;
-    if (g ? !g->done : m->results.size() < m->steps.size()) {
+    if (!partial_ok && (g ? !g->done : m->results.size() < m->steps.size())) {
         m_cap.fail(breaks::kUnsupportedOpcode,
                    std::string(g ? "a generator" : "a map") + " is used without being run to its "
                    "end (" + m_cap.v(value).label + ")",
@@ -1868,7 +1868,8 @@ void Monitor::complete(ShadowFrame& f) {
                      (b.kind == ValueKind::Const || b.identity);
         bool vs_none = (a.kind == ValueKind::Const && a.real.get() == Py_None) ||
                        (b.kind == ValueKind::Const && b.real.get() == Py_None);
-        if (!known && !vs_none)
+        // one value is one object at replay too
+        if (!known && !vs_none && p.in[0] != p.in[1])
             return m_cap.fail(breaks::kUnsupportedOpcode, "an `is` test between two objects",
                               "compare values instead of identities");
         out(m_cap.const_value(tos));
@@ -2369,10 +2370,13 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         // sum(g), tuple(g), torch.cat(list(g)): a generator the call ran to its end is the list
         // of what it yielded ([Note: generators]), and a map the list of its results. (zip and
         // enumerate take them as they are: their steps resume them one at a time.)
+        // all() and any() stop at the first item that decides: what it yielded so far is what
+        // they saw.
+        bool stops_early = p.callee.kind == CallKind::PureBuiltin && (name == "all" || name == "any");
         for (int& a : p.in) {
             if (!generator_of(a) && !map_of(a)) continue;
             std::vector<int> items;
-            if (!lazy_items(a, items)) return;
+            if (!lazy_items(a, items, stops_early)) return;
             a = m_cap.fresh(ValueKind::FreshList, items, reals_of(items, true).get());
         }
     }
@@ -2650,8 +2654,18 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                                      items, result));
                 return;
             }
-            // list(x.split(n)), tuple(t): the items a loop over it would take, read at replay.
             PyObject* sr = s.real.get();
+            if (s.kind == ValueKind::Input && !s.tensor && sr &&
+                (PyList_CheckExact(sr) || PyTuple_CheckExact(sr))) {
+                if (name == "tuple" && PyTuple_CheckExact(sr))
+                    return push_out(p.in[0]);  // tuple(a_tuple) is that tuple
+                std::vector<int> items;  // list(xs) of a list or tuple passed in: its items
+                if (!items_of(p.in[0], items)) return;
+                push_out(m_cap.fresh(name == "list" ? ValueKind::FreshList : ValueKind::FreshTuple,
+                                     items, result));
+                return;
+            }
+            // list(x.split(n)), tuple(t): the items a loop over it would take, read at replay.
             if ((s.tensor || (s.kind == ValueKind::OpResult && sr &&
                               (PyTuple_CheckExact(sr) || PyList_CheckExact(sr)))) &&
                 !s.dyn_shape && result && (PyList_CheckExact(result) || PyTuple_CheckExact(result))) {
@@ -2702,6 +2716,32 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             return push_out(m_cap.const_value(result));
         if (op == "_get_tracing_state" && result == Py_None)
             return push_out(m_cap.const_value(result));
+        if (op.rfind("_has_torch_function", 0) == 0) {
+            // torch.overrides.has_torch_function(args): False for plain tensors and parameters
+            // (their types are guarded), which is all a capture follows.
+            if (result != Py_False)
+                return m_cap.fail(breaks::kUnsupportedCallee,
+                                  "`" + name + "` finds a tensor subclass with __torch_function__",
+                                  "pass plain tensors");
+            std::vector<int> args;
+            for (int a : p.in) {
+                const Value& v = m_cap.v(a);
+                if (v.kind == ValueKind::FreshTuple || v.kind == ValueKind::FreshList)
+                    args.insert(args.end(), v.items.begin(), v.items.end());
+                else args.push_back(a);
+            }
+            for (int a : args) {
+                const Value& v = m_cap.v(a);
+                PyTypeObject* t = v.real ? Py_TYPE(v.real.get()) : nullptr;
+                bool plain = v.tensor ? (t == torch_api().tensor_type || t == torch_api().parameter_type)
+                                      : (v.kind == ValueKind::Const);
+                if (!plain)
+                    return m_cap.fail(breaks::kUnsupportedCallee,
+                                      "`" + name + "` of " + v.label + ", which is not a plain tensor",
+                                      "pass plain tensors");
+            }
+            return push_out(m_cap.const_value(result));
+        }
         return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` while scripting or tracing",
                           "compile the eager model, not a scripted or traced one");
     }
@@ -3903,11 +3943,7 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
 
 // Both operands are Python numbers (constants or floats read from tensor data): arithmetic on
 // them is replayed.
-static size_t tensor_rank(PyObject* t) {
-    TensorKey k;
-    tensor_key_of(t, k, false);
-    return k.sizes.size();
-}
+static size_t tensor_rank(PyObject* t) { return static_cast<size_t>(tensor_dim(t)); }
 
 // [Note: dynamic shapes] x.shape of a tensor with symbolic dims: a tuple of its sizes, the
 // symbolic ones read at replay.

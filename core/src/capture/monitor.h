@@ -109,8 +109,9 @@ private:
     // `call` null: the call pending in the caller (the frame below).
     void enter_callee(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co, Pending* call,
                       int func_value, int gen = -1, int map = -1);
-    // The items a generator yielded or a map made, once the consumer ran it to its end.
-    bool lazy_items(int value, std::vector<int>& out);
+    // The items a generator yielded or a map made, once the consumer ran it to its end (or
+    // as far as it went, with `partial_ok`).
+    bool lazy_items(int value, std::vector<int>& out, bool partial_ok = false);
 
     static int trace(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg);
     void on_call(PyFrameObject* frame);

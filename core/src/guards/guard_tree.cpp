@@ -317,6 +317,7 @@ static bool read_int_tuple(PyObject* t, std::vector<int64_t>& out) {
 
 bool tensor_meta_of(PyObject* t, TensorMeta& m, bool with_strides) {
     if (!is_tensor(t)) return false;
+    if (tensor_is_nested(t)) return false;  // no sizes
     m.dtype = py::Ref::steal(PyObject_GetAttrString(t, "dtype"));
     m.device = py::Ref::steal(PyObject_GetAttrString(t, "device"));
     py::Ref shape = py::Ref::steal(PyObject_GetAttrString(t, "shape"));
@@ -621,7 +622,7 @@ GuardTree::Changes GuardTree::changes(py::IFrame* frame) const {
         }
         values[i] = v;
         for (const Check& c : a.checks) {
-            if (c.kind == CheckKind::TensorMatch && is_tensor(v)) {
+            if (c.kind == CheckKind::TensorMatch && is_tensor(v) && !tensor_is_nested(v)) {
                 TensorKey got;
                 tensor_key_of(v, got, false);
                 if (got.sizes.size() != c.tensor.sizes.size()) continue;

@@ -23,8 +23,12 @@ void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides) {
     }
 }
 
+bool tensor_is_nested(PyObject* t) { return THPVariable_Unpack(t).is_nested(); }
+int64_t tensor_dim(PyObject* t) { return THPVariable_Unpack(t).dim(); }
+
 bool tensor_key_matches(PyObject* t, const TensorKey& key) {
     const at::Tensor& x = THPVariable_Unpack(t);
+    if (x.is_nested()) return false;
     if (static_cast<int8_t>(x.scalar_type()) != key.dtype) return false;
     c10::Device d = x.device();
     if (static_cast<int8_t>(d.type()) != key.device_type || d.index() != key.device_index)

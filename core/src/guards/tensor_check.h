@@ -22,7 +22,11 @@ struct TensorKey {
     int64_t storage_offset = 0;
 };
 
-// PRECONDITION: `t` is a torch.Tensor (type already checked). Fills `key`.
+// PRECONDITION (all three): `t` is a torch.Tensor (type already checked).
+// A nested tensor has no sizes(): no key is made from one, and none matches it.
+bool tensor_is_nested(PyObject* t);
+int64_t tensor_dim(PyObject* t);
+// Fills `key`; `t` is not nested.
 void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides);
 bool tensor_key_matches(PyObject* t, const TensorKey& key);
 // torch.is_grad_enabled() for this thread, read in C++.

@@ -1,0 +1,140 @@
+"""Idioms that real model code (torch.nn's own modules, Hugging Face-style configs) uses and a
+capture must follow without breaking: enum flags, sentinels, list() of an argument, all()/any()
+that stop early, generator expressions inside torch.nn modules, has_torch_function checks.
+Nested tensors passed in are refused cleanly (the call runs eagerly, nothing crashes)."""
+
+import enum
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import magpy
+from conftest import assert_stats, break_ids, check
+
+torch.manual_seed(0)
+
+
+class Mode(enum.Enum):
+    SUM = 1
+    MEAN = 2
+
+
+class Pool(nn.Module):
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+
+    def forward(self, x):
+        if self.mode is Mode.SUM:
+            return x.sum(0)
+        if self.mode == Mode.MEAN:
+            return x.mean(0)
+        return x
+
+
+def test_enum_flag_is_and_eq_specialise_and_recompile_on_change():
+    m = Pool(Mode.MEAN)
+
+    def mutate(i):
+        if i == 2:
+            m.mode = Mode.SUM
+
+    cf = check(m, [torch.randn(3, 4) for _ in range(4)], mutate=mutate)
+    assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
+
+
+_MISSING = object()
+
+
+def with_sentinel(x, scale=_MISSING):
+    if scale is _MISSING:
+        return x * 2
+    return x * scale
+
+
+def test_object_sentinel_default_is_tested_by_identity():
+    cf = check(with_sentinel, [torch.randn(3), torch.randn(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1)
+
+
+def stack_list(xs):
+    ys = list(xs)
+    ys.append(xs[0] * 2)
+    t = tuple(xs)
+    return torch.stack(ys), t is xs if isinstance(xs, tuple) else len(t)
+
+
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_list_and_tuple_of_a_sequence_passed_in(kind):
+    cf = check(stack_list, [(kind([torch.randn(2), torch.randn(2)]),) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def all_cpu(x, y):
+    ts = (x, y)
+    if not all(t.is_cuda for t in ts):  # stops at the first tensor
+        x = x + 1
+    if any(t.dim() == 1 for t in ts):  # stops at the first tensor
+        y = y * 2
+    return x + y
+
+
+def test_all_and_any_stopping_early_over_a_generator():
+    cf = check(all_cpu, [(torch.randn(3), torch.randn(3)) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_transformer_encoder_layer_is_one_graph(grad):
+    # its forward tests has_torch_function(...) and all(... for x in tensor_args), a generator
+    # expression defined in torch.nn.modules
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
+    torch.set_grad_enabled(grad)
+    cf = check(layer, [torch.randn(2, 5, 8) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+class Tagged(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def fast_path(x, w):
+    if torch.overrides.has_torch_function((x, w)):
+        return x - w
+    return x + w
+
+
+def test_has_torch_function_is_false_for_plain_tensors_and_breaks_for_subclasses():
+    cf = check(fast_path, [(torch.randn(3), torch.randn(3)) for _ in range(2)])
+    assert_stats(cf, graphs=1, breaks=0, hits=1)
+    magpy.reset()
+    cf = magpy.compile(fast_path)
+    x, w = torch.randn(3).as_subclass(Tagged), torch.randn(3)
+    assert torch.equal(cf(x, w), fast_path(x, w))  # x - w: the subclass takes the slow path
+    e = magpy.explain(cf)
+    assert [b.reason_id for b in e.breaks] == ["MB003"]
+    assert "__torch_function__" in e.breaks[0].reason
+
+
+def double(x):
+    return x * 2
+
+
+def test_a_nested_tensor_passed_in_runs_eagerly_with_a_reason():
+    cf = magpy.compile(double)
+    dense = torch.randn(3)
+    assert torch.equal(cf(dense), dense * 2)  # an entry whose guards a nested tensor meets
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nested tensors are a prototype in torch 1.13
+        nt = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)])
+        for _ in range(2):
+            out = cf(nt)
+            want = double(nt)
+            assert all(torch.equal(a, b) for a, b in zip(out.unbind(), want.unbind()))
+    assert "MB010" in break_ids(cf)
+    e = magpy.explain(cf)
+    assert any("nested tensor" in b.reason for b in e.breaks)
