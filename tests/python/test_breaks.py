@@ -74,11 +74,6 @@ def generator_expression(x):
     return next(x * i for i in range(1, 3))  # not run to its end
 
 
-def import_inside(x):
-    import math
-    return x * math.pi
-
-
 def unknown_callee(x):
     return x + time.perf_counter() * 0
 
@@ -118,7 +113,6 @@ CASES = {
     "raise": (raises_and_catches, "MB003"),
     "user_with": (user_with_block, "MB004"),
     "generator": (generator_expression, "MB004"),
-    "import": (import_inside, "MB004"),
     "unknown_callee": (unknown_callee, "MB003"),
     "nonzero_rows": (nonzero_rows, "MB010"),
     "tensor_attribute": (tensor_attribute, "MB007"),

@@ -204,3 +204,37 @@ def test_sorted_tensors_break_with_the_tensor_reason():
 
     cf = check(f, [torch.randn(3) for _ in range(3)])
     assert break_ids(cf) == ["MB002"]
+
+
+def itertools_mix(xs, ws):
+    import itertools
+    out = [xs[a] * ws[b] for a, b in itertools.product(range(2), range(len(ws)))]
+    pairs = [x * y for x, y in itertools.combinations(xs, 2)]
+    perms = [x - y for x, y in itertools.permutations(xs, 2)]
+    singles = [t for t in itertools.product(ws)]  # 1-tuples
+    chained = list(itertools.chain(xs, ws, [out[0]]))
+    return out, pairs, perms, singles, chained
+
+
+def test_itertools_product_combinations_permutations_chain():
+    calls = [([torch.randn(2) for _ in range(3)], [torch.randn(2), torch.randn(2)])
+             for _ in range(3)]
+    cf = check(itertools_mix, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    # a different number of items is another trip count: recompiled, not replayed wrong
+    check(itertools_mix, [([torch.randn(2) for _ in range(4)], [torch.randn(2)])], compiled=cf)
+    assert_stats(cf, graphs=2, hits=2, misses=2)
+
+
+def reduce_mix(xs, shape):
+    import functools
+    import operator
+    n = functools.reduce(operator.mul, shape, 1)
+    total = functools.reduce(operator.add, xs)
+    prod = functools.reduce(torch.mul, xs, torch.ones(2))
+    return total.repeat(n) + operator.mul(prod, 2).sum()
+
+
+def test_functools_reduce_over_numbers_and_tensors():
+    cf = check(reduce_mix, [([torch.randn(2) for _ in range(3)], (2, 3)) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

@@ -138,3 +138,27 @@ def test_a_nested_tensor_passed_in_runs_eagerly_with_a_reason():
     assert "MB010" in break_ids(cf)
     e = magpy.explain(cf)
     assert any("nested tensor" in b.reason for b in e.breaks)
+
+
+def imports_inside(x):
+    import colorsys  # possibly its first import: the module runs, the capture goes on
+    import torch.nn.functional
+    from helper_mod import FACTOR
+    import os.path as osp
+    hue = colorsys.rgb_to_hsv(0.2, 0.4, 0.4)[0]
+    return torch.nn.functional.relu(x) * hue * FACTOR + len(osp.sep)
+
+
+def test_imports_inside_the_function_are_followed_and_guarded():
+    import helper_mod
+
+    def mutate(i):
+        if i == 2:
+            helper_mod.set_factor(3.0)
+
+    try:
+        cf = check(imports_inside, [torch.randn(3) for _ in range(4)], mutate=mutate)
+    finally:
+        helper_mod.set_factor(2.0)
+    # the value imported with `from helper_mod import FACTOR` is guarded: changing it recompiles
+    assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)

@@ -342,7 +342,9 @@ CalleeInfo classify_callee(PyObject* f) {
             else if (kPureBuiltins.count(n)) info.kind = CallKind::PureBuiltin;
             return info;
         }
-        if (m == "math" || m == "operator") info.kind = CallKind::PureBuiltin;
+        if (m == "math" || m == "operator" || m == "_operator" ||
+            (m == "_functools" && info.name == "reduce"))
+            info.kind = CallKind::PureBuiltin;  // reduce(operator.mul, shape, 1)
         return info;
     }
     if (Py_TYPE(f) == &PyMethodDescr_Type) {
@@ -367,7 +369,10 @@ CalleeInfo classify_callee(PyObject* f) {
     if (PyType_Check(f)) {
         auto* t = reinterpret_cast<PyTypeObject*>(f);
         info.name = t->tp_name;
-        if (t == &PyZip_Type || t == &PyEnum_Type || t == &PyReversed_Type || t == &PyMap_Type) {
+        const std::string tn = t->tp_name;
+        if (t == &PyZip_Type || t == &PyEnum_Type || t == &PyReversed_Type || t == &PyMap_Type ||
+            tn == "itertools.product" || tn == "itertools.chain" ||
+            tn == "itertools.combinations" || tn == "itertools.permutations") {
             info.kind = CallKind::Iteration;
             info.op = info.name;
             return info;

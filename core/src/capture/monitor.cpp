@@ -187,7 +187,7 @@ bool Monitor::iterator_items(int it, std::vector<int>& out) {
             std::vector<int> row;
             for (size_t c = 0; c < width; ++c)
                 row.push_back(cols.empty() ? flat[r * width + c] : cols[c][r]);
-            if (width == 1) {
+            if (width == 1 && !v.iter_rows) {
                 items.push_back(row[0]);
                 continue;
             }
@@ -1158,6 +1158,27 @@ void Monitor::bind_root(ShadowFrame& f) {
     }
 }
 
+// Default `d` (positional) or `name` (keyword-only) of a function made in the call: the value
+// its MAKE_FUNCTION took (`real` is the object the function holds).
+int Monitor::made_default(int func_value, bool positional, int d, PyObject* name, PyObject* real) {
+    std::vector<int> parts = m_cap.v(func_value).items;
+    int src = parts.size() == 2 ? parts[positional ? 0 : 1] : -1;
+    const Value* s = src >= 0 ? &m_cap.v(src) : nullptr;
+    if (s && s->kind == ValueKind::Const && s->real.get() != Py_None) return m_cap.const_value(real);
+    if (s && positional && s->kind == ValueKind::FreshTuple && d >= 0 &&
+        static_cast<size_t>(d) < s->items.size())
+        return s->items[static_cast<size_t>(d)];
+    if (s && !positional && s->kind == ValueKind::FreshDict) {
+        for (size_t j = 0; j + 1 < s->items.size(); j += 2) {
+            PyObject* key = m_cap.v(s->items[j]).real.get();
+            if (key && PyObject_RichCompareBool(key, name, Py_EQ) == 1) return s->items[j + 1];
+            PyErr_Clear();
+        }
+    }
+    m_cap.internal_error("a default of a function made in the call");
+    return -1;
+}
+
 bool Monitor::bind_callee(ShadowFrame& f, Pending& call, int func_value) {
     PyCodeObject* co = f.code;
     int n = py::code_nlocalsplus(co);
@@ -1192,14 +1213,24 @@ bool Monitor::bind_callee(ShadowFrame& f, Pending& call, int func_value) {
             extra_kw.push_back(kwvals[k]);
         }
     }
-    // Defaults come from the function object: guarded through its access path.
+    // Defaults come from the function object: guarded through its access path, or for a
+    // function made in the call, the values it was made with.
     PyObject* func = py::frame_function(f.frame);
     PyObject* defaults = PyFunction_GET_DEFAULTS(func);
     PyObject* kwdefaults = PyFunction_GET_KW_DEFAULTS(func);
+    bool made_here = func_value >= 0 && m_cap.v(func_value).kind == ValueKind::Function;
     for (int i = 0; i < argc + kwonly; ++i) {
         if (bound[static_cast<size_t>(i)] >= 0) continue;
         PyObject* real = py::frame_local_value(f.frame, co, i);
         if (!real) return m_cap.internal_error("unbound argument"), false;
+        if (made_here) {
+            bool positional = i < argc && defaults;
+            int d = positional ? i - (argc - static_cast<int>(PyTuple_GET_SIZE(defaults))) : -1;
+            int id = made_default(func_value, positional, d, py::code_localsplus_name(co, i), real);
+            if (id < 0) return false;
+            bound[static_cast<size_t>(i)] = id;
+            continue;
+        }
         if (i < argc && defaults) {
             int ndef = static_cast<int>(PyTuple_GET_SIZE(defaults));
             int d = i - (argc - ndef);
@@ -1700,14 +1731,15 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     }
     case MAKE_FUNCTION: {
         // An inner function, lambda or comprehension: traced into when called. Its closure
-        // cells are the ones this capture follows; defaults would need their own values.
-        if (ins.oparg & ~0x08)
-            return m_cap.fail(breaks::kUnsupportedOpcode,
-                              "an inner function with default arguments or annotations is made",
-                              "define it at module level, or without defaults");
-        defer((ins.oparg & 0x08) ? 2 : 1, 1);
+        // cells are the ones this capture follows; its defaults are values of this capture
+        // (`lambda t, k=k: ...`), kept with it for binding its calls.
+        int parts = 1;
+        for (int bit = 1; bit <= 0x08; bit <<= 1) parts += (ins.oparg & bit) ? 1 : 0;
+        defer(parts, 1);
         return;
     }
+    case IMPORT_NAME: defer(2, 1); return;  // level, fromlist -> the module
+    case IMPORT_FROM: defer(1, 2); return;  // the module stays; its attribute is pushed
     case LOAD_ATTR:
     case LOAD_METHOD:
         defer(1, ins.opcode == LOAD_ATTR ? 1 : 2);
@@ -1788,6 +1820,23 @@ void Monitor::complete(ShadowFrame& f) {
         out(next_item(it, tos));
         return;
     }
+    case IMPORT_NAME: {
+        // `import x.y` / `from x import y` inside the function: the module the import found
+        // (it ran for real, so it is in sys.modules); attributes read from it are guarded.
+        if (!tos || !PyModule_Check(tos))
+            return m_cap.fail(breaks::kUnsupportedOpcode, "an import gives something other than a "
+                              "module", "import at module level");
+        const char* mod = PyModule_GetName(tos);
+        if (!mod) PyErr_Clear();
+        int id = m_cap.constant_root(tos, "sys.modules['" + std::string(mod ? mod : "?") + "']");
+        m_cap.v(id).identity = true;
+        out(id);
+        return;
+    }
+    case IMPORT_FROM:
+        out(p.in[0]);
+        out(load_attr(p.in[0], py::code_name(f.code, p.oparg), tos));
+        return;
     case LOAD_ATTR:
         out(load_attr(p.in[0], py::code_name(f.code, p.oparg), tos));
         return;
@@ -1939,10 +1988,18 @@ void Monitor::complete(ShadowFrame& f) {
     case GET_ITER:
         out(make_iter(p.in[0], tos));
         return;
-    case MAKE_FUNCTION:
-        out(m_cap.new_value(ValueKind::Function, tos,
-                            "function " + py::str_of(reinterpret_cast<PyFunctionObject*>(tos)->func_qualname)));
+    case MAKE_FUNCTION: {
+        // the inputs: [defaults] [keyword defaults] [annotations] [closure] code
+        int fn = m_cap.new_value(ValueKind::Function, tos,
+                                 "function " + py::str_of(reinterpret_cast<PyFunctionObject*>(tos)->func_qualname));
+        int none = m_cap.const_value(Py_None);
+        size_t k = 0;
+        int defaults = (p.oparg & 0x01) ? p.in[k++] : none;
+        int kwdefaults = (p.oparg & 0x02) ? p.in[k++] : none;
+        m_cap.v(fn).items = {defaults, kwdefaults};
+        out(fn);
         return;
+    }
     case BUILD_TUPLE: case BUILD_LIST:
         out(m_cap.fresh(p.opcode == BUILD_TUPLE ? ValueKind::FreshTuple : ValueKind::FreshList,
                         p.in, tos));
@@ -3250,6 +3307,7 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
         const Value& view = m_cap.v(src);
         iv.iter_kind = view.iter_kind;
         iv.iter_width = view.iter_width;
+        iv.iter_rows = view.iter_rows;
         iv.items = view.items;
         return it;
     }
@@ -3381,7 +3439,7 @@ int Monitor::next_item(int it, PyObject* real) {
             m_cap.internal_error("iteration past the known items");
             return -1;
         }
-        if (w == 1) {
+        if (w == 1 && !iter.iter_rows) {
             if (m_cap.v(iter.items[at]).real.get() != real) {
                 m_cap.internal_error("iteration yielded another item than the one expected");
                 return -1;
@@ -3483,6 +3541,69 @@ bool Monitor::dict_view(int dict, DictView view, std::vector<int>& out) {
 }
 
 // zip(...), enumerate(x[, start]), reversed(x), d.items() / keys() / values() / get(k[, v]).
+// itertools.chain, product, combinations and permutations of known sequences: the items they
+// yield, worked out here by running the same itertools type over the items' positions.
+int Monitor::itertools_call(const std::string& name, const std::vector<int>& args,
+                            PyObject* result) {
+    std::string label = name.substr(10) + "(...)";
+    std::vector<int> out;
+    int width = -1;
+    bool chain = name == "itertools.chain";
+    size_t nseq = name == "itertools.product" || chain ? args.size() : std::min<size_t>(1, args.size());
+    std::vector<std::vector<int>> seqs(nseq);
+    for (size_t i = 0; i < nseq; ++i)
+        if (!items_of(args[i], seqs[i])) return -1;
+    if (chain) {
+        for (const std::vector<int>& sq : seqs) out.insert(out.end(), sq.begin(), sq.end());
+    } else {
+        for (size_t i = nseq; i < args.size(); ++i)
+            if (!require_const({args[i]}, "`" + name + "`")) return -1;
+        py::Ref call_args = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+        for (size_t i = 0; i < args.size(); ++i) {
+            PyObject* a = i < nseq ? PyLong_FromSize_t(seqs[i].size()) : m_cap.v(args[i]).real.get();
+            if (i < nseq) {  // range(len(items)): positions
+                PyObject* r = PyObject_CallFunctionObjArgs(reinterpret_cast<PyObject*>(&PyRange_Type), a, nullptr);
+                Py_DECREF(a);
+                a = r;
+            } else {
+                Py_XINCREF(a);
+            }
+            if (!a) {
+                PyErr_Clear();
+                m_cap.internal_error("positions for " + name);
+                return -1;
+            }
+            PyTuple_SET_ITEM(call_args.get(), static_cast<Py_ssize_t>(i), a);
+        }
+        py::Ref rows = py::Ref::steal(PyObject_Call(reinterpret_cast<PyObject*>(Py_TYPE(result)),
+                                                    call_args.get(), nullptr));
+        py::Ref list = rows ? py::Ref::steal(PySequence_List(rows.get())) : py::Ref();
+        if (!list) {
+            PyErr_Clear();
+            m_cap.internal_error("the positions " + name + " yields");
+            return -1;
+        }
+        for (Py_ssize_t r = 0; r < PyList_GET_SIZE(list.get()); ++r) {
+            PyObject* pos = PyList_GET_ITEM(list.get(), r);
+            if (width < 0) width = static_cast<int>(PyTuple_GET_SIZE(pos));
+            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(pos); ++k) {
+                size_t seq = name == "itertools.product" ? static_cast<size_t>(k) : 0;
+                out.push_back(seqs[seq][PyLong_AsSize_t(PyTuple_GET_ITEM(pos, k))]);
+            }
+        }
+        if (width == 0)
+            return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` yielding empty tuples",
+                              "iterate over the items themselves"), -1;
+    }
+    // a flat list of the items, `width` per step (a tuple each for all but chain)
+    int it = m_cap.new_value(ValueKind::Iterator, result, label);
+    m_cap.v(it).iter_kind = IterKind::Flat;
+    m_cap.v(it).iter_width = std::max(1, width);
+    m_cap.v(it).iter_rows = !chain;
+    m_cap.v(it).items = std::move(out);
+    return it;
+}
+
 int Monitor::iter_call(const std::string& name, const std::vector<int>& args, PyObject* result) {
     auto fail = [&](const std::string& what) {
         m_cap.fail(breaks::kUnsupportedCallee, what, "iterate over lists, tuples, dicts or ranges");
@@ -3517,6 +3638,7 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         m_cap.v(it).items = std::move(items);
         return it;
     }
+    if (name.rfind("itertools.", 0) == 0) return itertools_call(name, args, result);
     // dict methods: args[0] is the dict
     if (args.empty()) return fail("dict method without a dict");
     int d = args[0];

@@ -133,6 +133,7 @@ private:
 
     void bind_root(ShadowFrame& f);
     bool bind_callee(ShadowFrame& f, Pending& call, int func_value);
+    int made_default(int func_value, bool positional, int d, PyObject* name, PyObject* real);
     void complete(ShadowFrame& f);
     void dispatch(ShadowFrame& f, const py::Instruction& ins);
     void dispatch_call(ShadowFrame& f, int callable, std::vector<int> args, PyObject* kwnames);
@@ -194,6 +195,7 @@ private:
     int next_item(int iter, PyObject* real);
     void iter_done(int iter);
     bool dict_view(int dict, DictView view, std::vector<int>& out);
+    int itertools_call(const std::string& name, const std::vector<int>& args, PyObject* result);
     int iter_call(const std::string& name, const std::vector<int>& args, PyObject* result);
     int class_attr(int obj, PyObject* name, PyObject* real);
     void dispatch_super(ShadowFrame& f, Pending& p);  // [Note: super]

@@ -175,7 +175,7 @@ int Monitor::iterator_state(int it, int depth) {
         size_t w = static_cast<size_t>(std::max(1, iv.iter_width));
         std::vector<int> items = iv.items;
         for (size_t at = static_cast<size_t>(pos) * w; at + w <= items.size(); at += w) {
-            if (w == 1) {
+            if (w == 1 && !iv.iter_rows) {
                 rest.push_back(items[at]);
             } else {
                 std::vector<int> part(items.begin() + static_cast<long>(at),
