@@ -153,7 +153,7 @@ def test_module_attribute_change_retraces():
     assert "2 traces" in report(cf)["graphs"][0]["backend_summary"]
 
 
-def test_forward_hook_on_a_leaf_module_runs_eagerly_with_a_note():
+def test_forward_hook_on_a_leaf_module_is_noticed_and_traced():
     m = MLP().eval()
     cf = ts(m)
     x = torch.randn(2, 6)
@@ -162,8 +162,10 @@ def test_forward_hook_on_a_leaf_module_runs_eagerly_with_a_note():
         if i == 2:
             m.a.register_forward_hook(lambda mod, inp, out: seen.append(out.shape))
         assert torch.equal(cf(x), m(x))
-    assert len(seen) == 2 * 3  # the hook ran in both worlds on calls 2, 3, 4
-    assert any("forward_hooks" in n for n in magpy.explain(cf).notes)
+    assert seen == [torch.Size([2, 16])] * (2 * 3)  # both worlds on calls 2, 3, 4
+    e = magpy.explain(cf)
+    assert any("expected no hooks" in r for r in e.recompile_reasons)
+    assert e.graph_count == 2 and e.break_count == 0
 
 
 def test_new_shapes_get_their_own_trace_up_to_a_limit():

@@ -231,9 +231,10 @@ def test_forward_hook_on_submodule_added_later():
         for h in handle:
             h.remove()
     e = magpy.explain(cf)
-    # the hook is a break (the rest of the loop then resumes in Python: MB004)
-    assert break_ids(cf)[0] == "MB003"
-    assert "len(L['self'].blocks" in e.recompile_reasons[0]
+    # the guards notice the hook, and the recompiled call traces it ([Note: module hooks])
+    assert break_ids(cf) == []
+    assert "blocks._modules[0]`: expected no hooks" in e.recompile_reasons[0]
+    assert_stats(cf, graphs=2, hits=2, misses=2)
     assert seen == [1] * 4  # calls 2 and 3, once in each world
     assert len(seen) == 4  # eager and compiled, calls 2 and 3
 
@@ -453,3 +454,77 @@ def test_forward_decorated_with_no_grad_is_captured_through_the_wrapper():
     assert magpy.explain(cf).report["eager_calls"] == 0
     out = cf(torch.randn(2, 4))
     assert not out.requires_grad and torch.is_grad_enabled()
+
+
+# [Note: module hooks] A module with hooks is called through its traced __call__; one without
+# is guarded to have none, so registering one later recompiles.
+
+class FeatureNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3))
+        self.feats = {}
+
+    def hook_all(self):
+        def make(name):
+            def fn(module, inputs, output):
+                self.feats[name] = output
+            return fn
+        return [m.register_forward_hook(make(name)) for name, m in self.body.named_children()]
+
+    def forward(self, x):
+        y = self.body(x)
+        return y.mean((2, 3)), [self.feats[k] for k in sorted(self.feats)]
+
+
+def test_forward_hooks_storing_features_are_traced():
+    m = FeatureNet()
+    m.hook_all()
+    calls = [torch.randn(1, 3, 8, 8) for _ in range(4)]
+    cf = check(m, calls, snapshot=lambda: dict(m.feats), restore=lambda s: m.feats.update(s) or
+               [m.feats.pop(k) for k in list(m.feats) if k not in s])
+    # the first call meets an empty dict, the rest one with three keys: two graphs
+    assert_stats(cf, graphs=2, breaks=0, hits=2)
+
+
+def test_registering_and_removing_a_hook_on_a_leaf_module_recompiles():
+    m = FeatureNet()
+    cf = magpy.compile(m)
+    x = torch.randn(1, 3, 8, 8)
+    assert torch.equal(cf(x)[0], m(x)[0])
+    handles = m.hook_all()  # hooks on the leaf convs: noticed by the guards
+    m.feats.clear()
+    got = cf(x)
+    m.feats.clear()
+    want = m(x)
+    assert torch.equal(got[0], want[0]) and len(got[1]) == 3
+    assert all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+    for h in handles:
+        h.remove()
+    m.feats.clear()
+    assert torch.equal(cf(x)[0], m(x)[0]) and cf(x)[1] == []
+    assert_stats(cf, graphs=2, breaks=0, misses=2)  # without hooks: the first entry again
+
+
+def test_pre_hook_and_hook_that_replace_inputs_and_outputs():
+    lin = nn.Linear(3, 3)
+    lin.register_forward_pre_hook(lambda mod, inputs: (inputs[0] * 2,))
+    lin.register_forward_hook(lambda mod, inputs, out: out + inputs[0].sum())
+    m = nn.Sequential(lin, nn.Tanh())
+    cf = check(m, [torch.randn(2, 3) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_weight_norm_pre_hook_recomputes_the_weight_each_call():
+    m = nn.Sequential(nn.utils.weight_norm(nn.Conv1d(2, 3, 3, padding=1)), nn.LeakyReLU(0.1))
+    conv = m[0]
+
+    def mutate(i):
+        if i == 2:
+            with torch.no_grad():
+                conv.weight_g.mul_(0.5)  # a training step: the next weight must follow
+
+    cf = check(m, [torch.randn(1, 2, 5) for _ in range(4)], mutate=mutate,
+               snapshot=lambda: conv.weight.detach().clone(),
+               restore=lambda w: setattr(conv, "weight", w))
+    assert_stats(cf, graphs=1, breaks=0, hits=3)

@@ -287,7 +287,9 @@ CalleeInfo classify_callee(PyObject* f) {
         info.op = py::str_of(fn->func_name);
         if (api.module_member_fn(f)) {
             info.kind = CallKind::ModuleMembers;
-        } else if (starts_with(m, "torch.nn.modules")) {
+        } else if (starts_with(m, "torch.nn.modules") || m == "torch.nn.utils.weight_norm" ||
+                   m == "torch.nn.utils.spectral_norm") {
+            // module code, and the module hooks weight_norm and spectral_norm register
             // e.g. super().forward(x); a generator expression in a torch module's forward
             bool gen = info.code->co_flags & CO_GENERATOR;
             info.kind = gen ? CallKind::Generator : CallKind::InlineFunction;
@@ -336,7 +338,7 @@ CalleeInfo classify_callee(PyObject* f) {
             if (n == "len") info.kind = CallKind::Len;
             else if (n == "isinstance" || n == "issubclass") info.kind = CallKind::IsInstance;
             else if (n == "print") info.kind = CallKind::Print;
-            else if (n == "hasattr" || n == "getattr") info.kind = CallKind::AttrQuery;
+            else if (n == "hasattr" || n == "getattr" || n == "setattr") info.kind = CallKind::AttrQuery;
             else if (n == "next" || n == "iter") info.kind = CallKind::Next;
             else if (n == "input" || n == "open" || n == "breakpoint") info.kind = CallKind::IO;
             else if (kPureBuiltins.count(n)) info.kind = CallKind::PureBuiltin;

@@ -220,7 +220,8 @@ int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
         internal_error("path step from a value with no access path");
         return -1;
     }
-    if (p.mutated && !(p.keyed_writes && kind == AccessKind::DictItem)) {  // [Note: dict writes]
+    if (p.mutated && !(p.keyed_writes && (kind == AccessKind::DictItem ||
+                                          kind == AccessKind::DictKeys))) {  // [Note: dict writes]
         fail(breaks::kMutatedThenRead,
              "`" + p.label + "` is read after this function changed it",
              "read it before changing it, or keep the value in a local variable");
@@ -247,6 +248,13 @@ int Capture::fresh(ValueKind kind, std::vector<int> items, PyObject* real) {
 }
 
 // [SECTION] guards by type ---------------------------------------------------------------------
+
+void Capture::guard_no_hooks(int id) {
+    if (v(id).node < 0) return;
+    Check c;
+    c.kind = CheckKind::NoHooks;
+    m_guards->add_check(v(id).node, std::move(c));
+}
 
 void Capture::guard_len(int id, Py_ssize_t n) {
     Value& val = v(id);

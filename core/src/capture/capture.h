@@ -168,6 +168,7 @@ public:
     int fresh(ValueKind kind, std::vector<int> items, PyObject* real);
 
     // --- guards -------------------------------------------------------------------------
+    void guard_no_hooks(int id);  // an nn.Module passed in has no hooks of its own
     void guard_len(int value, Py_ssize_t n);
     void guard_equals(int value);
     void guard_identity(int value);  // `is` the object it is now (parameters(): tied weights)

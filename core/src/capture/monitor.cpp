@@ -426,6 +426,43 @@ bool Monitor::pairs_of(int dict, std::vector<int>& out) {
         }
         return true;
     }
+    if (d.kind == ValueKind::Input && PyDict_Check(d.real.get()) && d.keyed_writes) {
+        // [Note: dict writes] Written only by d["name"] = v: the keys it had at entry (guarded,
+        // in order) with their values or the ones written, then the keys the call added.
+        py::Ref now = py::Ref::borrow(d.real.get());
+        const std::vector<int> added = m_added_keys[dict];
+        auto is_added = [&](PyObject* key) {
+            for (int a : added)
+                if (m_cap.v(a).real.get() == key ||
+                    PyObject_RichCompareBool(m_cap.v(a).real.get(), key, Py_EQ) == 1)
+                    return true;
+            PyErr_Clear();
+            return false;
+        };
+        py::Ref entry_keys = py::Ref::steal(PyList_New(0));
+        Py_ssize_t pos = 0;
+        PyObject *key, *val;
+        while (PyDict_Next(now.get(), &pos, &key, &val))
+            if (!is_added(key)) PyList_Append(entry_keys.get(), key);
+        m_cap.guard_len(dict, PyList_GET_SIZE(entry_keys.get()));
+        py::Ref keys_tuple = py::Ref::steal(PyList_AsTuple(entry_keys.get()));
+        if (m_cap.input_child(dict, AccessKind::DictKeys, 0, nullptr, ".keys()", keys_tuple.get()) < 0)
+            return false;
+        out.clear();
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entry_keys.get()); ++i) {
+            PyObject* k = PyList_GET_ITEM(entry_keys.get(), i);
+            int kv = written_item(dict, k);
+            if (kv < 0) kv = dict_item(dict, k, PyDict_GetItem(now.get(), k));
+            if (kv < 0) return false;
+            out.push_back(m_cap.const_value(k));
+            out.push_back(kv);
+        }
+        for (int a : added) {
+            out.push_back(a);
+            out.push_back(written_item(dict, m_cap.v(a).real.get()));
+        }
+        return true;
+    }
     m_cap.fail(breaks::kUnsupportedCallee, "the items of `" + d.label + "` are unpacked with **",
                "unpack dicts passed in or made in the function");
     return false;
@@ -501,8 +538,9 @@ int Monitor::written_item(int dict, PyObject* key) {
     return it == m_cap.overlay().end() ? -1 : it->second;
 }
 
-void Monitor::write_input_item(int dict, int key, int val) {
+void Monitor::write_input_item(int dict, int key, int val, bool added) {
     Value& d = m_cap.v(dict);
+    if (added) m_added_keys[dict].push_back(key);  // a new key goes last in iteration order
     Step s;
     s.kind = StepKind::SetItem;
     m_cap.record_effect(std::move(s), {dict, key, val});
@@ -1568,28 +1606,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case STORE_ATTR: {
         PyObject* name = py::code_name(f.code, ins.oparg);
         int obj = pop(f), val = pop(f);
-        Value& o = m_cap.v(obj);
-        if (o.kind == ValueKind::FreshObject) {
-            set_object_attr(obj, name, val);
-            return;
-        }
-        if (!o.tensor && o.real && runs_code_to_access(o.real.get(), name, true))
-            return m_cap.fail(breaks::kUnsupportedAttribute,
-                              "setting `" + o.label + "." + str(name) + "` runs a property "
-                              "setter or a custom __setattr__",
-                              "set the underlying attribute");
-        // `p.data = t` on a tensor passed in (EMA updates) swaps its storage: a write
-        bool data_swap = o.tensor && str(name) == "data";
-        if (o.kind != ValueKind::Input || (o.tensor && !data_swap))
-            return m_cap.fail(breaks::kUnsupportedAttribute,
-                              "attribute `" + str(name) + "` is set on " + o.label,
-                              "set attributes only on objects passed in (modules, self)");
-        Step s;
-        s.kind = StepKind::SetAttr;
-        s.name = py::Ref::borrow(name);
-        m_cap.record_effect(std::move(s), {obj, val});
-        m_cap.overlay()[{obj, str(name)}] = val;
-        return;
+        return store_attr(obj, name, val);
     }
     case STORE_SUBSCR: {
         int key = pop(f), cont = pop(f), val = pop(f);
@@ -1622,8 +1639,12 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         }
         if (c.kind == ValueKind::FreshDict && m_cap.v(key).kind == ValueKind::Const)
             return set_fresh_item(cont, key, val);
-        if (c.kind == ValueKind::Input && PyDict_Check(c.real.get()))
-            return write_input_item(cont, key, val);
+        if (c.kind == ValueKind::Input && PyDict_Check(c.real.get())) {
+            PyObject* k = m_cap.v(key).real.get();  // the write has not run yet
+            bool added = k && written_item(cont, k) < 0 && PyDict_Contains(c.real.get(), k) == 0;
+            PyErr_Clear();
+            return write_input_item(cont, key, val, added);
+        }
         return m_cap.fail(breaks::kUnsupportedOpcode, "item assignment on " + c.label,
                           "assign items of tensors, lists or dicts");
     }
@@ -2273,6 +2294,51 @@ int Monitor::make_partial(const Pending& p, PyObject* result) {
     return v;
 }
 
+// obj.name = val (STORE_ATTR, or setattr() with a constant name).
+void Monitor::store_attr(int obj, PyObject* name, int val) {
+    Value& o = m_cap.v(obj);
+    if (o.kind == ValueKind::FreshObject) {
+        set_object_attr(obj, name, val);
+        return;
+    }
+    if (!o.tensor && o.real && runs_code_to_access(o.real.get(), name, true))
+        return m_cap.fail(breaks::kUnsupportedAttribute,
+                          "setting `" + o.label + "." + str(name) + "` runs a property "
+                          "setter or a custom __setattr__",
+                          "set the underlying attribute");
+    // `p.data = t` on a tensor passed in (EMA updates) swaps its storage: a write
+    bool data_swap = o.tensor && str(name) == "data";
+    if (o.kind != ValueKind::Input || (o.tensor && !data_swap))
+        return m_cap.fail(breaks::kUnsupportedAttribute,
+                          "attribute `" + str(name) + "` is set on " + o.label,
+                          "set attributes only on objects passed in (modules, self)");
+    Step s;
+    s.kind = StepKind::SetAttr;
+    s.name = py::Ref::borrow(name);
+    m_cap.record_effect(std::move(s), {obj, val});
+    m_cap.overlay()[{obj, str(name)}] = val;
+}
+
+// Whether module `callable` would run hooks when called: 1 yes, 0 no (guarded so: its own hook
+// dicts and torch's global ones are empty), -1 the capture failed.
+int Monitor::module_hooks(int callable) {
+    Value& c = m_cap.v(callable);
+    bool any = false;
+    std::vector<int> empty;
+    if (c.kind == ValueKind::Input) {
+        if (module_has_no_hooks(c.real.get())) m_cap.guard_no_hooks(callable);
+        else any = true;
+    }
+    for (const auto& [hook_name, hooks] : torch_api().global_hooks) {
+        int hv = m_cap.constant_root(hooks.get(), hook_name);
+        if (PyDict_Size(hooks.get()) != 0) any = true;
+        else empty.push_back(hv);
+    }
+    if (any) return 1;  // the traced __call__ reads (and so guards) the dicts itself
+    for (int hv : empty) m_cap.guard_len(hv, 0);
+    return 0;
+}
+
 void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
                             PyObject* kwnames) {
     Pending& p = f.pending;
@@ -2317,29 +2383,26 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     p.callee_value = callable;
     p.kwnames = kwnames;
     p.in = std::move(args);
-    if (p.callee.kind == CallKind::InlineModule) {
-        p.expect_self = fn;
-        // Hooks would run code we do not see: guard that there are none.
-        static const char* kHooks[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks"};
-        if (c.kind == ValueKind::Input) {
-            for (const char* h : kHooks) {
-                PyObject* d = PyObject_GetAttrString(fn, h);
-                if (!d) {
-                    PyErr_Clear();
-                    continue;
-                }
-                int hv = m_cap.input_child(callable, AccessKind::ModuleAttr, 0,
-                                           interned(h), std::string(".") + h, d);
-                Py_ssize_t n = PyObject_Length(d);
-                Py_DECREF(d);
-                if (hv < 0) return;
-                if (n != 0)
-                    return m_cap.fail(breaks::kUnsupportedCallee,
-                                      c.label + " has hooks registered",
-                                      "remove the hooks or compile the module without them");
-                m_cap.guard_len(hv, 0);
-            }
+    if (p.callee.kind == CallKind::InlineModule) p.expect_self = fn;
+    if (p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::LeafModule) {
+        // [Note: module hooks] Hooks run code the module's forward does not show (a forward
+        // hook storing features, weight_norm's pre-hook). Without any, the guards say so;
+        // with some, the module's __call__ (Module._call_impl) is traced, hooks and all.
+        int hooks = module_hooks(callable);
+        if (hooks < 0) return;
+        if (hooks > 0) {
+            PyObject* call = _PyType_Lookup(Py_TYPE(fn), interned("__call__"));
+            if (c.kind != ValueKind::Input || !call || !PyFunction_Check(call))
+                return m_cap.fail(breaks::kUnsupportedCallee, c.label + " has hooks registered",
+                                  "remove the hooks or compile the module without them");
+            int func = class_attr(callable, interned("__call__"), call);
+            if (func < 0) return;
+            std::vector<int> with_self = std::move(p.in);
+            with_self.insert(with_self.begin(), callable);
+            return dispatch_call(f, func, std::move(with_self), kwnames);
         }
+    }
+    if (p.callee.kind == CallKind::InlineModule) {
         if (c.kind == ValueKind::Input) {
             // The forward that runs is the class's: guard it, and that no instance attribute
             // replaces it.
@@ -2349,14 +2412,6 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
                                   "define forward as a plain method");
             p.forward_value = class_attr(callable, interned("forward"), fwd);
             if (p.forward_value < 0) return;
-        }
-        for (const auto& [hook_name, hooks] : torch_api().global_hooks) {
-            int hv = m_cap.constant_root(hooks.get(), hook_name);
-            if (PyDict_Size(hooks.get()) != 0)
-                return m_cap.fail(breaks::kUnsupportedCallee,
-                                  "global module hooks are registered (" + hook_name + ")",
-                                  "remove the hooks or call the model without compiling it");
-            m_cap.guard_len(hv, 0);
         }
         p.in.insert(p.in.begin(), callable);  // self is the forward's first argument
     }
@@ -2570,6 +2625,15 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         // present attribute is read like `obj.name` (guarded the same way); an absent one is
         // guarded absent (objects from the caller) or known absent (made in the call).
         size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+        if (name == "setattr") {  // setattr(obj, "name", value): obj.name = value
+            PyObject* key = p.in.size() == 3 ? m_cap.v(p.in[1]).real.get() : nullptr;
+            if (nkw || !key || m_cap.v(p.in[1]).kind != ValueKind::Const || !PyUnicode_CheckExact(key))
+                return m_cap.fail(breaks::kUnsupportedCallee,
+                                  "`setattr()` with an attribute name that is not a constant",
+                                  "assign obj.name = value");
+            store_attr(p.in[0], key, p.in[2]);
+            return push_out(m_cap.const_value(Py_None));
+        }
         bool has = name == "hasattr";
         PyObject* key = p.in.size() >= 2 ? m_cap.v(p.in[1]).real.get() : nullptr;
         if (nkw || p.in.size() < 2 || p.in.size() > (has ? 2u : 3u) ||
@@ -3526,7 +3590,7 @@ bool Monitor::dict_view(int dict, DictView view, std::vector<int>& out) {
     std::vector<int> pairs;
     if (!pairs_of(dict, pairs)) return false;
     const Value& d = m_cap.v(dict);
-    if (d.kind == ValueKind::Input) {
+    if (d.kind == ValueKind::Input && !d.mutated) {  // (pairs_of guarded a written one's)
         int keys = m_cap.input_child(dict, AccessKind::DictKeys, 0, nullptr, ".keys()",
                                      py::Ref::steal(PySequence_Tuple(py::Ref::steal(
                                          PyDict_Keys(d.real.get())).get())).get());
@@ -3540,7 +3604,6 @@ bool Monitor::dict_view(int dict, DictView view, std::vector<int>& out) {
     return true;
 }
 
-// zip(...), enumerate(x[, start]), reversed(x), d.items() / keys() / values() / get(k[, v]).
 // itertools.chain, product, combinations and permutations of known sequences: the items they
 // yield, worked out here by running the same itertools type over the items' positions.
 int Monitor::itertools_call(const std::string& name, const std::vector<int>& args,
@@ -3604,6 +3667,7 @@ int Monitor::itertools_call(const std::string& name, const std::vector<int>& arg
     return it;
 }
 
+// zip(...), enumerate(x[, start]), reversed(x), d.items() / keys() / values() / get(k[, v]).
 int Monitor::iter_call(const std::string& name, const std::vector<int>& args, PyObject* result) {
     auto fail = [&](const std::string& what) {
         m_cap.fail(breaks::kUnsupportedCallee, what, "iterate over lists, tuples, dicts or ranges");
@@ -3691,7 +3755,7 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         if (result != m_cap.v(fallback).real.get())  // the key was there: nothing changed
             return dict_item(d, key, result);
         m_cap.guard_no_key(d, key);
-        write_input_item(d, args[1], fallback);
+        write_input_item(d, args[1], fallback, true);
         return fallback;
     }
     if (name == "update" && args.size() == 2 && m_cap.v(d).kind == ValueKind::FreshDict) {

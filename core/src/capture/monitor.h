@@ -133,6 +133,8 @@ private:
 
     void bind_root(ShadowFrame& f);
     bool bind_callee(ShadowFrame& f, Pending& call, int func_value);
+    int module_hooks(int callable);
+    void store_attr(int obj, PyObject* name, int val);
     int made_default(int func_value, bool positional, int d, PyObject* name, PyObject* real);
     void complete(ShadowFrame& f);
     void dispatch(ShadowFrame& f, const py::Instruction& ins);
@@ -217,7 +219,9 @@ private:
     int dict_item(int dict, PyObject* key, PyObject* real);
     int dict_lookup(int dict, PyObject* key);
     // Input dicts changed by d["name"] = v ([Note: dict writes]).
-    void write_input_item(int dict, int key, int val);
+    // `added`: the key was not in the dict before (it goes last in iteration order).
+    void write_input_item(int dict, int key, int val, bool added = false);
+    std::map<int, std::vector<int>> m_added_keys;  // per input dict: the keys the call added
     int written_item(int dict, PyObject* key);  // the value written this call, or -1
     int mutate_list(int callee, const std::string& name, const std::vector<int>& in);
     int index_items(const std::vector<int>& items, PyObject* key, ValueKind kind, PyObject* real);

@@ -35,6 +35,31 @@ int GuardTree::add_accessor(AccessKind kind, int parent, int index, PyObject* ke
     return static_cast<int>(m_nodes.size() - 1);
 }
 
+// One check instead of three nodes per module: its hook dicts, read from its __dict__.
+// (_backward_pre_hooks exists from torch 2.0 on.)
+bool module_has_no_hooks(PyObject* m) {
+    static PyObject* names[4] = {PyUnicode_InternFromString("_forward_hooks"),
+                                 PyUnicode_InternFromString("_forward_pre_hooks"),
+                                 PyUnicode_InternFromString("_backward_hooks"),
+                                 PyUnicode_InternFromString("_backward_pre_hooks")};
+    PyObject** dict = _PyObject_GetDictPtr(m);
+    if (!dict || !*dict) return false;
+    for (PyObject* n : names) {
+        PyObject* d = PyDict_GetItemWithError(*dict, n);
+        if (!d) {
+            if (PyErr_Occurred()) PyErr_Clear();
+            else if (n == names[3]) continue;
+            return false;
+        }
+        Py_ssize_t len = PyDict_Check(d) ? PyDict_GET_SIZE(d) : PyObject_Length(d);
+        if (len != 0) {
+            PyErr_Clear();
+            return false;
+        }
+    }
+    return true;
+}
+
 void GuardTree::add_check(int node, Check check) {
     auto& checks = m_nodes[static_cast<size_t>(node)].checks;
     for (const Check& c : checks)
@@ -539,6 +564,10 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
                        ", found one";
             break;
         }
+        case CheckKind::NoHooks:
+            ok = module_has_no_hooks(v);
+            if (!ok && why) *why = "`" + src + "`: expected no hooks, found some";
+            break;
         case CheckKind::NoInstanceAttr:
             ok = !in_instance_dict(v, c.key.get());
             if (!ok && why)
@@ -708,6 +737,8 @@ std::string describe_check(const Check& c, const std::string& src) {
         return py::repr_string(c.key.get()) + " not in " + src + ".__dict__";
     case CheckKind::NoAttr:
         return "not hasattr(" + src + ", " + py::repr_string(c.key.get()) + ")";
+    case CheckKind::NoHooks:
+        return "no_hooks(" + src + ")";
     }
     return "?";
 }

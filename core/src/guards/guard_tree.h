@@ -61,6 +61,7 @@ enum class CheckKind : uint8_t {
     NoKey,      // `key` is not in this dict (a global that would shadow a builtin)
     NoInstanceAttr,  // `key` is not in the object's __dict__ (would shadow a class attribute)
     NoAttr,     // the object has no attribute `key` (hasattr() was False, getattr's default)
+    NoHooks,    // an nn.Module whose own hook dicts (forward, forward pre, backward) are empty
 };
 
 struct TensorMeta {
@@ -149,6 +150,7 @@ private:
 
 std::string describe_check(const Check& c, const std::string& source);
 bool tensor_meta_of(PyObject* t, TensorMeta& out, bool with_strides);  // false: not a tensor
+bool module_has_no_hooks(PyObject* m);  // CheckKind::NoHooks
 bool is_tensor(PyObject* o);
 
 }  // namespace magpy
