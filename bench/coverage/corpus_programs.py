@@ -20,6 +20,7 @@ minutes on a 2-core machine) and mark the cheap, representative ones `quick=True
 """
 
 import copy
+import enum
 import functools
 import logging
 import math
@@ -2828,6 +2829,131 @@ class IncrementalDecoder(nn.Module):
         return torch.cat(outs, dim=1), cache
 
 
+# --- library idioms: module hooks, weight_norm, torch's own transformer, enums, lambdas ---
+
+
+class FeatureExtractor(nn.Module):
+    """Grad-CAM / perceptual-loss style: forward hooks on chosen layers store their outputs in
+    a dict, which forward then reads back in a fixed order."""
+
+    def __init__(self, layers=("1", "4", "7")):
+        super().__init__()
+        self.backbone = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 16, 3, padding=1), nn.ReLU())
+        self.features = {}
+        for name, module in self.backbone.named_children():
+            if name in layers:
+                module.register_forward_hook(self._save(name))
+
+    def _save(self, name):
+        def hook(module, inputs, output):
+            self.features[name] = output
+        return hook
+
+    def forward(self, x, target):
+        self.backbone(x)
+        with torch.no_grad():
+            self.backbone(target)
+        target_feats = dict(self.features)
+        self.backbone(x)
+        loss = 0.0
+        for name in sorted(self.features):
+            loss = loss + F.mse_loss(self.features[name], target_feats[name])
+        return loss
+
+
+class WNResBlock(nn.Module):
+    """HiFi-GAN style residual block: weight-normalised dilated Conv1d (a forward pre-hook
+    recomputes each weight from weight_g and weight_v on every call)."""
+
+    def __init__(self, channels=8, dilations=(1, 3, 5)):
+        super().__init__()
+        wn = nn.utils.weight_norm
+        self.convs1 = nn.ModuleList(wn(nn.Conv1d(channels, channels, 3, dilation=d, padding=d))
+                                    for d in dilations)
+        self.convs2 = nn.ModuleList(wn(nn.Conv1d(channels, channels, 3, padding=1))
+                                    for _ in dilations)
+
+    def forward(self, x):
+        for c1, c2 in zip(self.convs1, self.convs2):
+            xt = F.leaky_relu(x, 0.1)
+            xt = c2(F.leaky_relu(c1(xt), 0.1))
+            x = xt + x
+        return x
+
+
+class TorchEncoderClassifier(nn.Module):
+    """torch.nn.TransformerEncoder with a key padding mask built from lengths, mean-pooled over
+    the real tokens (torch's own modules: fast-path checks, has_torch_function, generators)."""
+
+    def __init__(self, vocab=40, dim=16, heads=2, layers=2, classes=3):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        layer = nn.TransformerEncoderLayer(dim, heads, 32, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, tokens, lengths):
+        pad = torch.arange(tokens.shape[1])[None, :] >= lengths[:, None]
+        h = self.encoder(self.embed(tokens), src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).float()
+        return self.head((h * keep).sum(1) / keep.sum(1))
+
+
+class Pooling(enum.Enum):
+    MEAN = "mean"
+    MAX = "max"
+    CLS = "cls"
+
+
+_UNSET = object()
+
+
+class EnumPooledEncoder(nn.Module):
+    """Config as an Enum (`if self.pooling is Pooling.MAX`) and a sentinel default argument."""
+
+    def __init__(self, pooling=Pooling.MEAN, dim=16):
+        super().__init__()
+        self.pooling = pooling
+        self.proj = nn.Linear(dim, dim)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+
+    def forward(self, x, temperature=_UNSET):
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), self.proj(x)], dim=1)
+        if self.pooling is Pooling.CLS:
+            out = x[:, 0]
+        elif self.pooling == Pooling.MAX:
+            out = x.max(dim=1).values
+        else:
+            out = x.mean(dim=1)
+        if temperature is _UNSET:
+            return out
+        return out / temperature
+
+
+class MultiScaleLambdaHeads(nn.Module):
+    """Heads built as lambdas binding loop variables through default arguments, applied over an
+    itertools.product grid of scales and flips; local imports inside forward."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.conv = nn.Conv2d(3, dim, 3, padding=1)
+        self.scales = (1.0, 0.5)
+
+    def forward(self, x):
+        import itertools
+        import functools
+        import operator
+        heads = [lambda t, s=s, f=f: (t.flip(-1) if f else t) * s
+                 for s, f in itertools.product(self.scales, (False, True))]
+        feats = self.conv(x)
+        n = functools.reduce(operator.mul, feats.shape[2:], 1)
+        outs = [h(feats).flatten(2).sum(-1) / n for h in heads]
+        return torch.stack(outs, dim=1)
+
+
 def programs():
     return [
         Program("prog/causal_transformer_block", CausalTransformerBlock,
@@ -3049,4 +3175,20 @@ def programs():
                      "read the caller's frame: bridges, capture goes on after each)"),
         Program("prog/gcn_normalized_adjacency", GCN, gcn_inputs, train=True,
                 note="D^-1/2 (A + I) D^-1/2 in forward; F.dropout(training=self.training)"),
+        Program("prog/feature_hooks_perceptual_loss", FeatureExtractor,
+                lambda: (torch.randn(1, 3, 16, 16), torch.randn(1, 3, 16, 16)), calls=3,
+                note="forward hooks store layer outputs in a dict read back in sorted order; "
+                     "dict(self.features) copies it between two backbone runs"),
+        Program("prog/weight_norm_resblock", WNResBlock, lambda: (torch.randn(2, 8, 24),),
+                quick=True, note="nn.utils.weight_norm: a forward pre-hook per conv"),
+        Program("prog/torch_transformer_encoder_mask", TorchEncoderClassifier,
+                lambda: (torch.randint(0, 40, (3, 7)), torch.tensor([7, 4, 2])),
+                note="torch.nn.TransformerEncoder with a padding mask built from lengths"),
+        Program("prog/enum_config_sentinel", lambda: EnumPooledEncoder(Pooling.MAX),
+                lambda: (torch.randn(2, 5, 16),),
+                note="`is Pooling.CLS` / `== Pooling.MAX` on an Enum; `temperature is _UNSET`"),
+        Program("prog/lambda_defaults_itertools", MultiScaleLambdaHeads,
+                lambda: (torch.randn(2, 3, 8, 8),),
+                note="lambda t, s=s, f=f: ... over itertools.product; imports and "
+                     "functools.reduce(operator.mul, shape) inside forward"),
     ]
