@@ -289,8 +289,8 @@ CalleeInfo classify_callee(PyObject* f) {
             info.kind = CallKind::ModuleMembers;
         } else if (starts_with(m, "torch.nn.modules") || m == "torch.nn.utils.weight_norm" ||
                    m == "torch.nn.utils.spectral_norm") {
-            // module code, and the module hooks weight_norm and spectral_norm register
-            // e.g. super().forward(x); a generator expression in a torch module's forward
+            // module code (super().forward(x), a generator expression in a forward), and the
+            // hooks weight_norm and spectral_norm register
             bool gen = info.code->co_flags & CO_GENERATOR;
             info.kind = gen ? CallKind::Generator : CallKind::InlineFunction;
         } else if (is_torch_module_name(m) && starts_with(m, "torch.") &&

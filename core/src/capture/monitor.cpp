@@ -429,7 +429,7 @@ bool Monitor::pairs_of(int dict, std::vector<int>& out) {
     if (d.kind == ValueKind::Input && PyDict_Check(d.real.get()) && d.keyed_writes) {
         // [Note: dict writes] Written only by d["name"] = v: the keys it had at entry (guarded,
         // in order) with their values or the ones written, then the keys the call added.
-        py::Ref now = py::Ref::borrow(d.real.get());
+        PyObject* now = d.real.get();
         const std::vector<int> added = m_added_keys[dict];
         auto is_added = [&](PyObject* key) {
             for (int a : added)
@@ -442,7 +442,7 @@ bool Monitor::pairs_of(int dict, std::vector<int>& out) {
         py::Ref entry_keys = py::Ref::steal(PyList_New(0));
         Py_ssize_t pos = 0;
         PyObject *key, *val;
-        while (PyDict_Next(now.get(), &pos, &key, &val))
+        while (PyDict_Next(now, &pos, &key, &val))
             if (!is_added(key)) PyList_Append(entry_keys.get(), key);
         m_cap.guard_len(dict, PyList_GET_SIZE(entry_keys.get()));
         py::Ref keys_tuple = py::Ref::steal(PyList_AsTuple(entry_keys.get()));
@@ -452,7 +452,7 @@ bool Monitor::pairs_of(int dict, std::vector<int>& out) {
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entry_keys.get()); ++i) {
             PyObject* k = PyList_GET_ITEM(entry_keys.get(), i);
             int kv = written_item(dict, k);
-            if (kv < 0) kv = dict_item(dict, k, PyDict_GetItem(now.get(), k));
+            if (kv < 0) kv = dict_item(dict, k, PyDict_GetItem(now, k));
             if (kv < 0) return false;
             out.push_back(m_cap.const_value(k));
             out.push_back(kv);
@@ -3623,14 +3623,12 @@ int Monitor::itertools_call(const std::string& name, const std::vector<int>& arg
             if (!require_const({args[i]}, "`" + name + "`")) return -1;
         py::Ref call_args = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
         for (size_t i = 0; i < args.size(); ++i) {
-            PyObject* a = i < nseq ? PyLong_FromSize_t(seqs[i].size()) : m_cap.v(args[i]).real.get();
-            if (i < nseq) {  // range(len(items)): positions
-                PyObject* r = PyObject_CallFunctionObjArgs(reinterpret_cast<PyObject*>(&PyRange_Type), a, nullptr);
-                Py_DECREF(a);
-                a = r;
-            } else {
+            PyObject* a = m_cap.v(args[i]).real.get();
+            if (i < nseq)  // range(len(items)): positions
+                a = PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyRange_Type), "n",
+                                          static_cast<Py_ssize_t>(seqs[i].size()));
+            else
                 Py_XINCREF(a);
-            }
             if (!a) {
                 PyErr_Clear();
                 m_cap.internal_error("positions for " + name);
