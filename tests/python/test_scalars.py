@@ -206,6 +206,58 @@ def test_dynamic_number_sizes_a_tensor():
     assert magpy.explain(cf).break_count == 0
 
 
+def test_builtins_over_a_dynamic_number_are_replayed():
+    # an EMA-style warm-up: min(), max(), abs(), round(), math.*, int() and float() of a number
+    # that changes every call are computed at replay instead of guarding it by value again
+    def f(x, step, decay):
+        d = min(decay, (1 + step) / (10 + step))
+        w = max(1, int(step / 3)) + abs(-step) + round(step * 0.37, 2)
+        return x * d + math.sqrt(step + 1) + float(step) / w, d
+
+    x = torch.randn(3)
+    cf = check(f, [(x, i, 0.999) for i in range(12)])
+    e = assert_stats(cf, graphs=2, breaks=0, hits=10, misses=2)
+    assert e.recompile_reasons == ["`L['step']`: expected 0, got 1; now dynamic: L['step']"]
+    assert "L['decay'] == 0.999" in e.guards
+
+
+def test_step_counter_on_a_module_costs_one_recompile():
+    class Warmup(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.steps = 0
+
+        def forward(self, x):
+            self.steps += 1
+            return self.lin(x) * min(1.0, self.steps / 5)
+
+    m, ref = Warmup(), Warmup()
+    ref.load_state_dict(m.state_dict())
+    cf = magpy.compile(m)
+    x = torch.randn(2, 4)
+    for i in range(8):
+        torch.testing.assert_close(cf(x), ref(x), rtol=0, atol=0)
+        assert m.steps == ref.steps == i + 1
+    assert_stats(cf, graphs=2, breaks=0, hits=6, misses=2)
+
+
+def test_builtin_result_that_python_needs_guards_its_dynamic_number_again():
+    def f(x, n):
+        k = max(1, n // 2)
+        return x[:k] * 2  # slicing with a replayed number
+
+    def g(x, n):
+        if max(1, n // 2) > 2:  # a branch on it: checked at replay, never wrong
+            return x + 1
+        return x - 1
+
+    x = torch.randn(8)
+    check(f, [(x, i) for i in range(1, 9)])
+    cf = check(g, [(x, i) for i in [1, 2, 3, 4, 5, 6, 7, 8, 2, 5]])
+    assert magpy.explain(cf).break_count == 0
+
+
 def test_dynamic_off_keeps_numbers_guarded_by_value():
     def f(x, k):
         return x * k

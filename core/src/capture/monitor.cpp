@@ -1923,7 +1923,7 @@ void Monitor::complete(ShadowFrame& f) {
             m_cap.v(r).dyn_shape = m_cap.v(p.in[0]).dyn_shape || m_cap.v(p.in[1]).dyn_shape;
             if (scalar) {
                 m_cap.v(r).dyn_scalar = m_cap.v(p.in[0]).dyn_scalar || m_cap.v(p.in[1]).dyn_scalar;
-                sym_number_from(r, p.in[0], p.in[1]);
+                sym_number_from(r, {p.in[0], p.in[1]});
             }
             out(r);
             return;
@@ -1989,7 +1989,10 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     case UNARY_NEGATIVE: case UNARY_POSITIVE: case UNARY_INVERT: case UNARY_NOT: {
         Value& a = m_cap.v(p.in[0]);
-        if (a.tensor && p.opcode != UNARY_NOT) {
+        // -t, ~mask, and -n of a number computed at replay (a dynamic number, a symbolic
+        // size, a number read from tensor data)
+        bool number = a.sym_number() || (a.dyn_scalar && !a.tensor);
+        if ((a.tensor || number) && p.opcode != UNARY_NOT) {
             Step s;
             s.kind = StepKind::Unary;
             s.op = p.opcode == UNARY_NEGATIVE ? 0 : p.opcode == UNARY_POSITIVE ? 1 : 2;
@@ -1998,7 +2001,13 @@ void Monitor::complete(ShadowFrame& f) {
             s.args = {x};
             static const char* kUnary[] = {"-", "+", "~"};
             std::string label = op_label("", kUnary[s.op], a.label);
-            out(m_cap.record(std::move(s), tos, label, true));
+            bool data = a.dyn_scalar;
+            int r = m_cap.record(std::move(s), tos, label, !number);
+            if (number) {
+                m_cap.v(r).dyn_scalar = data;
+                sym_number_from(r, {p.in[0]});
+            }
+            out(r);
             return;
         }
         if (p.opcode == UNARY_NOT ? !truthiness_known(p.in[0]) : !require_const(p.in, "an operator"))
@@ -2497,6 +2506,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                  p.callee.kind == CallKind::InlineFunction ||
                  p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::UserClass ||
                  p.callee.kind == CallKind::Print;
+    if (sym_number_call(p, result))  // min(decay, (1 + step) / (10 + step)) with step dynamic
+        return push_out(record_sym_number(p, result));
     if (!flows)  // builtins and the like compute with the number itself
         for (int a : p.in)
             m_cap.concretize(a);
@@ -4079,7 +4090,7 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         int r = m_cap.record(std::move(s), real, label, graph_op);
         m_cap.v(r).dyn_shape = m_cap.v(a).dyn_shape || m_cap.v(b).dyn_shape;
         m_cap.v(r).dyn_scalar = !graph_op && (m_cap.v(a).dyn_scalar || m_cap.v(b).dyn_scalar);
-        if (!graph_op) sym_number_from(r, a, b);
+        if (!graph_op) sym_number_from(r, {a, b});
         return r;
     }
     if (x.kind == ValueKind::Const && y.kind == ValueKind::Const) return m_cap.const_value(real);
@@ -4171,18 +4182,43 @@ int Monitor::symbolic_query(const Pending& p, int t, PyObject* result) {
 
 // The result `r` of arithmetic on numbers: symbolic when an operand is (its dims are the
 // union of theirs).
-void Monitor::sym_number_from(int r, int a, int b) {
+void Monitor::sym_number_from(int r, const std::vector<int>& operands) {
     Value& out = m_cap.v(r);
     out.sym = false;
     out.sym_all = false;
     out.sym_deps.clear();
-    for (int id : {a, b}) {
+    for (int id : operands) {
         const Value& in = m_cap.v(id);
         if (!in.sym || in.tensor) continue;
         out.sym = true;
         out.sym_all = out.sym_all || in.sym_all;
         out.sym_deps.insert(out.sym_deps.end(), in.sym_deps.begin(), in.sym_deps.end());
     }
+}
+
+// A builtin that computes a number from numbers only, one of them symbolic (a dynamic number
+// or a symbolic size): `min`, `max`, `abs`, `round`, `math.sqrt`, `int()`, `float()`. It is
+// replayed rather than fixing its operands, and its result is symbolic in all of them.
+bool Monitor::sym_number_call(const Pending& p, PyObject* result) {
+    bool ctor = p.callee.kind == CallKind::TypeCtor &&
+                (p.callee.name == "int" || p.callee.name == "float");
+    if (p.callee.kind != CallKind::PureBuiltin && !ctor) return false;
+    if (!result || !(PyLong_CheckExact(result) || PyFloat_CheckExact(result))) return false;
+    bool sym = false;
+    for (int a : p.in) {
+        const Value& v = m_cap.v(a);
+        PyObject* o = v.real.get();
+        if (v.sym_number()) sym = true;
+        else if (v.kind != ValueKind::Const || !o || !(PyLong_Check(o) || PyFloat_Check(o)))
+            return false;
+    }
+    return sym;
+}
+
+int Monitor::record_sym_number(Pending& p, PyObject* result) {
+    int r = record_call(p, result, false, false);
+    if (r >= 0) sym_number_from(r, p.in);
+    return r;
 }
 
 bool Monitor::number_operands(int a, int b) {

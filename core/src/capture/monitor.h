@@ -187,7 +187,9 @@ private:
     // Dynamic shapes (capture.h, [Note: dynamic shapes]).
     int shape_of(int tensor, PyObject* real_size);
     int symbolic_query(const Pending& p, int tensor, PyObject* result);
-    void sym_number_from(int r, int a, int b);
+    void sym_number_from(int r, const std::vector<int>& operands);
+    bool sym_number_call(const Pending& p, PyObject* result);
+    int record_sym_number(Pending& p, PyObject* result);
     void guard_all_strides();
     int modules_dict(int container);
     enum class DictView { Keys, Values, Items };
