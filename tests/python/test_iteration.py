@@ -5,6 +5,8 @@ is guarded, and every result is compared with eager.
 """
 
 import torch
+
+import magpy
 from torch import nn
 
 from conftest import Call, assert_stats, break_ids, check
@@ -204,6 +206,113 @@ def test_sorted_tensors_break_with_the_tensor_reason():
 
     cf = check(f, [torch.randn(3) for _ in range(3)])
     assert break_ids(cf) == ["MB002"]
+
+
+# sorted/min/max with a key function: its calls from C are traced ([Note: key functions])
+
+def test_sorted_by_a_key_of_sizes_recompiles_when_the_order_changes():
+    def f(xs):
+        ys = sorted(xs, key=lambda t: t.shape[0], reverse=True)
+        return torch.cat(ys), ys[0] * 2
+
+    a, b, c = torch.randn(3), torch.randn(1), torch.randn(2)
+    cf = check(f, [[a, b, c], [a, b, c], [b, a, c], [torch.randn(3), torch.randn(1), torch.randn(2)]])
+    assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
+
+
+def test_sorted_dict_items_and_keys_by_a_key_function():
+    order = {"c": 0, "a": 1, "b": 2}
+
+    def f(x, d):
+        out = x
+        for k, v in sorted(d.items(), key=lambda kv: order[kv[0]]):
+            out = out * 2 + v
+        ks = sorted(d, key=lambda k: -order[k])
+        return out, [d[k] + 1 for k in ks], sorted(["bb", "a", "ccc"], key=len)
+
+    def d():
+        return {"a": torch.randn(2), "b": torch.randn(2), "c": torch.randn(2)}
+
+    cf = check(f, [(torch.randn(2), d()) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_min_max_with_a_key_function_or_a_method_key():
+    class Picker(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rank = {"x": 2, "y": 0, "z": 1}
+
+        def score(self, name):
+            return self.rank[name]
+
+        def forward(self, feats):
+            best = max(feats, key=self.score)
+            widest = min(feats.values(), key=lambda t: -t.shape[-1])
+            first = max([], key=len, default=None)
+            return feats[best] * 2, widest + 1, first, max(3, 5, 4, key=lambda n: n % 3)
+
+    m = Picker()
+    feats = [{"x": torch.randn(2, 3), "y": torch.randn(2, 5), "z": torch.randn(2, 4)} for _ in range(3)]
+    cf = check(m, feats)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    m.rank["y"] = 9  # the key reads it: guarded
+    check(m, feats[:1], compiled=cf)
+    assert_stats(cf, graphs=2, misses=2)
+
+
+def test_key_function_with_a_print_prints_once_per_item_in_order(capsys):
+    def f(x, names):
+        def key(n):
+            print("key", n)
+            return len(n)
+        return [x * len(n) for n in sorted(names, key=key)]
+
+    check(f, [(torch.randn(2), ["ccc", "a", "bb"])] * 3)
+    out = capsys.readouterr().out
+    assert out == "key ccc\nkey a\nkey bb\n" * 6  # three eager calls, three compiled ones
+
+
+def test_list_sort_with_and_without_a_key():
+    def made_here(boxes):
+        dets = [(b, b.shape[0]) for b in boxes]
+        dets.sort(key=lambda p: p[1], reverse=True)
+        names = ["b", "c", "a"]
+        names.sort()
+        return [p[0] * 2 for p in dets], names
+
+    def passed_in(x, ks):
+        ks.sort()  # the caller's list is sorted at replay too
+        return x * ks[0]
+
+    def keyed_passed_in(x, ks):
+        ks.sort(key=lambda k: -k)
+        return x * ks[0]
+
+    cf = check(made_here, [[torch.randn(3), torch.randn(1), torch.randn(2)] for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    cf = check(passed_in, [(torch.randn(2), [3, 1, 2]) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    cf = check(keyed_passed_in, [(torch.randn(2), [3, 1, 2]) for _ in range(3)])
+    assert "sorted(..., key=...)" in str(magpy.explain(cf))
+
+
+def test_key_that_reads_tensor_data_breaks_with_the_tensor_reason():
+    def f(xs):
+        return sorted(xs, key=lambda t: t.sum())[0] * 2
+
+    cf = check(f, [[torch.randn(3) for _ in range(3)] for _ in range(3)])
+    assert "MB002" in break_ids(cf)
+    assert "the order depends on data" in str(magpy.explain(cf))
+
+
+def test_key_called_from_c_that_cannot_be_followed_breaks_with_a_hint():
+    def f(xs):
+        return sorted(xs, key=torch.numel)[0] * 2
+
+    cf = check(f, [[torch.randn(3), torch.randn(1)] for _ in range(3)])
+    assert "MB003" in break_ids(cf)
+    assert "use a lambda or a def as the key" in str(magpy.explain(cf))
 
 
 def itertools_mix(xs, ws):

@@ -79,7 +79,7 @@ def test_map_of_a_torch_op_breaks_with_a_hint():
     cf = check(f, [([torch.randn(3) for _ in range(2)],) for _ in range(3)])
     text = str(magpy.explain(cf))
     assert "MB003" in break_ids(cf)
-    assert "`map` over G['torch'].relu" in text and "list comprehension" in text
+    assert "the function of `map`, G['torch'].relu (relu), is called from C" in text and "list comprehension" in text
 
 
 def test_map_used_partly_breaks_and_is_correct():

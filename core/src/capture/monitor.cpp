@@ -404,6 +404,135 @@ int Monitor::sorted_items(const Pending& p, PyObject* result) {
     return m_cap.fresh(ValueKind::FreshList, out, result);
 }
 
+// [Note: key functions] sorted(xs, key=f), min(xs, key=f), max(a, b, key=f): sorted() calls
+// f from C once per item, in order, before it compares anything. Before the call runs, the
+// items are read (they must be known, as for map) and a map record is made for f over them
+// ([Note: map]), so those calls are traced like a map's. Afterwards the keys must be fixed by
+// the guards (constants, guarded sizes): the result is then the same items in the order the
+// call gave, and replay does not sort. A key that is a tensor or a number read from one
+// decides the order from data: that breaks.
+void Monitor::prepare_key(Pending& p) {
+    size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+    size_t npos = p.in.size() - nkw;
+    int key = -1;
+    for (size_t k = 0; k < nkw; ++k)
+        if (str(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))) == "key")
+            key = p.in[npos + k];
+    if (key < 0 || m_cap.v(key).real.get() == Py_None || npos == 0) return;
+    const std::string& name = p.callee.name;
+    std::vector<int> items;
+    if (npos > 1) {  // max(a, b, key=f)
+        items.assign(p.in.begin(), p.in.begin() + static_cast<long>(npos));
+    } else {
+        const Value& src = m_cap.v(p.in[0]);
+        bool dict = src.kind == ValueKind::FreshDict ||
+                    (src.kind == ValueKind::Input && PyDict_Check(src.real.get()));
+        if (dict ? !dict_view(p.in[0], DictView::Keys, items) : !items_of(p.in[0], items)) return;
+    }
+    p.key_map = map_record(key, {items}, "the key of `" + name + "()`",
+                           "use a lambda or a def as the key, or " + name +
+                           "() before calling the compiled function");
+}
+
+// The keys a call ordered by (or picked the least or greatest of) follow from the guards, and
+// so does `reverse=`: the order at replay is the order now.
+bool Monitor::keys_fixed(const Pending& p, const std::vector<int>& keys) {
+    const std::string& name = p.callee.name;
+    for (int k : keys) {
+        if (known(k)) continue;
+        if (m_cap.v(k).tensor || holds(k, &Value::dyn_scalar))
+            return m_cap.fail(breaks::kTensorToPython,
+                              "`" + name + "()` compares " + m_cap.v(k).label + ", a tensor or a "
+                              "number read from one: the order depends on data",
+                              "use torch.sort / argsort / argmax, or keep the order fixed"), false;
+        return m_cap.fail(breaks::kUnsupportedCallee,
+                          "`" + name + "()` compares " + m_cap.v(k).label +
+                          ", whose order the guards do not fix",
+                          "order by constants or sizes"), false;
+    }
+    size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+    for (size_t k = 0; k < nkw; ++k)
+        if (str(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))) == "reverse" &&
+            !require_const({p.in[p.in.size() - nkw + k]}, "`" + name + "(reverse=...)`"))
+            return false;
+    return true;
+}
+
+// `items` in the order the objects of `seq` (a list) have them, matched by identity: an object
+// that occurs twice has equal keys both times, so which of its values goes first is the same.
+bool Monitor::reorder(std::vector<int>& items, PyObject* seq) {
+    if (!PyList_CheckExact(seq) || static_cast<size_t>(PyList_GET_SIZE(seq)) != items.size())
+        return m_cap.internal_error("a sort gave another number of items"), false;
+    std::vector<int> out;
+    std::vector<bool> used(items.size(), false);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(seq); ++i) {
+        size_t g = 0;
+        while (g < items.size() && (used[g] || m_cap.v(items[g]).real.get() != PyList_GET_ITEM(seq, i)))
+            ++g;
+        if (g == items.size()) return m_cap.internal_error("an item a sort gave"), false;
+        used[g] = true;
+        out.push_back(items[g]);
+    }
+    items = std::move(out);
+    return true;
+}
+
+// The result of a call prepare_key() prepared, once its key calls were traced.
+int Monitor::keyed_result(const Pending& p, PyObject* result) {
+    const std::string& name = p.callee.name;
+    const MapRecord& rec = m_maps[static_cast<size_t>(p.key_map)];
+    if (!result || rec.results.size() != rec.steps.size())
+        return m_cap.fail(breaks::kUnsupportedCallee,
+                          "`" + name + "()` did not call its key once for every item",
+                          "call " + name + "() before calling the compiled function"), -1;
+    if (!keys_fixed(p, rec.results)) return -1;
+    std::vector<int> items;
+    for (const std::vector<int>& step : rec.steps) items.push_back(step.back());
+    if (name == "sorted")
+        return reorder(items, result) ? m_cap.fresh(ValueKind::FreshList, items, result) : -1;
+    for (int item : items)  // min / max: one of the items,
+        if (m_cap.v(item).real.get() == result) return item;
+    size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+    for (size_t k = 0; k < nkw; ++k)  // or the default
+        if (str(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))) == "default")
+            return p.in[p.in.size() - nkw + k];
+    return m_cap.internal_error(name + "() gave another object"), -1;
+}
+
+// xs.sort(key=f, reverse=b) of a list made in the call, or passed in (read before the call):
+// its items in the new order, when the keys follow from the guards ([Note: key functions]).
+// A list that exists at replay is sorted there by the same call, which needs no key function
+// to be rebuilt only when it has none.
+int Monitor::sort_list(const Pending& p) {
+    int lst = p.in[0];
+    std::vector<int> keys = m_cap.v(lst).items;
+    if (p.key_map >= 0) {
+        const MapRecord& rec = m_maps[static_cast<size_t>(p.key_map)];
+        if (rec.results.size() != rec.steps.size())
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`list.sort()` did not call its key once for every item",
+                              "sort before calling the compiled function"), -1;
+        keys = rec.results;
+    }
+    if (!keys_fixed(p, keys)) return -1;
+    if (m_cap.exists_at_replay(lst) && p.key_map >= 0)
+        return m_cap.fail(breaks::kUnsupportedCallee,
+                          "`list.sort(key=...)` of " + m_cap.v(lst).label + ", a list that "
+                          "exists outside the call", "use sorted(..., key=...) and keep the result"), -1;
+    std::vector<int> items = m_cap.v(lst).items;
+    if (!reorder(items, m_cap.v(lst).real.get())) return -1;
+    m_cap.v(lst).items = std::move(items);
+    if (m_cap.exists_at_replay(lst)) {  // sorted again at replay: its items are guarded
+        Step s;
+        s.kind = StepKind::Call;
+        if (p.kwnames) s.kwnames = py::Ref::borrow(p.kwnames);
+        std::vector<int> values = {p.callee_value};
+        values.insert(values.end(), p.in.begin(), p.in.end());
+        m_cap.record_effect(std::move(s), values);
+    }
+    return m_cap.const_value(Py_None);
+}
+
 // The key, value pairs of a mapping whose contents the capture knows (fresh, or an input dict
 // with its keys and values guarded).
 bool Monitor::pairs_of(int dict, std::vector<int>& out) {
@@ -1011,78 +1140,102 @@ bool Monitor::lazy_items(int value, std::vector<int>& out, bool partial_ok) {
 // its end sees the list of the results, as for generators. Other callables (torch ops,
 // builtins) are called from C without a frame to trace: they break with a hint.
 int Monitor::make_map(const std::vector<int>& args, PyObject* result) {
-    auto fail = [&](const std::string& what, const std::string& hint) {
-        m_cap.fail(breaks::kUnsupportedCallee, what, hint);
+    if (args.size() < 2) {
+        m_cap.fail(breaks::kUnsupportedCallee, "`map` with these arguments", "call map(f, items)");
+        return -1;
+    }
+    std::vector<std::vector<int>> columns;
+    for (size_t i = 1; i < args.size(); ++i) {
+        std::vector<int> its;
+        if (!items_of(args[i], its)) return -1;
+        columns.push_back(std::move(its));
+    }
+    int index = map_record(args[0], columns, "the function of `map`",
+                           "write a list comprehension: [f(x) for x in xs]");
+    if (index < 0) return -1;
+    const MapRecord& rec = m_maps[static_cast<size_t>(index)];
+    int it = m_cap.new_value(ValueKind::Iterator, result, "map(" + rec.callee.name + ", ...)");
+    m_cap.v(it).iter_kind = IterKind::Map;
+    m_cap.v(it).iter_source = index;
+    return it;
+}
+
+// The record of calls `fv(*column_items)`, one per row, that C code is about to make (map's
+// next(), sorted()'s key): its index in m_maps, or -1 after a failure that names `role` (what
+// fv is to the caller).
+int Monitor::map_record(int fv, const std::vector<std::vector<int>>& columns,
+                        const std::string& role, const std::string& hint) {
+    auto fail = [&](const std::string& why) {
+        m_cap.fail(breaks::kUnsupportedCallee, why, hint);
         return -1;
     };
-    if (args.size() < 2) return fail("`map` with these arguments", "call map(f, items)");
     MapRecord rec;
-    int fv = args[0];
     PyObject* fn = m_cap.v(fv).real.get();
     if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn))) {
         if (m_cap.v(fv).kind != ValueKind::Input || !split_method(fv, rec.func_value, rec.self_value))
-            return m_cap.failed() ? -1 : fail("`map` over the method " + m_cap.v(fv).label,
-                                              "use a list comprehension");
+            return m_cap.failed() ? -1 : fail(role + " is the method " + m_cap.v(fv).label);
         fn = m_cap.v(rec.func_value).real.get();
     } else {
         rec.func_value = fv;
     }
     rec.callee = classify_callee(fn);
-    bool pure = rec.callee.kind == CallKind::PureBuiltin || rec.callee.kind == CallKind::TypeCtor;
+    bool pure = rec.callee.kind == CallKind::PureBuiltin || rec.callee.kind == CallKind::TypeCtor ||
+                rec.callee.kind == CallKind::Len;
     if (rec.callee.kind != CallKind::InlineFunction && !pure)
-        return fail("`map` over " + m_cap.v(fv).label + " (" + rec.callee.name + "), which is "
-                    "called from C where it cannot be followed",
-                    "write a list comprehension: [f(x) for x in xs]");
+        return fail(role + ", " + m_cap.v(fv).label + " (" + rec.callee.name + "), is called "
+                    "from C, where it cannot be followed");
     rec.code = rec.callee.code;
-    std::vector<std::vector<int>> items;
     size_t n = SIZE_MAX;
-    for (size_t i = 1; i < args.size(); ++i) {
-        std::vector<int> its;
-        if (!items_of(args[i], its)) return -1;
-        n = std::min(n, its.size());
-        items.push_back(std::move(its));
-    }
+    for (const std::vector<int>& its : columns) n = std::min(n, its.size());
     for (size_t k = 0; k < n; ++k) {
         std::vector<int> step;
         if (rec.self_value >= 0) step.push_back(rec.self_value);
-        for (const std::vector<int>& its : items) step.push_back(its[k]);
+        for (const std::vector<int>& its : columns) step.push_back(its[k]);
         rec.steps.push_back(std::move(step));
     }
     if (pure) {
-        // map(int, sizes), map(str, names): a pure builtin over constants is folded here; the
-        // consumer's calls from C give the same results.
+        // map(int, sizes), sorted(names, key=str.lower): a pure builtin over constants is
+        // folded here; the calls from C give the same results.
         for (const std::vector<int>& step : rec.steps) {
             for (int a : step)
                 if (!known(a))
-                    return fail("`map` of " + rec.callee.name + " over " + m_cap.v(a).label +
-                                ", which is not a constant", "write a list comprehension");
+                    return fail(role + ", " + rec.callee.name + ", is given " +
+                                m_cap.v(a).label + ", which is not a constant");
             py::Ref r = py::Ref::steal(PyObject_Call(fn, reals_of(step, false).get(), nullptr));
             if (!r) PyErr_Clear();
             PyObject* o = r.get();
             if (!o || !(PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
                         PyBool_Check(o)))  // a fresh list each call is not a constant
-                return fail("`map` of " + rec.callee.name + " over these items",
-                            "write a list comprehension");
+                return fail(role + ", " + rec.callee.name + ", gives no constant for these items");
             rec.results.push_back(m_cap.const_value(r.get()));
         }
         rec.code = nullptr;  // no frames to trace
     }
-    int it = m_cap.new_value(ValueKind::Iterator, result, "map(" + rec.callee.name + ", ...)");
-    m_cap.v(it).iter_kind = IterKind::Map;
-    m_cap.v(it).iter_source = static_cast<int>(m_maps.size());
     m_maps.push_back(std::move(rec));
-    return it;
+    return static_cast<int>(m_maps.size()) - 1;
 }
 
 // A frame entered from C while a map of its code has calls left: the map's next call, traced.
 // Its arguments pick the map (two maps of one function zipped together). False: not one of
 // ours.
 bool Monitor::enter_map_step(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co) {
+    // The frame got `got` where the record has `want`: the same object, or, for a pair of
+    // d.items() that C code made only now (sorted(d.items(), key=f)), a tuple of the same items.
+    auto same = [&](PyObject* got, int want) {
+        const Value& w = m_cap.v(want);
+        if (got == w.real.get()) return true;
+        if (w.kind != ValueKind::FreshTuple || w.built >= 0 || !got || !PyTuple_CheckExact(got) ||
+            static_cast<size_t>(PyTuple_GET_SIZE(got)) != w.items.size())
+            return false;
+        for (size_t k = 0; k < w.items.size(); ++k)
+            if (PyTuple_GET_ITEM(got, static_cast<Py_ssize_t>(k)) != m_cap.v(w.items[k]).real.get())
+                return false;
+        return true;
+    };
     auto next_call_matches = [&](const MapRecord& m) {
         const std::vector<int>& args = m.steps[m.results.size()];
         for (size_t i = 0; i < args.size() && static_cast<int>(i) < co->co_argcount; ++i) {
-            if (py::frame_local_value(f, co, static_cast<int>(i)) != m_cap.v(args[i]).real.get())
-                return false;
+            if (!same(py::frame_local_value(f, co, static_cast<int>(i)), args[i])) return false;
         }
         return true;
     };
@@ -1110,6 +1263,9 @@ bool Monitor::enter_map_step(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co)
         return stop("two maps of " + str(co->co_name) + " over the same items are consumed "
                     "together", "make a list of the first before using the second");
     MapRecord& m = m_maps[static_cast<size_t>(index)];
+    const std::vector<int>& args = m.steps[m.results.size()];
+    for (size_t i = 0; i < args.size() && static_cast<int>(i) < co->co_argcount; ++i)
+        m_cap.v(args[i]).real = py::Ref::borrow(py::frame_local_value(f, co, static_cast<int>(i)));
     Pending call;
     call.opcode = CALL;
     call.callee = m.callee;
@@ -2466,6 +2622,13 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     }
     case CallKind::Super:
         return dispatch_super(f, p);
+    case CallKind::PureBuiltin:
+        if (p.callee.name == "sorted" || p.callee.name == "min" || p.callee.name == "max")
+            prepare_key(p);
+        return;
+    case CallKind::ListMethod:
+        if (p.callee.op == "sort") prepare_key(p);
+        return;
     case CallKind::IO:
         return m_cap.fail(breaks::kIO, "`" + p.callee.name + "()` does input or output",
                           "it runs in Python between two graphs; move printing and I/O out "
@@ -2720,6 +2883,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     }
     case CallKind::PureBuiltin:
     case CallKind::TypeCtor: {
+        if (p.key_map >= 0) return push_out(keyed_result(p, result));
         if (p.callee.kind == CallKind::TypeCtor && p.in.size() <= 1 &&
             (name == "dict" || name == "collections.OrderedDict")) {
             // Built as its own type at replay; dict(pairs) / dict(other_dict) take the items.
@@ -2878,6 +3042,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                           "compile the eager model, not a scripted or traced one");
     }
     case CallKind::ListMethod: {
+        if (p.callee.op == "sort") return push_out(sort_list(p));
         int r = mutate_list(p.callee_value, name, p.in);
         if (r >= 0 && !m_cap.v(r).real && result)  // copy(): the new list
             m_cap.v(r).real = py::Ref::borrow(result);
@@ -3853,7 +4018,15 @@ int Monitor::load_deref(ShadowFrame& f, int index) {
     std::string name = local_name(f.code, index);
     int first_free = py::code_nlocalsplus(f.code) - f.code->co_nfreevars;
     int k = index - first_free;
-    if (f.is_root)
+    auto ext = m_cap.external_cells().find(cell);
+    if (!f.is_root && ext != m_cap.external_cells().end()) {
+        // a cell of the compiled function's closure, passed on to a function made in the call
+        // (`lambda kv: order[kv[0]]` with `order` from the compiled function's enclosing scope)
+        k = -(ext->second + 2);
+        const ShadowFrame& root = m_frames.front();
+        name = local_name(root.code, py::code_nlocalsplus(root.code) - root.code->co_nfreevars + k);
+    }
+    if (f.is_root || ext != m_cap.external_cells().end())
         return m_cap.input_root(AccessKind::ClosureCell, k, nullptr,
                                 "closure['" + name + "']", real);
     if (f.func_value >= 0 && m_cap.v(f.func_value).node >= 0)

@@ -56,6 +56,7 @@ private:
                                           // UserClass: its __init__
         int made = -1;                    // UserClass: the object made (bound as self)
         bool property_get = false;        // LOAD_ATTR of a property: its getter is traced
+        int key_map = -1;                 // sorted/min/max(key=f): the record of f's calls
     };
     struct ShadowFrame {
         py::IFrame* frame = nullptr;
@@ -105,6 +106,13 @@ private:
     std::vector<MapRecord> m_maps;
     MapRecord* map_of(int value);
     int make_map(const std::vector<int>& args, PyObject* result);
+    void prepare_key(Pending& p);
+    int keyed_result(const Pending& p, PyObject* result);
+    bool keys_fixed(const Pending& p, const std::vector<int>& keys);
+    bool reorder(std::vector<int>& items, PyObject* seq);
+    int sort_list(const Pending& p);
+    int map_record(int fv, const std::vector<std::vector<int>>& columns, const std::string& role,
+                   const std::string& hint);
     bool enter_map_step(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
     // `call` null: the call pending in the caller (the frame below).
     void enter_callee(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co, Pending* call,
