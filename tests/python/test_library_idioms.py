@@ -162,3 +162,48 @@ def test_imports_inside_the_function_are_followed_and_guarded():
         helper_mod.set_factor(2.0)
     # the value imported with `from helper_mod import FACTOR` is guarded: changing it recompiles
     assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
+
+
+# functools.lru_cache helpers ([Note: cached functions] in monitor.cpp)
+
+import functools
+
+
+@functools.lru_cache(maxsize=None)
+def rope_freqs(n, d):
+    return torch.arange(n)[:, None] * torch.arange(d)[None] * 0.01
+
+
+@functools.lru_cache(maxsize=8)
+def head_dim(width, heads):
+    return width // heads
+
+
+def rope(x):
+    f = rope_freqs(x.shape[-2], x.shape[-1])
+    return x * f.cos() + x.flip(-1) * f.sin() / head_dim(8, 2)
+
+
+def test_lru_cache_helper_is_called_at_replay_and_its_tensor_flows_into_the_graph():
+    rope_freqs.cache_clear()
+    cf = check(rope, [torch.randn(2, 5, 4) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    # the compiled calls use the cache as eager does: one miss, then hits
+    info = rope_freqs.cache_info()
+    assert (info.misses, info.hits) == (1, 5)
+    # a new sequence length: the cache computes a new table at replay (dynamic dims)
+    check(rope, [torch.randn(2, n, 4) for n in (7, 9, 11)], compiled=cf)
+    assert magpy.explain(cf).break_count == 0
+
+
+def test_lru_cache_returning_an_object_breaks_with_a_hint():
+    @functools.lru_cache(maxsize=None)
+    def table(n):
+        return {"n": torch.ones(n)}
+
+    def f(x):
+        return x + table(3)["n"]
+
+    cf = check(f, [torch.randn(3) for _ in range(3)])
+    assert break_ids(cf) == ["MB003"]
+    assert "the cached function" in str(magpy.explain(cf))

@@ -277,6 +277,14 @@ CalleeInfo classify_callee(PyObject* f) {
         info.op = "partial";
         return info;
     }
+    if (std::string(Py_TYPE(f)->tp_name) == "functools._lru_cache_wrapper") {
+        info.kind = CallKind::CachedCall;
+        PyObject* q = PyObject_GetAttrString(f, "__qualname__");
+        info.name = info.op = q && PyUnicode_Check(q) ? py::str_of(q) : "lru_cache function";
+        Py_XDECREF(q);
+        PyErr_Clear();
+        return info;
+    }
     if (PyFunction_Check(f)) {
         auto* fn = reinterpret_cast<PyFunctionObject*>(f);
         info.name = py::str_of(fn->func_qualname);

@@ -3049,6 +3049,31 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         push_out(r);
         return;
     }
+    case CallKind::CachedCall: {
+        // [Note: cached functions] `@functools.lru_cache def freqs(n, d)`: what it returns
+        // depends on its arguments alone (the cache's contract), and whether it runs depends
+        // on its cache. Tensors it returns are fetched at replay by calling it there (a hit
+        // returns the very tensor eager gets); constants from constant arguments are folded.
+        auto tensors = [&](PyObject* o) {
+            if (is_tensor(o)) return true;
+            if (!o || !(PyTuple_CheckExact(o) || PyList_CheckExact(o))) return false;
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+                if (!is_tensor(PySequence_Fast_GET_ITEM(o, i))) return false;
+            return true;
+        };
+        if (tensors(result)) return push_out(record_call(p, result, false, false));
+        bool args_known = true;
+        for (int a : p.in) args_known = args_known && known(a);
+        if (args_known && result && (result == Py_None || is_number(result) ||
+                                     PyUnicode_CheckExact(result) || PyBool_Check(result)))
+            return push_out(m_cap.const_value(result));
+        return m_cap.fail(breaks::kUnsupportedCallee,
+                          "the cached function `" + name + "` returns " +
+                              (args_known ? "a " + py::type_name(result)
+                                          : "a value from arguments that are not constants"),
+                          "return tensors, or numbers and strings of constant arguments, from "
+                          "functions under functools.lru_cache");
+    }
     case CallKind::Context:
         // torch.no_grad() & co, made at replay too (set_grad_enabled(b) sets the mode here).
         if (!require_const(p.in, "`" + name + "()`")) return;
