@@ -207,3 +207,67 @@ def test_lru_cache_returning_an_object_breaks_with_a_hint():
     cf = check(f, [torch.randn(3) for _ in range(3)])
     assert break_ids(cf) == ["MB003"]
     assert "the cached function" in str(magpy.explain(cf))
+
+
+# Python's random module: draws are replayed in order, their numbers known at run time
+
+import random
+
+
+class LayerDropEncoder(nn.Module):
+    """Hugging Face's older encoders: a draw per layer, used only while training."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+        self.layerdrop = 0.3
+        self.rng = random.Random(7)
+
+    def forward(self, x):
+        for layer in self.layers:
+            dropout_probability = random.uniform(0, 1)
+            if self.training and dropout_probability < self.layerdrop:
+                continue
+            x = layer(x)
+        return x * self.rng.random()
+
+
+def jitter(x):
+    return x * random.uniform(0.8, 1.2) + random.randint(1, 3) + random.gauss(0, 1)
+
+
+def _seeded(fn, i, x):
+    random.seed(i)
+    out = fn(x)
+    return out, random.getstate()
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_layerdrop_draws_are_replayed_and_only_a_branch_on_one_breaks(training):
+    m = LayerDropEncoder().train(training)
+    ref = LayerDropEncoder().train(training)
+    ref.load_state_dict(m.state_dict())
+    magpy.reset()
+    cf = magpy.compile(m)
+    for i in range(6):
+        x = torch.randn(2, 4)
+        (out, state), (want, want_state) = _seeded(cf, i, x), _seeded(ref, i, x)
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        assert state == want_state  # the same number of draws, in the same order
+        assert m.rng.getstate() == ref.rng.getstate()
+    e = magpy.explain(cf)
+    if training:
+        assert break_ids(cf) == ["MB001"] and "drawn at random" in str(e)
+    else:
+        assert e.break_count == 0 and e.graph_count == 1
+
+
+def test_random_draws_in_arithmetic_stay_in_one_graph():
+    magpy.reset()
+    cf = magpy.compile(jitter)
+    for i in range(4):
+        x = torch.randn(3)
+        (out, state), (want, want_state) = _seeded(cf, i, x), _seeded(jitter, i, x)
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        assert state == want_state
+    assert_stats(cf, graphs=1, breaks=0, hits=3)

@@ -131,6 +131,7 @@ bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
                type.find("RReLU") != std::string::npos;
     }
     if (c.kind == CallKind::Print) return true;  // output the user sees
+    if (c.kind == CallKind::RandomDraw) return true;  // advances the generator's state
     const std::string& n = c.op;
     if (n.size() > 1 && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0) return true;
     static const std::unordered_set<std::string> kStateful = {
@@ -252,15 +253,34 @@ bool is_plain_user_class(PyTypeObject* t) {
     return true;
 }
 
+namespace {
+PyTypeObject* imported_type(const char* module, const char* name) {
+    PyObject* mod = PyImport_ImportModule(module);
+    PyObject* t = mod ? PyObject_GetAttrString(mod, name) : nullptr;
+    Py_XDECREF(mod);
+    if (!t || !PyType_Check(t)) {
+        PyErr_Clear();
+        Py_XDECREF(t);
+        return nullptr;
+    }
+    return reinterpret_cast<PyTypeObject*>(t);  // kept for the process's life
+}
+
+// A method of Python's random.Random (of the module's hidden instance, or the user's own) that
+// draws one number. `type` null: the method is known to be Random's.
+bool is_random_draw(PyTypeObject* type, const std::string& method) {
+    static PyTypeObject* random_type = imported_type("_random", "Random");
+    static const std::unordered_set<std::string> kDraws = {
+        "random", "getrandbits", "uniform", "randint", "randrange", "gauss", "normalvariate",
+        "lognormvariate", "expovariate", "vonmisesvariate", "gammavariate", "betavariate",
+        "paretovariate", "weibullvariate", "triangular"};
+    return (!type || (random_type && PyType_IsSubtype(type, random_type))) && kDraws.count(method);
+}
+}  // namespace
+
 PyTypeObject* functools_partial_type() {
-    static PyObject* type = [] {
-        PyObject* mod = PyImport_ImportModule("functools");
-        PyObject* t = mod ? PyObject_GetAttrString(mod, "partial") : nullptr;
-        Py_XDECREF(mod);
-        if (!t || !PyType_Check(t)) PyErr_Clear();
-        return t;
-    }();
-    return type && PyType_Check(type) ? reinterpret_cast<PyTypeObject*>(type) : nullptr;
+    static PyTypeObject* type = imported_type("functools", "partial");
+    return type;
 }
 
 CalleeInfo classify_callee(PyObject* f) {
@@ -295,6 +315,10 @@ CalleeInfo classify_callee(PyObject* f) {
         info.op = py::str_of(fn->func_name);
         if (api.module_member_fn(f)) {
             info.kind = CallKind::ModuleMembers;
+        } else if (m == "random" && starts_with(info.name, "Random.") &&
+                   is_random_draw(nullptr, info.op)) {
+            info.kind = CallKind::RandomDraw;  // random.uniform(a, b), rng.randint(1, 6)
+            info.name = "random." + info.op;
         } else if (starts_with(m, "torch.nn.modules") || m == "torch.nn.utils.weight_norm" ||
                    m == "torch.nn.utils.spectral_norm") {
             // module code (super().forward(x), a generator expression in a forward), and the
@@ -333,6 +357,11 @@ CalleeInfo classify_callee(PyObject* f) {
             info.bound_self = true;
             return info;
         }
+        if (self && is_random_draw(Py_TYPE(self), info.op)) {
+            info.kind = CallKind::RandomDraw;  // random.random()
+            info.name = "random." + info.op;
+            return info;
+        }
         std::string m = cfunction_module(cf);
         if (m.empty() && self && PyType_Check(self))
             m = module_of(self);  // torch._C._VariableFunctions methods
@@ -365,6 +394,9 @@ CalleeInfo classify_callee(PyObject* f) {
             PyType_IsSubtype(owner, api.tensor_type)) {
             info.kind = CallKind::TorchOp;
             info.name = info.op;
+        } else if (is_random_draw(owner, info.op)) {
+            info.kind = CallKind::RandomDraw;  // self.random() inside a Random method
+            info.name = "random." + info.op;
         } else if (owner == &PyList_Type) {
             info.kind = CallKind::ListMethod;
             info.name = py::str_of(PyDescr_NAME(f));

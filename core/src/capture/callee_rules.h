@@ -39,6 +39,8 @@ enum class CallKind : uint8_t {
                      // super] in monitor.cpp)
     MakePartial,     // functools.partial(func, ...): a partial made in the call ([Note:
                      // partials] in monitor.cpp)
+    RandomDraw,      // a draw from Python's random (random.random(), and random.uniform,
+                     // randint & co through it): replayed in order, a number known at run time
     CachedCall,      // a functools.lru_cache / cache wrapper: called at replay, where its cache
                      // decides what runs, as in eager; what it returns flows on
     Unsupported,

@@ -3049,6 +3049,13 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         push_out(r);
         return;
     }
+    case CallKind::RandomDraw: {
+        // drawn again at replay, in order with the other effects: like a number read from
+        // tensor data, arithmetic on it is replayed and a branch on it breaks
+        int r = record_call(p, result, false, false);
+        if (r >= 0) m_cap.v(r).dyn_scalar = true;
+        return push_out(r);
+    }
     case CallKind::CachedCall: {
         // [Note: cached functions] `@functools.lru_cache def freqs(n, d)`: what it returns
         // depends on its arguments alone (the cache's contract), and whether it runs depends
@@ -4460,7 +4467,7 @@ bool Monitor::require_const(const std::vector<int>& values, const std::string& w
         if (holds(id, &Value::dyn_scalar))
             return m_cap.fail(breaks::kTensorToPython,
                               what + " needs the value of " + v.label +
-                                  ", a number read from tensor data",
+                                  ", a number read from tensor data or drawn at random",
                               "keep the value in a tensor, or use it outside the compiled "
                               "function"),
                    false;
@@ -4534,7 +4541,8 @@ bool Monitor::truthiness_known(int id) {
     Value& v = m_cap.v(id);
     if (v.dyn_scalar) {
         m_cap.fail(breaks::kDataDependentBranch,
-                   "a branch depends on " + v.label + ", a number read from tensor data",
+                   "a branch depends on " + v.label + ", a number read from tensor data or "
+                   "drawn at random",
                    "use torch.where / masking instead of `if`, or move the decision outside the "
                    "compiled function");
         return false;
