@@ -422,3 +422,27 @@ def test_namedtuple_replace_and_asdict():
     assert_stats(cf, breaks=0, misses=1, hits=2)
     q, r, _, _ = cf(*calls[0])
     assert type(q) is Pair and type(r) is Pair and q.scale == 3.0
+
+
+def test_dict_keywords_update_and_merge_operators():
+    def f(x, extra):
+        out = dict(a=x)
+        out.update({"b": x * 2}, c=x * 3)
+        out.update(d=x + 1)
+        out |= {"e": x - 1}
+        merged = out | extra  # a new dict; extra's value wins for a shared key
+        ordered = collections.OrderedDict(z=x, y=x * 0)
+        return {k: v.sum() for k, v in merged.items()}, out, ordered
+
+    calls = [(torch.randn(3), {"a": torch.ones(1), "f": torch.zeros(2)}) for _ in range(3)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_merging_into_a_dict_passed_in_breaks_with_a_hint():
+    def f(x, d):
+        d |= {"y": x}
+        return x + 1
+
+    cf = check(f, [(torch.randn(2), {"a": 1}) for _ in range(2)])
+    assert "d = d | other" in str(magpy.explain(cf))

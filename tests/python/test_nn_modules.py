@@ -528,3 +528,31 @@ def test_weight_norm_pre_hook_recomputes_the_weight_each_call():
                snapshot=lambda: conv.weight.detach().clone(),
                restore=lambda w: setattr(conv, "weight", w))
     assert_stats(cf, graphs=1, breaks=0, hits=3)
+
+
+class Sliced(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(4)])
+        self.head = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.Tanh())
+
+    def forward(self, x):
+        for blk in self.blocks[:-1]:
+            x = blk(x)
+        for blk in reversed(self.blocks[1::2]):
+            x = blk(x) + x
+        return self.head[:2](x), self.head[2:](x), len(self.blocks[1:]), self.blocks[::2]
+
+
+def test_slices_of_module_lists_and_sequentials():
+    m = Sliced()
+    cf = magpy.compile(m)
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        got, want = cf(x), m(x)
+        for a, b in zip(got[:3], want[:3]):
+            assert a == b if isinstance(a, int) else torch.equal(a, b)
+        # a slice that leaves the call is a new ModuleList of the same modules, as eagerly
+        assert type(got[3]) is nn.ModuleList and got[3] is not m.blocks
+        assert [id(b) for b in got[3]] == [id(b) for b in want[3]]
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

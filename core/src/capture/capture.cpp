@@ -853,7 +853,9 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
                                                      : StepKind::BuildDict;
         bool object = val.kind == ValueKind::FreshObject;
         int cls = val.cls;
-        if (s.kind == StepKind::BuildDict && !object && val.real && !PyDict_CheckExact(val.real.get()))
+        if (((s.kind == StepKind::BuildDict && !PyDict_CheckExact(val.real.get())) ||
+             (s.kind == StepKind::BuildList && !PyList_CheckExact(val.real.get()))) &&
+            !object && val.real)  // an OrderedDict, a ModuleList made by slicing one
             s.name = py::Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(val.real.get())));
         std::vector<int> items = val.items;
         for (int item : items) {

@@ -2884,11 +2884,13 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::PureBuiltin:
     case CallKind::TypeCtor: {
         if (p.key_map >= 0) return push_out(keyed_result(p, result));
-        if (p.callee.kind == CallKind::TypeCtor && p.in.size() <= 1 &&
+        size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+        if (p.callee.kind == CallKind::TypeCtor && p.in.size() <= 1 + nkw &&
             (name == "dict" || name == "collections.OrderedDict")) {
-            // Built as its own type at replay; dict(pairs) / dict(other_dict) take the items.
+            // Built as its own type at replay; dict(pairs) / dict(other_dict) take the items,
+            // then dict(..., name=v) the keywords.
             std::vector<int> pairs;
-            if (!p.in.empty()) {
+            if (p.in.size() > nkw) {
                 const Value& src = m_cap.v(p.in[0]);
                 if (src.kind == ValueKind::FreshDict ||
                     (src.kind == ValueKind::Input && PyDict_Check(src.real.get()))) {
@@ -2907,6 +2909,10 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                         pairs.push_back(kv[1]);
                     }
                 }
+            }
+            for (size_t k = 0; k < nkw; ++k) {
+                pairs.push_back(m_cap.const_value(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))));
+                pairs.push_back(p.in[p.in.size() - nkw + k]);
             }
             push_out(fresh_dict(pairs, result));
             return;
@@ -3200,12 +3206,20 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         push_out(record_call(p, result, false, false));
         return;
     case CallKind::Iteration:
-    case CallKind::DictMethod:
-        if (p.kwnames && PyTuple_GET_SIZE(p.kwnames) > 0)
+    case CallKind::DictMethod: {
+        size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+        if (nkw == 0) return push_out(iter_call(name, p.in, result));
+        if (name != "update" || m_cap.v(p.in[0]).kind != ValueKind::FreshDict)
             return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` with keyword arguments",
                               "pass the arguments by position");
-        push_out(iter_call(name, p.in, result));
-        return;
+        // d.update(other, name=v): the other's items, then the keywords, in order
+        std::vector<int> pos(p.in.begin(), p.in.end() - static_cast<long>(nkw));
+        if (pos.size() > 1 && iter_call(name, pos, result) < 0) return;
+        for (size_t k = 0; k < nkw; ++k)
+            set_fresh_item(p.in[0], m_cap.const_value(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))),
+                           p.in[pos.size() + k]);
+        return push_out(m_cap.const_value(Py_None));
+    }
     default:
         return m_cap.internal_error("call completion for " + name);
     }
@@ -4257,6 +4271,13 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
             int written = written_item(cont, kr);
             return written >= 0 ? written : dict_item(cont, kr, real);
         }
+        if (c.identity && PySlice_Check(kr) && plain_module_container(o, "__getitem__")) {
+            // self.blocks[:-1]: a new ModuleList / Sequential of the same modules, made again
+            // from them if it leaves the call
+            std::vector<int> items;
+            if (!items_of(cont, items)) return -1;
+            return index_items(items, kr, ValueKind::FreshList, real);
+        }
         if (c.identity && PyLong_Check(kr) &&
             plain_module_container(o, "__getitem__")) {
             int mv = modules_dict(cont);
@@ -4299,6 +4320,26 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         return r;
     }
     if (x.kind == ValueKind::Const && y.kind == ValueKind::Const) return m_cap.const_value(real);
+    auto is_dict = [&](const Value& d) {
+        return !d.tensor && PyDict_Check(d.real.get()) &&
+               (d.kind == ValueKind::FreshDict || d.kind == ValueKind::Input);
+    };
+    if ((op == NB_OR || op == NB_INPLACE_OR) && is_dict(x) && is_dict(y)) {
+        // a | b: a new dict of both; a |= b: a.update(b) (a made in the call)
+        int into = a;
+        if (op == NB_OR) {
+            std::vector<int> pairs;
+            if (!dict_view(a, DictView::Items, pairs)) return -1;
+            into = fresh_dict(pairs, real);
+        }
+        if (m_cap.v(into).kind != ValueKind::FreshDict) {
+            m_cap.fail(breaks::kUnsupportedOpcode, "`|=` changes " + m_cap.v(a).label + ", a dict "
+                       "passed in", "merge into a new dict: d = d | other");
+            return -1;
+        }
+        if (iter_call("update", {into, b}, Py_None) < 0) return -1;
+        return into;
+    }
     bool x_list = !x.tensor && PyList_CheckExact(x.real.get()) &&
                   (x.kind == ValueKind::FreshList || x.kind == ValueKind::Input);
     if (op == NB_INPLACE_ADD && x_list) {  // xs += ys extends xs in place

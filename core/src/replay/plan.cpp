@@ -260,6 +260,10 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
                 if (s.kind == StepKind::BuildList) PyList_SET_ITEM(r, i, it);
                 else PyTuple_SET_ITEM(r, i, it);
             }
+            if (r && s.name) {  // a list-like type made from the list (layers[:2] of a ModuleList)
+                PyObject* made = PyObject_CallOneArg(s.name.get(), r);
+                Py_SETREF(r, made);
+            }
             break;
         }
         case StepKind::BuildDict: {
@@ -421,6 +425,7 @@ std::string Plan::render(const std::string& fn_name) const {
             for (size_t i = 0; i < s.args.size(); ++i) rhs += (i ? ", " : "") + a(i);
             if (!list && s.args.size() == 1) rhs += ",";
             rhs += list ? "]" : ")";
+            if (s.name) rhs = callable_name(s.name.get()) + "(" + rhs + ")";
             break;
         }
         case StepKind::BuildDict:
