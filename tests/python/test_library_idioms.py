@@ -271,3 +271,70 @@ def test_random_draws_in_arithmetic_stay_in_one_graph():
         torch.testing.assert_close(out, want, rtol=0, atol=0)
         assert state == want_state
     assert_stats(cf, graphs=1, breaks=0, hits=3)
+
+
+# torch.autograd.Function subclasses ([Note: autograd functions] in monitor.cpp)
+
+class GradReverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.alpha = alpha
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return -ctx.alpha * g, None
+
+
+class SplitHalves(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x[: x.shape[0] // 2].clone(), x[x.shape[0] // 2:].clone()
+
+    @staticmethod
+    def backward(ctx, a, b):
+        return torch.cat([a, b]) * 3
+
+
+class DomainHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.feat = nn.Linear(4, 4)
+        self.cls = nn.Linear(4, 2)
+
+    def forward(self, x, alpha=0.5):
+        f = self.feat(x)
+        a, b = SplitHalves.apply(f)
+        return self.cls(GradReverse.apply(f, alpha)), a.sum() + b.sum(), a.shape[0]
+
+
+def test_autograd_function_runs_at_replay_with_its_own_backward():
+    m = DomainHead()
+    cf = magpy.compile(m)
+    for n in (4, 4, 6):
+        x = torch.randn(n, 4, requires_grad=True)
+        x2 = x.detach().clone().requires_grad_(True)
+        got, want = cf(x), m(x2)
+        torch.testing.assert_close(got[:2], want[:2])
+        assert got[2] == want[2]
+        grads = torch.autograd.grad(got[0].sum() + got[1], (x, m.feat.weight))
+        wgrads = torch.autograd.grad(want[0].sum() + want[1], (x2, m.feat.weight))
+        torch.testing.assert_close(grads, wgrads)  # the reversed and tripled gradients
+    e = magpy.explain(cf)
+    assert e.break_count == 0 and e.cache_hits >= 1
+
+
+def test_numpy_over_constants_is_folded_and_arrays_break():
+    import numpy as np
+
+    def f(x):
+        n = int(np.prod(x.shape[1:]))
+        return x.reshape(-1, n) * float(np.sqrt(n)), {f"l{i}": t.sum() for i, t in enumerate(x, start=1)}
+
+    def g(x):
+        return x + torch.from_numpy(np.linspace(0, 1, 3)).float()
+
+    cf = check(f, [torch.randn(2, 3, 4) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    cf = check(g, [torch.randn(3) for _ in range(3)])
+    assert "MB003" in break_ids(cf) and "not a number to fold" in str(magpy.explain(cf))

@@ -297,6 +297,15 @@ CalleeInfo classify_callee(PyObject* f) {
         info.op = "partial";
         return info;
     }
+    if (std::string(Py_TYPE(f)->tp_name) == "numpy.ufunc") {  // np.sqrt, np.log2
+        info.kind = CallKind::PureBuiltin;
+        PyObject* n = PyObject_GetAttrString(f, "__name__");
+        info.op = n && PyUnicode_Check(n) ? py::str_of(n) : "ufunc";
+        info.name = "numpy." + info.op;
+        Py_XDECREF(n);
+        PyErr_Clear();
+        return info;
+    }
     if (std::string(Py_TYPE(f)->tp_name) == "functools._lru_cache_wrapper") {
         info.kind = CallKind::CachedCall;
         PyObject* q = PyObject_GetAttrString(f, "__qualname__");
@@ -315,6 +324,9 @@ CalleeInfo classify_callee(PyObject* f) {
         info.op = py::str_of(fn->func_name);
         if (api.module_member_fn(f)) {
             info.kind = CallKind::ModuleMembers;
+        } else if ((m == "numpy" || starts_with(m, "numpy.")) && !starts_with(m, "numpy.random")) {
+            info.kind = CallKind::PureBuiltin;  // np.prod(x.shape[1:]): folded over constants
+            info.name = "numpy." + info.op;
         } else if (m == "random" && starts_with(info.name, "Random.") &&
                    is_random_draw(nullptr, info.op)) {
             info.kind = CallKind::RandomDraw;  // random.uniform(a, b), rng.randint(1, 6)
@@ -355,6 +367,13 @@ CalleeInfo classify_callee(PyObject* f) {
         if (self && is_tensor(self)) {
             info.kind = CallKind::TorchOp;  // a bound tensor method
             info.bound_self = true;
+            return info;
+        }
+        static PyTypeObject* autograd_function = imported_type("torch.autograd", "Function");
+        if (self && PyType_Check(self) && info.op == "apply" && autograd_function &&
+            PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(self), autograd_function)) {
+            info.kind = CallKind::AutogradApply;
+            info.name = std::string(reinterpret_cast<PyTypeObject*>(self)->tp_name) + ".apply";
             return info;
         }
         if (self && is_random_draw(Py_TYPE(self), info.op)) {

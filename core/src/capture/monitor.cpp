@@ -255,8 +255,9 @@ static bool is_code_descriptor(PyTypeObject* type, PyObject* name) {
 // only look in (or register into) its parameter, buffer and module dicts.
 static bool has_attribute_hook(PyObject* obj, bool set) {
     PyTypeObject* type = Py_TYPE(obj);
-    bool custom = set ? type->tp_setattro != PyObject_GenericSetAttr
-                      : type->tp_getattro != PyObject_GenericGetAttr;
+    bool cls = PyType_Check(obj);  // a class: its metaclass decides (FunctionMeta does not hook)
+    bool custom = set ? type->tp_setattro != (cls ? PyType_Type.tp_setattro : PyObject_GenericSetAttr)
+                      : type->tp_getattro != (cls ? PyType_Type.tp_getattro : PyObject_GenericGetAttr);
     return custom && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
            !PyObject_TypeCheck(obj, torch_api().module_type);
 }
@@ -3004,6 +3005,14 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         if (p.callee.kind == CallKind::TypeCtor && name == "list")
             return m_cap.fail(breaks::kUnsupportedCallee, "list() of a constant",
                               "build the list with [...]");
+        if (name.rfind("numpy.", 0) == 0 && result && !PyBool_Check(result) &&
+            !PyUnicode_CheckExact(result) &&
+            !(PyNumber_Check(result) && std::string(Py_TYPE(result)->tp_name) != "numpy.ndarray"))
+            // an array is mutable, and a function that returns None ran for its effects
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`" + name + "()` gives a " + py::type_name(result) +
+                                  ", not a number to fold",
+                              "compute with torch, or call it outside the compiled function");
         push_out(m_cap.const_value(result));
         return;
     }
@@ -3061,6 +3070,24 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         int r = record_call(p, result, false, false);
         if (r >= 0) m_cap.v(r).dyn_scalar = true;
         return push_out(r);
+    }
+    case CallKind::AutogradApply: {
+        // [Note: autograd functions] MyFunction.apply(x): runs at replay as one step, so its
+        // backward is the user's; its forward is not looked into, so the sizes of what it
+        // returns are read at replay like those of nonzero()
+        auto tensors = [&](PyObject* o) {
+            if (is_tensor(o)) return true;
+            if (!o || !PyTuple_CheckExact(o)) return false;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+                if (!is_tensor(PyTuple_GET_ITEM(o, i))) return false;
+            return true;
+        };
+        if (!tensors(result))
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`" + name + "` returns a " + py::type_name(result) +
+                                  ", not tensors",
+                              "return tensors from the forward of an autograd.Function");
+        return push_out(record_call(p, result, true, false));
     }
     case CallKind::CachedCall: {
         // [Note: cached functions] `@functools.lru_cache def freqs(n, d)`: what it returns
@@ -3209,6 +3236,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::DictMethod: {
         size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
         if (nkw == 0) return push_out(iter_call(name, p.in, result));
+        if (name == "enumerate" && nkw == 1 && p.in.size() == 2 &&
+            str(PyTuple_GET_ITEM(p.kwnames, 0)) == "start")
+            return push_out(iter_call(name, p.in, result));  // enumerate(xs, start=1)
         if (name != "update" || m_cap.v(p.in[0]).kind != ValueKind::FreshDict)
             return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` with keyword arguments",
                               "pass the arguments by position");
@@ -4151,6 +4181,14 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
                    "`" + o.label + "` has a custom __getattr__/__getattribute__",
                    "use plain attributes");
         return -1;
+    }
+    if (PyType_Check(target) && o.identity && real && PyCFunction_Check(real) &&
+        PyCFunction_GET_SELF(real) == target) {
+        // MyFunction.apply: a C class method, bound anew on every read, to a class the guards
+        // fix; the same every time
+        PyObject* d = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(target), name);
+        if (d && Py_TYPE(d) == &PyClassMethodDescr_Type && !_PyType_Lookup(Py_TYPE(target), name))
+            return m_cap.const_value(real);
     }
     return m_cap.input_child(obj, is_module ? AccessKind::ModuleAttr : AccessKind::Attr, 0, name,
                              "." + n, real);
