@@ -24,6 +24,7 @@ import enum
 import functools
 import logging
 import math
+import random
 import warnings
 from collections import namedtuple
 from dataclasses import dataclass
@@ -2954,6 +2955,154 @@ class MultiScaleLambdaHeads(nn.Module):
         return torch.stack(outs, dim=1)
 
 
+
+@functools.lru_cache(maxsize=None)
+def sinusoidal_table(n, dim):
+    """A positional table cached per (length, width), as fairseq and older transformers do."""
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    inv = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(n, dim)
+    table[:, 0::2] = torch.sin(pos * inv)
+    table[:, 1::2] = torch.cos(pos * inv)
+    return table
+
+
+class BartEncoderLayer(nn.Module):
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ff = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+
+    def forward(self, x, key_padding_mask):
+        a, _ = self.attn(x, x, x, key_padding_mask=key_padding_mask, need_weights=False)
+        x = self.norm1(x + a)
+        return self.norm2(x + self.ff(x))
+
+
+class BartLayerDropEncoder(nn.Module):
+    """BART/Wav2Vec2-style encoder of older Hugging Face releases: a random.uniform draw per
+    layer for LayerDrop (used only while training), a cached sinusoidal table, a mask from
+    lengths, and a dict of outputs built with keywords."""
+
+    def __init__(self, vocab=40, dim=16, layers=3, layerdrop=0.2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList([BartEncoderLayer(dim) for _ in range(layers)])
+        self.layerdrop = layerdrop
+        self.dim = dim
+
+    def forward(self, ids, lengths, output_hidden_states=True):
+        T = ids.shape[1]
+        x = self.embed(ids) * math.sqrt(self.dim) + sinusoidal_table(T, self.dim)
+        pad = torch.arange(T)[None, :] >= lengths[:, None]
+        hidden = (x,) if output_hidden_states else None
+        for layer in self.layers:
+            dropout_probability = random.uniform(0, 1)
+            if self.training and dropout_probability < self.layerdrop:
+                continue
+            x = layer(x, pad)
+            if output_hidden_states:
+                hidden = hidden + (x,)
+        out = dict(last_hidden_state=x)
+        out.update(hidden_states=hidden, pooled=x.masked_fill(pad[..., None], 0).sum(1))
+        return out
+
+
+class GradReverse(torch.autograd.Function):
+    """Gradient reversal (DANN): identity forward, negated and scaled gradient."""
+
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.alpha = alpha
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.neg() * ctx.alpha, None
+
+
+class DANN(nn.Module):
+    """Domain-adversarial training: the reversal strength follows a schedule of a Python step
+    counter kept on the module (2 / (1 + exp(-10 p)) - 1, p = min(1, step / total))."""
+
+    def __init__(self, dim=16, classes=4, total_steps=100):
+        super().__init__()
+        self.features = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim), nn.ReLU())
+        self.classifier = nn.Linear(dim, classes)
+        self.domain = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, 2))
+        self.total_steps = total_steps
+        self.step = 0
+
+    def forward(self, x, labels, domains):
+        self.step += 1
+        p = min(1.0, self.step / self.total_steps)
+        alpha = 2.0 / (1.0 + math.exp(-10 * p)) - 1
+        f = self.features(x)
+        cls_loss = F.cross_entropy(self.classifier(f), labels)
+        dom_loss = F.cross_entropy(self.domain(GradReverse.apply(f, alpha)), domains)
+        return {"loss": cls_loss + dom_loss, "alpha": alpha, "cls": cls_loss.detach()}
+
+
+def dann_inputs():
+    return (torch.randn(6, 16), torch.randint(0, 4, (6,)), torch.randint(0, 2, (6,)))
+
+
+class RankedPyramidFusion(nn.Module):
+    """FPN-style fusion with Python-side ordering: stages run through a slice of a ModuleList,
+    features sorted by resolution with a key function, the finest chosen with max(key=...),
+    levels ordered by a name table with list.sort(key=...), and numpy on shapes."""
+
+    LEVEL_ORDER = {"p5": 0, "p4": 1, "p3": 2, "p2": 3}
+
+    def __init__(self, ch=8):
+        super().__init__()
+        self.stem = nn.Conv2d(3, ch, 3, padding=1)
+        self.stages = nn.ModuleList([nn.Conv2d(ch, ch, 3, stride=2, padding=1) for _ in range(4)])
+        self.lateral = nn.ModuleDict({f"p{i + 2}": nn.Conv2d(ch, ch, 1) for i in range(3)})
+        self.head = nn.Sequential(nn.Conv2d(ch, ch, 3, padding=1), nn.ReLU(), nn.Conv2d(ch, 1, 1))
+
+    def forward(self, x):
+        import numpy as np
+        x = self.stem(x)
+        feats = {}
+        for i, stage in enumerate(self.stages[:-1], start=2):
+            x = stage(x)
+            feats[f"p{i}"] = self.lateral[f"p{i}"](x)
+        coarse_first = sorted(feats.items(), key=lambda kv: kv[1].shape[-1])
+        top = coarse_first[0][1]
+        for name, f in coarse_first[1:]:
+            top = f + F.interpolate(top, size=f.shape[-2:], mode="nearest")
+        finest = max(feats.values(), key=lambda t: t.shape[-2] * t.shape[-1])
+        names = list(feats)
+        names.sort(key=lambda n: self.LEVEL_ORDER[n])
+        per_level = {n: float(np.prod(feats[n].shape[1:])) for n in names}
+        heat = self.head[:2](top + finest)
+        return self.head[2:](heat), per_level, names
+
+
+class WarmupEMAHead(nn.Module):
+    """A model that blends a shadow (EMA) head in with a warm-up schedule on a Python counter:
+    decay = min(decay, (1 + n) / (10 + n)), as timm's ModelEmaV2 and mean-teacher code do."""
+
+    def __init__(self, dim=16, decay=0.999):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(dim, dim), nn.GELU())
+        self.head = nn.Linear(dim, 4)
+        self.shadow = nn.Linear(dim, 4)
+        self.decay = decay
+        self.num_updates = 0
+
+    def forward(self, x):
+        self.num_updates += 1
+        d = min(self.decay, (1 + self.num_updates) / (10 + self.num_updates))
+        h = self.body(x)
+        with torch.no_grad():
+            for s, p in zip(self.shadow.parameters(), self.head.parameters()):
+                s.mul_(d).add_(p.detach(), alpha=1 - d)
+        return self.head(h) * (1 - d) + self.shadow(h) * d, round(d, 6)
+
+
 def programs():
     return [
         Program("prog/causal_transformer_block", CausalTransformerBlock,
@@ -3191,4 +3340,24 @@ def programs():
                 lambda: (torch.randn(2, 3, 8, 8),),
                 note="lambda t, s=s, f=f: ... over itertools.product; imports and "
                      "functools.reduce(operator.mul, shape) inside forward"),
+        Program("prog/layerdrop_encoder_lru_table", BartLayerDropEncoder,
+                lambda: (torch.randint(0, 40, (2, 7)), torch.tensor([7, 4])),
+                note="random.uniform per layer for LayerDrop; an lru_cache'd sinusoidal table; "
+                     "dict(name=...) and update(name=...) outputs"),
+        Program("prog/layerdrop_encoder_train", BartLayerDropEncoder,
+                lambda: (torch.randint(0, 40, (2, 7)), torch.tensor([7, 4])), train=True,
+                separate_worlds=True,
+                note="training: the LayerDrop branch on a random draw breaks on purpose"),
+        Program("prog/dann_gradient_reversal", DANN, dann_inputs, train=True,
+                separate_worlds=True,
+                note="autograd.Function gradient reversal; alpha from a Python step counter "
+                     "through min() and math.exp (dynamic after one recompile)"),
+        Program("prog/ranked_pyramid_fusion", RankedPyramidFusion,
+                lambda: (torch.randn(1, 3, 32, 32),),
+                note="ModuleList/Sequential slices; sorted/max with key functions; "
+                     "list.sort(key=...); numpy on shapes; enumerate(start=2)"),
+        Program("prog/warmup_ema_counter", WarmupEMAHead, lambda: (torch.randn(3, 16),),
+                calls=5, separate_worlds=True,
+                note="EMA warm-up min(decay, (1 + n) / (10 + n)) on a Python counter; "
+                     "in-place shadow update under no_grad"),
     ]

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import random
 import time
 import traceback
 import warnings
@@ -268,6 +269,7 @@ def _run_program(prog, opts, r, grad_ctx):
             """Runs one call with this call's seed; (True, result) or (False, None) after
             recording the error in `r`."""
             torch.manual_seed(prog.seed + 1000 + i)
+            random.seed(prog.seed + 1000 + i)  # Python's random too (LayerDrop draws)
             _stage(f"{who} call {i + 1}")
             t = time.perf_counter()
             try:
@@ -312,7 +314,8 @@ def _run_program(prog, opts, r, grad_ctx):
                      error_where=_user_frame(exc))
         return
     r["graphs"], r["breaks"] = e.graph_count, e.break_count
-    r["full_graph"] = e.graph_count == 1 and e.break_count == 0
+    # every call one graph, no break (recompiles add entries, each one graph)
+    r["full_graph"] = e.break_count == 0 and e.graph_count >= 1 and e.graph_count == e.cache_entries
     r["break_list"] = [dict(reason_id=b.reason_id, reason=b.reason, hint=b.hint,
                             filename=b.filename, lineno=b.lineno, function=b.function)
                        for b in e.breaks]

@@ -556,3 +556,31 @@ def test_slices_of_module_lists_and_sequentials():
         assert type(got[3]) is nn.ModuleList and got[3] is not m.blocks
         assert [id(b) for b in got[3]] == [id(b) for b in want[3]]
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+class LateralHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stages = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+        self.lateral = nn.ModuleDict({f"p{i}": nn.Linear(4, 4) for i in range(2, 5)})
+
+    def forward(self, x, log):
+        out = []
+        for i, stage in enumerate(self.stages[:-1], start=2):
+            x = stage(x)
+            out.append(self.lateral[f"p{i}"](x))
+            if log and x.sum() > 1e9:  # a break with the slice's iterator live
+                x = x * 0
+        return out
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_module_dict_by_key_and_a_sliced_module_list_live_at_a_break(log):
+    m = LateralHeads()
+    cf = check(m, [(torch.randn(2, 4), log) for _ in range(4)])
+    e = magpy.explain(cf)
+    assert e.break_count == (1 if log else 0)
+    if not log:
+        assert e.graph_count == 1
+    m.lateral["p3"] = nn.Linear(4, 4)  # another module under the key: guarded
+    check(m, [(torch.randn(2, 4), log)], compiled=cf)

@@ -2669,7 +2669,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     bool flows = p.callee.kind == CallKind::TorchOp || p.callee.kind == CallKind::LeafModule ||
                  p.callee.kind == CallKind::InlineFunction ||
                  p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::UserClass ||
-                 p.callee.kind == CallKind::Print;
+                 p.callee.kind == CallKind::Print || p.callee.kind == CallKind::AutogradApply ||
+                 p.callee.kind == CallKind::CachedCall || p.callee.kind == CallKind::RandomDraw;
     if (sym_number_call(p, result))  // min(decay, (1 + step) / (10 + step)) with step dynamic
         return push_out(record_sym_number(p, result));
     if (!flows)  // builtins and the like compute with the number itself
@@ -4308,6 +4309,12 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
         if (PyDict_Check(o)) {
             int written = written_item(cont, kr);
             return written >= 0 ? written : dict_item(cont, kr, real);
+        }
+        if (c.identity && PyUnicode_Check(kr) && PyObject_TypeCheck(o, torch_api().module_dict_type) &&
+            plain_module_container(o, "__getitem__", true)) {
+            // self.heads[name]: the module under that key of its _modules
+            int mv = modules_dict(cont);
+            return mv < 0 ? -1 : dict_item(mv, kr, real);
         }
         if (c.identity && PySlice_Check(kr) && plain_module_container(o, "__getitem__")) {
             // self.blocks[:-1]: a new ModuleList / Sequential of the same modules, made again

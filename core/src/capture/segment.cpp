@@ -119,6 +119,14 @@ int Monitor::iterator_state(int it, int depth) {
     case IterKind::ConstSeq:
     case IterKind::FreshSeq:
     case IterKind::InputSeq: {
+        const Value& sv = m_cap.v(iv.iter_source);
+        if (iv.iter_kind == IterKind::FreshSeq && sv.real && !PyList_CheckExact(sv.real.get()) &&
+            !PyTuple_CheckExact(sv.real.get())) {
+            // a ModuleList made by slicing one: its iterator has no __setstate__
+            std::vector<int> items = sv.items;
+            if (pos < static_cast<int>(items.size())) rest.assign(items.begin() + pos, items.end());
+            return iter_of_list(rest);
+        }
         Arg src;
         if (!m_cap.escape_arg(iv.iter_source, src)) return -1;
         int r = call(builtin("iter"), {src}, iv.label);
