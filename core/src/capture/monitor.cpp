@@ -368,7 +368,7 @@ int Monitor::sorted_items(const Pending& p, PyObject* result) {
         return m_cap.internal_error("sorted() gave another number of items"), -1;
     for (size_t g = 0; g < n; ++g) {
         int key = items[g * width];
-        if (known(key)) continue;
+        if (orders_as_constant(key)) continue;
         if (m_cap.v(key).tensor || holds(key, &Value::dyn_scalar))
             return m_cap.fail(breaks::kTensorToPython,
                               "`sorted()` compares " + m_cap.v(key).label + ", a tensor or a "
@@ -435,12 +435,40 @@ void Monitor::prepare_key(Pending& p) {
                            "() before calling the compiled function");
 }
 
+// A sort key whose comparisons the guards fix: a number, string, bytes, bool or None the
+// guards know, or a tuple of such. (An identity-guarded object is known too, but its __lt__
+// may read state that changes between calls.)
+bool Monitor::orders_as_constant(int id, int depth) {
+    if (!known(id) || depth > 8) return false;
+    const Value& v = m_cap.v(id);
+    PyObject* o = v.real.get();
+    if (v.kind == ValueKind::FreshTuple || (o && PyTuple_CheckExact(o) && v.kind != ValueKind::Const)) {
+        std::vector<int> items;
+        if (!items_of(id, items)) return false;
+        for (int it : items)
+            if (!orders_as_constant(it, depth + 1)) return false;
+        return true;
+    }
+    if (v.kind != ValueKind::Const || !o) return false;
+    if (PyTuple_CheckExact(o)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i) {
+            PyObject* it = PyTuple_GET_ITEM(o, i);
+            if (!(it == Py_None || PyLong_CheckExact(it) || PyFloat_CheckExact(it) ||
+                  PyUnicode_CheckExact(it) || PyBytes_CheckExact(it) || PyBool_Check(it)))
+                return false;
+        }
+        return true;
+    }
+    return o == Py_None || PyLong_Check(o) || PyFloat_Check(o) || PyUnicode_CheckExact(o) ||
+           PyBytes_CheckExact(o);
+}
+
 // The keys a call ordered by (or picked the least or greatest of) follow from the guards, and
 // so does `reverse=`: the order at replay is the order now.
 bool Monitor::keys_fixed(const Pending& p, const std::vector<int>& keys) {
     const std::string& name = p.callee.name;
     for (int k : keys) {
-        if (known(k)) continue;
+        if (orders_as_constant(k)) continue;
         if (m_cap.v(k).tensor || holds(k, &Value::dyn_scalar))
             return m_cap.fail(breaks::kTensorToPython,
                               "`" + name + "()` compares " + m_cap.v(k).label + ", a tensor or a "
