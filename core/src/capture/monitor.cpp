@@ -26,6 +26,15 @@ PyObject* interned(const char* name) {
 
 }  // namespace
 
+// A tensor, or a tuple or list of tensors: what a call run whole at replay may hand on.
+static bool tensors_only(PyObject* o) {
+    if (is_tensor(o)) return true;
+    if (!o || !(PyTuple_CheckExact(o) || PyList_CheckExact(o))) return false;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+        if (!is_tensor(PySequence_Fast_GET_ITEM(o, i))) return false;
+    return true;
+}
+
 static bool is_number(PyObject* o) {
     return PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || PyComplex_Check(o);
 }
@@ -413,12 +422,8 @@ int Monitor::sorted_items(const Pending& p, PyObject* result) {
 // call gave, and replay does not sort. A key that is a tensor or a number read from one
 // decides the order from data: that breaks.
 void Monitor::prepare_key(Pending& p) {
-    size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
-    size_t npos = p.in.size() - nkw;
-    int key = -1;
-    for (size_t k = 0; k < nkw; ++k)
-        if (str(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))) == "key")
-            key = p.in[npos + k];
+    size_t npos = p.in.size() - (p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0);
+    int key = kwarg(p, "key");
     if (key < 0 || m_cap.v(key).real.get() == Py_None || npos == 0) return;
     const std::string& name = p.callee.name;
     std::vector<int> items;
@@ -479,12 +484,17 @@ bool Monitor::keys_fixed(const Pending& p, const std::vector<int>& keys) {
                           ", whose order the guards do not fix",
                           "order by constants or sizes"), false;
     }
+    int reverse = kwarg(p, "reverse");
+    return reverse < 0 || require_const({reverse}, "`" + name + "(reverse=...)`");
+}
+
+// The value passed as keyword `name` to the pending call, or -1.
+int Monitor::kwarg(const Pending& p, const char* name) {
     size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
     for (size_t k = 0; k < nkw; ++k)
-        if (str(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))) == "reverse" &&
-            !require_const({p.in[p.in.size() - nkw + k]}, "`" + name + "(reverse=...)`"))
-            return false;
-    return true;
+        if (str(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))) == name)
+            return p.in[p.in.size() - nkw + k];
+    return -1;
 }
 
 // `items` in the order the objects of `seq` (a list) have them, matched by identity: an object
@@ -519,13 +529,10 @@ int Monitor::keyed_result(const Pending& p, PyObject* result) {
     for (const std::vector<int>& step : rec.steps) items.push_back(step.back());
     if (name == "sorted")
         return reorder(items, result) ? m_cap.fresh(ValueKind::FreshList, items, result) : -1;
-    for (int item : items)  // min / max: one of the items,
+    for (int item : items)  // min / max: one of the items, or the default
         if (m_cap.v(item).real.get() == result) return item;
-    size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
-    for (size_t k = 0; k < nkw; ++k)  // or the default
-        if (str(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))) == "default")
-            return p.in[p.in.size() - nkw + k];
-    return m_cap.internal_error(name + "() gave another object"), -1;
+    int fallback = kwarg(p, "default");
+    return fallback >= 0 ? fallback : (m_cap.internal_error(name + "() gave another object"), -1);
 }
 
 // xs.sort(key=f, reverse=b) of a list made in the call, or passed in (read before the call):
@@ -551,14 +558,7 @@ int Monitor::sort_list(const Pending& p) {
     std::vector<int> items = m_cap.v(lst).items;
     if (!reorder(items, m_cap.v(lst).real.get())) return -1;
     m_cap.v(lst).items = std::move(items);
-    if (m_cap.exists_at_replay(lst)) {  // sorted again at replay: its items are guarded
-        Step s;
-        s.kind = StepKind::Call;
-        if (p.kwnames) s.kwnames = py::Ref::borrow(p.kwnames);
-        std::vector<int> values = {p.callee_value};
-        values.insert(values.end(), p.in.begin(), p.in.end());
-        m_cap.record_effect(std::move(s), values);
-    }
+    replay_list_call(p.callee_value, p.in, p.kwnames);  // its items are guarded
     return m_cap.const_value(Py_None);
 }
 
@@ -778,14 +778,20 @@ int Monitor::mutate_list(int callee, const std::string& name, const std::vector<
                    "use append, extend, insert (constant index), pop, clear or reverse");
         return -1;
     }
-    if (m_cap.exists_at_replay(lst)) {
-        Step s;
-        s.kind = StepKind::Call;
-        std::vector<int> values = {callee};
-        values.insert(values.end(), in.begin(), in.end());
-        m_cap.record_effect(std::move(s), values);
-    }
+    replay_list_call(callee, in, nullptr);
     return result;
+}
+
+// A list method called on a list that exists at replay (passed in, or escaped) is called on it
+// there too, as a write the others keep their order with.
+void Monitor::replay_list_call(int callee, const std::vector<int>& in, PyObject* kwnames) {
+    if (!m_cap.exists_at_replay(in[0])) return;
+    Step s;
+    s.kind = StepKind::Call;
+    if (kwnames) s.kwnames = py::Ref::borrow(kwnames);
+    std::vector<int> values = {callee};
+    values.insert(values.end(), in.begin(), in.end());
+    m_cap.record_effect(std::move(s), values);
 }
 
 // obj[key] over items the capture knows (an int picks one, a slice makes a fresh container).
@@ -3104,14 +3110,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         // [Note: autograd functions] MyFunction.apply(x): runs at replay as one step, so its
         // backward is the user's; its forward is not looked into, so the sizes of what it
         // returns are read at replay like those of nonzero()
-        auto tensors = [&](PyObject* o) {
-            if (is_tensor(o)) return true;
-            if (!o || !PyTuple_CheckExact(o)) return false;
-            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
-                if (!is_tensor(PyTuple_GET_ITEM(o, i))) return false;
-            return true;
-        };
-        if (!tensors(result))
+        if (!tensors_only(result))
             return m_cap.fail(breaks::kUnsupportedCallee,
                               "`" + name + "` returns a " + py::type_name(result) +
                                   ", not tensors",
@@ -3123,14 +3122,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         // depends on its arguments alone (the cache's contract), and whether it runs depends
         // on its cache. Tensors it returns are fetched at replay by calling it there (a hit
         // returns the very tensor eager gets); constants from constant arguments are folded.
-        auto tensors = [&](PyObject* o) {
-            if (is_tensor(o)) return true;
-            if (!o || !(PyTuple_CheckExact(o) || PyList_CheckExact(o))) return false;
-            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
-                if (!is_tensor(PySequence_Fast_GET_ITEM(o, i))) return false;
-            return true;
-        };
-        if (tensors(result)) return push_out(record_call(p, result, false, false));
+        if (tensors_only(result)) return push_out(record_call(p, result, false, false));
         bool args_known = true;
         for (int a : p.in) args_known = args_known && known(a);
         if (args_known && result && (result == Py_None || is_number(result) ||

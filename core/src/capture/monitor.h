@@ -110,6 +110,8 @@ private:
     int keyed_result(const Pending& p, PyObject* result);
     bool keys_fixed(const Pending& p, const std::vector<int>& keys);
     bool orders_as_constant(int id, int depth = 0);
+    int kwarg(const Pending& p, const char* name);
+    void replay_list_call(int callee, const std::vector<int>& in, PyObject* kwnames);
     bool reorder(std::vector<int>& items, PyObject* seq);
     int sort_list(const Pending& p);
     int map_record(int fv, const std::vector<std::vector<int>>& columns, const std::string& role,
