@@ -9,6 +9,11 @@ output is in). The three kernels run side by side and are measured in interleave
 `--round` requests, after a warm-up, so drift hits all of them alike. Prints median and p90
 in milliseconds and writes JSON. Not a test.
 
+Then magpy against each peer, paired by round (each round's median against the peer's median in
+the same round, so load that comes and goes hits both): the median of the per-round ratios
+magpy/peer with a bootstrap 95% interval over rounds, and in how many rounds magpy was faster.
+"Faster" holds where the whole interval lies below 1.
+
 The `in-kernel` column is the kernel's own share of the round trip: from the `date` of its
 `busy` status to that of its `idle` status (both stamped by the kernel; the rest is ZeroMQ and
 jupyter_client in this process, which costs every kernel alike). Header dates are read from
@@ -21,6 +26,7 @@ import calendar
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import sys
@@ -108,6 +114,20 @@ def percentile(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
+def compare_rounds(mine, theirs, round_size, resamples=2000):
+    """Paired comparison of two sample lists taken in the same interleaved rounds: (median of
+    per-round median ratios mine/theirs, its bootstrap 95% interval, rounds where mine was
+    faster, rounds)."""
+    def round_medians(xs):
+        return [statistics.median(xs[i:i + round_size]) for i in range(0, len(xs), round_size)]
+    ratios = [a / b for a, b in zip(round_medians(mine), round_medians(theirs))]
+    rng = random.Random(0)
+    boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
+                  for _ in range(resamples))
+    return (statistics.median(ratios), (percentile(boot, 0.025), percentile(boot, 0.975)),
+            sum(r < 1 for r in ratios), len(ratios))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -177,10 +197,27 @@ def main():
             print("%-14s %-8s %8.3f %8.3f %10s" % (
                 label, req, row["median_ms"], row["p90_ms"],
                 "%.3f" % row["in_kernel_median_ms"] if ks else "n/a"))
+    comparisons = []
+    if "magpy" in clients:
+        print("\nmagpy / peer, paired by round of %d (median of round ratios, bootstrap 95%% "
+              "interval; < 1: magpy faster)" % args.round)
+        for peer in clients:
+            if peer == "magpy":
+                continue
+            for req in REQUESTS:
+                ratio, (lo, hi), wins, rounds = compare_rounds(
+                    samples["magpy"][req], samples[peer][req], args.round)
+                verdict = ("faster" if hi < 1 else "slower" if lo > 1 else "no clear difference")
+                comparisons.append({"peer": peer, "request": req, "ratio": ratio,
+                                    "ci95": [lo, hi], "rounds_faster": wins, "rounds": rounds,
+                                    "verdict": verdict})
+                print("magpy/%-14s %-8s %6.3f  [%.3f, %.3f]  faster in %d/%d rounds: %s" % (
+                    peer, req, ratio, lo, hi, wins, rounds, verdict))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"python": platform.python_version(), "machine": platform.machine(),
-                       "cpus": os.cpu_count(), "rows": rows}, f, indent=2)
+                       "cpus": os.cpu_count(), "rows": rows, "comparisons": comparisons},
+                      f, indent=2)
         print("kernel_latency: wrote", args.json)
 
 
