@@ -130,7 +130,12 @@ def _make_classes():
     from traitlets import Type
 
     class KernelDisplayPublisher(DisplayPublisher):
-        """display(), update_display(), clear_output() → IOPub messages, sent from C++."""
+        """display(), update_display(), clear_output() → IOPub messages, sent from C++.
+
+        Safe to call from any thread (IOPub sends under its own lock, stamped with the
+        request being run), so %%magpy's live view may tick from its own thread."""
+
+        magpy_live = "threaded"
 
         def publish(self, data, metadata=None, source=None, *, transient=None, update=False,
                     **kwargs):

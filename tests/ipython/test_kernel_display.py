@@ -1,5 +1,5 @@
-"""%%magpy through a real ipykernel (Debian's python3-ipykernel, started by jupyter_client with a
-temporary kernelspec that runs /usr/bin/python3 with this checkout's PYTHONPATH): the actual
+"""%%magpy through real kernels, started by jupyter_client with a temporary kernelspec and this
+checkout's PYTHONPATH: Debian's python3-ipykernel, and the magpy kernel of this build. The actual
 display_data / update_display_data messages, MIME types, display_id reuse, the throttle, the
 final update on error and on interrupt, and the views' HTML."""
 
@@ -20,17 +20,28 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
-@pytest.fixture(scope="module")
-def kernel(tmp_path_factory):
+MAGPY_KERNEL = os.environ.get("MAGPY_KERNEL_BINARY")
+
+
+@pytest.fixture(scope="module", params=["ipykernel", "magpy"])
+def kernel(request, tmp_path_factory):
+    """The same tests against Debian's ipykernel and against the magpy kernel of this build
+    ($MAGPY_KERNEL_BINARY, which ctest sets; skipped when it is not given)."""
+    if request.param == "magpy" and not (MAGPY_KERNEL and os.access(MAGPY_KERNEL, os.X_OK)):
+        pytest.skip("MAGPY_KERNEL_BINARY does not name a built magpy-kernel")
     base = tmp_path_factory.mktemp("jupyter")
     spec_dir = base / "kernels" / "python3"
     spec_dir.mkdir(parents=True)
     pythonpath = os.pathsep.join([os.path.join(ROOT, "core", "python"),
-                                  os.path.join(ROOT, "build", "python")])
-    spec = {"argv": [PYTHON, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                                  os.path.join(ROOT, "build", "python")]
+                                 + os.environ.get("PYTHONPATH", "").split(os.pathsep))
+    argv = ([PYTHON, "-m", "ipykernel_launcher"] if request.param == "ipykernel"
+            else [MAGPY_KERNEL])
+    spec = {"argv": argv + ["-f", "{connection_file}"],
             "display_name": "Python 3 (magpy tests)", "language": "python",
             "interrupt_mode": "signal",
-            "env": {"PYTHONPATH": pythonpath, "PYTHONNOUSERSITE": "1"}}
+            "env": {"PYTHONPATH": pythonpath, "PYTHONNOUSERSITE": "1",
+                    "IPYTHONDIR": str(base / "ipython")}}
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
     saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")}
     os.environ["JUPYTER_PATH"] = str(base)
@@ -231,3 +242,43 @@ def test_magpy_on_in_the_kernel_and_is_complete_still_works(kernel):
     assert reply["content"]["status"] == "ok"
     msgs, reply = kernel.execute("(x * 5).sum()")
     assert progress_messages(msgs) == [] and view_messages(msgs) == []
+
+
+def test_a_valid_backend_option_reaches_the_engine(kernel):
+    eager = kernel.value("x = torch.arange(6.).reshape(2, 3)\n(torch.tanh(x) * 3).sum(1)")
+    msgs, reply = kernel.execute("%%magpy --backend torchscript\n(torch.tanh(x) * 3).sum(1)")
+    assert reply["content"]["status"] == "ok"
+    (result,) = [m for m in msgs if m["msg_type"] == "execute_result"]
+    assert result["content"]["data"]["text/plain"] == eager
+    (graphs,) = [m["content"]["data"]["application/vnd.magpy.graphs+json"]
+                 for m in view_messages(msgs)
+                 if "application/vnd.magpy.graphs+json" in m["content"]["data"]]
+    assert graphs["graphs"] and {g["backend"] for g in graphs["graphs"]} == {"torchscript"}
+
+
+def test_an_engine_failure_is_an_error_output_and_the_kernel_lives_on(kernel):
+    """magpy.compile raising (an engine bug) is the cell's error; the engine's report failing
+    after the cell ran keeps the cell's value and says why the views are missing."""
+    kernel.value("x = torch.arange(6.).reshape(2, 3)\n"
+                 "import magpy, magpy._ipython as _mi\n_compile, _report_of = magpy.compile, "
+                 "_mi.report_of\ndef _broken(*a, **k):\n    raise RuntimeError('engine bug')\n"
+                 "magpy.compile = _broken")
+    try:
+        msgs, reply = kernel.execute("%%magpy\n(x * 7).sum()")
+        content = reply["content"]
+        assert content["status"] == "error" and content["ename"] == "RuntimeError"
+        assert content["evalue"] == "engine bug"
+        assert [m for m in msgs if m["msg_type"] == "error"]
+        kernel.value("magpy.compile = _compile\n_mi.report_of = _broken")
+        msgs, reply = kernel.execute("%%magpy\n(x * 8).sum()")
+        assert reply["content"]["status"] == "ok"
+        (result,) = [m for m in msgs if m["msg_type"] == "execute_result"]
+        assert result["content"]["data"]["text/plain"] == "tensor(120.)"
+        final = progress_messages(msgs)[-1]["content"]["data"]
+        assert final[PROGRESS]["phase"] == "done"
+        assert any("report could not be read: engine bug" in n
+                   for n in final[PROGRESS]["notes"]), final[PROGRESS]
+        assert view_messages(msgs) == []
+    finally:
+        kernel.value("magpy.compile = _compile\n_mi.report_of = _report_of")
+    assert kernel.value("%%magpy --quiet\n(x * 9).sum()") == "tensor(135.)"

@@ -353,9 +353,11 @@ def test_magpy_cell_runs_twice(k):
         reply, msgs = k.execute("%%magpy\nf(x) + 1", timeout=120)
         assert reply["status"] == "ok", reply
         results.append([c["data"]["text/plain"] for t, c in msgs if t == "execute_result"])
-        magpy_views = [m for t, c in msgs if t in ("display_data", "update_display_data")
-                       for m in c["data"] if m.startswith("application/vnd.magpy.")]
-        assert magpy_views or "graph" in k.stdout(msgs).lower()
+        shown = [m for t, c in msgs if t == "display_data"
+                 for m in c["data"] if m.startswith("application/vnd.magpy.")]
+        assert shown == ["application/vnd.magpy.%s+json" % kind for kind in
+                         ("progress", "graphs", "refgraph", "guards", "breaks", "plan",
+                          "timings")], shown
     assert results[0] == results[1] == ["tensor([1., 5.])"]
 
 
