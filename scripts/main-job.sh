@@ -20,10 +20,5 @@ echo "main-job: installed $SITE/magpy.pth"
 
 # The Jupyter kernel, system-wide, then the quick-start notebook end to end with it.
 scripts/install-kernel.sh
-mkdir -p build/notebooks
-"$PYTHON" -m nbconvert --to notebook --execute --ExecutePreprocessor.kernel_name=magpy \
-    --ExecutePreprocessor.timeout=600 --output-dir build/notebooks --output quickstart.ipynb \
-    notebooks/quickstart.ipynb
-"$PYTHON" -m nbconvert --to html --output-dir build/notebooks --output quickstart.html \
-    build/notebooks/quickstart.ipynb
+scripts/run-notebook.sh notebooks/quickstart.ipynb build/notebooks magpy
 echo "main-job: executed notebook at build/notebooks/quickstart.ipynb, HTML at build/notebooks/quickstart.html"

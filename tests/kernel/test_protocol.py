@@ -141,6 +141,18 @@ def test_ten_thousand_prints_are_coalesced_and_complete(k):
     assert len(streams) < 50, len(streams)
 
 
+def test_a_large_output_is_sent_in_bounded_messages(k):
+    # 1 MiB written faster than the 50 ms flush timer: the writer itself sends a message each
+    # time 64 KiB are pending, so no message is much larger than that, and nothing is lost.
+    reply, msgs = k.execute("import sys\nfor i in range(256):\n"
+                            "    sys.stdout.write('%03d' % (i % 1000) + 'x' * 4092 + '\\n')")
+    assert reply["status"] == "ok"
+    streams = [c["text"] for t, c in msgs if t == "stream"]
+    assert "".join(streams) == "".join("%03d" % i + "x" * 4092 + "\n" for i in range(256))
+    assert max(len(t) for t in streams) <= 64 * 1024 + 4096, [len(t) for t in streams]
+    assert len(streams) >= 16
+
+
 def test_output_is_flushed_while_the_cell_runs(k):
     msg_id = k.kc.execute("import time\nprint('early', flush=False)\ntime.sleep(1.5)\nprint('late')")
     t0 = time.time()
