@@ -424,10 +424,15 @@ def test_reload_ext_keeps_magpy_on_and_installs_one_transformer(ip, capsys):
 def test_live_view_hears_the_engine_capture_and_compile(ip, rec):
     run(ip, "x = torch.ones(3)")
     run(ip, "%%magpy\ny = (x * 2).relu()\nif y.sum() > 0:  # a branch on data: a break\n    y = y + 1\ny.sum()")
-    final = rec.progress()[-1]["data"][PROGRESS]
+    last = rec.progress()[-1]["data"]
+    final = last[PROGRESS]
     assert final["phase"] == "done"
     # what the engine's progress hook reported while the cell ran (magpy._set_progress_hook)
     assert final["captures_seen"] >= 1 and final["breaks_seen"] == 1
+    # done, with the engine's own timings of this cell's capture and compile
+    assert final["capture_ns"] > 0 and final["compile_ns"] >= 0
+    assert final["elapsed_s"] * 1e9 >= final["capture_ns"]
+    assert "capture " in last["text/plain"] and "compile " in last["text/plain"]
     rec.clear()
     run(ip, "%%magpy\ny = (x * 2).relu()\nif y.sum() > 0:  # a branch on data: a break\n    y = y + 1\ny.sum()")
     final = rec.progress()[-1]["data"][PROGRESS]
