@@ -285,3 +285,58 @@ def test_comprehension_in_another_module_reads_its_globals_and_builtins():
         assert "expected no key 'len'" in e.recompile_reasons[1]
     finally:
         mod.__dict__.pop("len", None)
+
+
+def make_affine(k, t):
+    return lambda v: v * k + t
+
+
+def make_shift(k):
+    return lambda v: v - k
+
+
+def apply_fn(x, fn):
+    return fn(x) + 1
+
+
+def fn_and_result(x, fn):
+    return fn, fn(x)
+
+
+def test_a_function_made_per_call_is_guarded_by_its_code():
+    """[Note: functions by code] A lambda made by each call of its maker is a new object every
+    time: guarded by its code, with what its call reads guarded on its own paths, it does not
+    recompile per call; its closure's tensor is read at replay."""
+    x, w = torch.randn(3), torch.randn(3)
+    calls = [(x, make_affine(2.0, w * i)) for i in range(4)]
+    cf = check(apply_fn, calls)
+    e = assert_stats(cf, graphs=1, hits=3, misses=1)
+    assert any(g.startswith("same_function(L['fn'], make_affine.<locals>.<lambda>")
+               for g in e.guards), e.guards
+    assert "L['fn'].__closure__['k'] == 2.0" in e.guards
+    # a function with other code recompiles, and says which code it expected
+    cf = check(apply_fn, [(x, make_affine(2.0, w)), (x, make_shift(1.0)), (x, make_shift(1.0))])
+    e = assert_stats(cf, graphs=2, misses=2, hits=1)
+    assert "expected a function made from make_affine.<locals>.<lambda>" in \
+        e.recompile_reasons[0], e.recompile_reasons
+
+
+def test_a_function_made_per_call_flows_out_as_itself():
+    x = torch.randn(3)
+    fns = [make_affine(2.0, x * i) for i in range(3)]
+    cf = check(fn_and_result, [(x, f) for f in fns])
+    assert_stats(cf, graphs=1, misses=1, hits=2)
+    for f in fns:
+        out_fn, out = cf(x, f)
+        assert out_fn is f and torch.equal(out, f(x))
+
+
+def test_a_module_level_function_keeps_its_identity_guard():
+    x = torch.randn(3)
+    cf = check(apply_fn, [(x, apply_fn_helper), (x, apply_fn_helper), (x, torch.sigmoid)])
+    e = assert_stats(cf, misses=2, hits=1)
+    assert any(g.startswith("L['fn'] is <function apply_fn_helper") for g in e.guards), e.guards
+
+
+def apply_fn_helper(v):
+    return v * 3

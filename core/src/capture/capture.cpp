@@ -96,6 +96,20 @@ static bool is_identity_object(PyObject* o) {
     return PyObject_TypeCheck(o, api.module_type);
 }
 
+// [Note: functions by code]
+// A function defined inside another (a lambda or `def` in a function body) is a new object on
+// every call of the function that makes it, so guarding it by identity would recompile each
+// time it is passed in again (`apply(x, fn=lambda t: t * 2)`). Such a function is guarded by
+// its code and globals instead (CheckKind::CodeIs); what its call reads besides (defaults,
+// keyword defaults, closure cells, globals) is read through its access path and guarded there,
+// and the function itself, if it flows on, is read at replay like any input. Functions defined
+// at module level keep their identity guard: they are the same object call after call, and
+// folding them as constants is what makes their calls cheap to guard.
+static bool is_made_per_call(PyObject* o) {
+    return Py_TYPE(o) == &PyFunction_Type &&
+           (reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(o))->co_flags & CO_NESTED);
+}
+
 void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
     Value& val = v(id);
     int node = val.node;
@@ -145,7 +159,11 @@ void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
         PyErr_Clear();
     }
     Check c;
-    if (is_identity_object(real)) {
+    if (is_made_per_call(real)) {
+        c.kind = CheckKind::CodeIs;
+        c.expected = py::WeakOrStrong::make(PyFunction_GET_CODE(real));
+        c.value = py::Ref::borrow(PyFunction_GET_GLOBALS(real));
+    } else if (is_identity_object(real)) {
         val.identity = true;
         c.kind = CheckKind::IdIs;
         c.expected = py::WeakOrStrong::make(real);

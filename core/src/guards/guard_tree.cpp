@@ -485,6 +485,13 @@ static bool in_instance_dict(PyObject* obj, PyObject* key) {
     return hit != nullptr;
 }
 
+// `<lambda> (file.py:12)`: where a function's code was written.
+static std::string code_where(PyObject* code) {
+    auto* co = reinterpret_cast<PyCodeObject*>(code);
+    return py::str_of(co->co_qualname) + " (" + py::str_of(co->co_filename) + ":" +
+           std::to_string(co->co_firstlineno) + ")";
+}
+
 bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* values,
                            std::string* why) const {
     const std::vector<Check>& checks = a ? a->checks : m_root_checks;
@@ -508,6 +515,16 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
             if (!ok && why)
                 *why = "`" + src + "`: expected the same object as before (" +
                        (o ? short_repr(o) : std::string("<deleted>")) + "), got " + short_repr(v);
+            break;
+        }
+        case CheckKind::CodeIs: {
+            PyObject* code = c.expected.get();
+            ok = code && Py_TYPE(v) == &PyFunction_Type && PyFunction_GET_CODE(v) == code &&
+                 PyFunction_GET_GLOBALS(v) == c.value.get();
+            if (!ok && why)
+                *why = "`" + src + "`: expected a function made from " +
+                       (code ? code_where(code) : std::string("<deleted code>")) + ", got " +
+                       short_repr(v);
             break;
         }
         case CheckKind::Equals:
@@ -712,6 +729,11 @@ std::string describe_check(const Check& c, const std::string& src) {
     case CheckKind::IdIs: {
         PyObject* o = c.expected.get();
         return src + " is " + (o ? short_repr(o) : std::string("<deleted>"));
+    }
+    case CheckKind::CodeIs: {
+        PyObject* code = c.expected.get();
+        return "same_function(" + src + ", " +
+               (code ? code_where(code) : std::string("<deleted code>")) + ")";
     }
     case CheckKind::Equals:
         return src + " == " + py::repr_string(c.value.get());

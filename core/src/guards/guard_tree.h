@@ -62,6 +62,8 @@ enum class CheckKind : uint8_t {
     NoInstanceAttr,  // `key` is not in the object's __dict__ (would shadow a class attribute)
     NoAttr,     // the object has no attribute `key` (hasattr() was False, getattr's default)
     NoHooks,    // an nn.Module whose own hook dicts (forward, forward pre, backward) are empty
+    CodeIs,     // a Python function with this code and these globals (a nested function or
+                // lambda, made again by every call of its maker: [Note: functions by code])
 };
 
 struct TensorMeta {
@@ -77,8 +79,8 @@ struct TensorMeta {
 
 struct Check {
     CheckKind kind;
-    py::WeakOrStrong expected;  // TypeIs: the type; IdIs: the object
-    py::Ref value;              // Equals
+    py::WeakOrStrong expected;  // TypeIs: the type; IdIs: the object; CodeIs: the code
+    py::Ref value;              // Equals; CodeIs: the globals dict
     Py_ssize_t length = 0;      // LenEq
     bool flag = false;          // GradMode
     int other = -1;             // SameAs: an earlier node
