@@ -3103,6 +3103,37 @@ class WarmupEMAHead(nn.Module):
         return self.head(h) * (1 - d) + self.shadow(h) * d, round(d, 6)
 
 
+class CallbackStep(nn.Module):
+    """A training-style step that takes its loss and its feature transform as callbacks, made
+    by small factories at every call (as trainers do with `loss_fn=make_loss(cfg)`): each call
+    passes new lambda objects with the same code."""
+
+    def __init__(self, dim=12, classes=5):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(dim, 24), nn.SiLU(), nn.Linear(24, classes))
+
+    def forward(self, x, target, loss_fn, transform=None):
+        if transform is not None:
+            x = transform(x)
+        logits = self.encoder(x)
+        return loss_fn(logits, target), logits.argmax(-1)
+
+
+def make_smoothed_loss(smoothing):
+    return lambda logits, target: F.cross_entropy(logits, target, label_smoothing=smoothing)
+
+
+def make_jitter(scale, shift):
+    def jitter(x):
+        return x * scale + shift
+    return jitter
+
+
+def callback_step_inputs():
+    x = torch.randn(6, 12)
+    return (x, torch.arange(6) % 5, make_smoothed_loss(0.1), make_jitter(1.5, x.mean(0)))
+
+
 def programs():
     return [
         Program("prog/causal_transformer_block", CausalTransformerBlock,
@@ -3360,4 +3391,8 @@ def programs():
                 calls=5, separate_worlds=True,
                 note="EMA warm-up min(decay, (1 + n) / (10 + n)) on a Python counter; "
                      "in-place shadow update under no_grad"),
+        Program("prog/callback_step_fresh_lambdas", CallbackStep, callback_step_inputs,
+                calls=4,
+                note="loss and transform callbacks made afresh by factories on every call "
+                     "(guarded by their code; a closure tensor read at replay)"),
     ]
