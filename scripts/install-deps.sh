@@ -23,6 +23,8 @@ PACKAGES=(
     jupyter-core jupyter-client jupyter-console jupyter-notebook python3-notebook
     python3-jupyter-kernel-test python3-nbclient python3-nbformat python3-nbconvert
     jupyter-nbconvert python3-matplotlib python3-matplotlib-inline xpython
+    # tests/kernel/test_kernelspec.py talks to a notebook server over HTTP and its websocket
+    python3-requests python3-tornado
 )
 
 missing=()
