@@ -21,4 +21,3 @@ echo "main-job: installed $SITE/magpy.pth"
 # The Jupyter kernel, system-wide, then the quick-start notebook end to end with it.
 scripts/install-kernel.sh
 scripts/run-notebook.sh notebooks/quickstart.ipynb build/notebooks magpy
-echo "main-job: executed notebook at build/notebooks/quickstart.ipynb, HTML at build/notebooks/quickstart.html"

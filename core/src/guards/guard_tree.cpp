@@ -485,8 +485,9 @@ static bool in_instance_dict(PyObject* obj, PyObject* key) {
     return hit != nullptr;
 }
 
-// `<lambda> (file.py:12)`: where a function's code was written.
+// `<lambda> (file.py:12)`: where a function's code was written (the code may be gone).
 static std::string code_where(PyObject* code) {
+    if (!code) return "<deleted code>";
     auto* co = reinterpret_cast<PyCodeObject*>(code);
     return py::str_of(co->co_qualname) + " (" + py::str_of(co->co_filename) + ":" +
            std::to_string(co->co_firstlineno) + ")";
@@ -522,9 +523,8 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
             ok = code && Py_TYPE(v) == &PyFunction_Type && PyFunction_GET_CODE(v) == code &&
                  PyFunction_GET_GLOBALS(v) == c.value.get();
             if (!ok && why)
-                *why = "`" + src + "`: expected a function made from " +
-                       (code ? code_where(code) : std::string("<deleted code>")) + ", got " +
-                       short_repr(v);
+                *why = "`" + src + "`: expected a function made from " + code_where(code) +
+                       ", got " + short_repr(v);
             break;
         }
         case CheckKind::Equals:
@@ -730,11 +730,8 @@ std::string describe_check(const Check& c, const std::string& src) {
         PyObject* o = c.expected.get();
         return src + " is " + (o ? short_repr(o) : std::string("<deleted>"));
     }
-    case CheckKind::CodeIs: {
-        PyObject* code = c.expected.get();
-        return "same_function(" + src + ", " +
-               (code ? code_where(code) : std::string("<deleted code>")) + ")";
-    }
+    case CheckKind::CodeIs:
+        return "same_function(" + src + ", " + code_where(c.expected.get()) + ")";
     case CheckKind::Equals:
         return src + " == " + py::repr_string(c.value.get());
     case CheckKind::LenEq:
