@@ -25,6 +25,9 @@ PACKAGES=(
     jupyter-nbconvert python3-matplotlib python3-matplotlib-inline xpython
     # tests/kernel/test_kernelspec.py talks to a notebook server over HTTP and its websocket
     python3-requests python3-tornado
+    # comms in the kernel (the `comm` package), and ipywidgets with its classic-notebook
+    # frontend (tests/kernel/test_comms.py drives widgets through the protocol)
+    python3-comm python3-ipywidgets python3-widgetsnbextension
 )
 
 missing=()

@@ -119,6 +119,177 @@ def kernel_getpass(prompt="Password: ", stream=None):
     return _k.request_input(str(prompt), True)
 
 
+# --- comms -------------------------------------------------------------------------------------
+# Jupyter comms (ipywidgets, and anything built on the `comm` package) live here, in a
+# subclass of the `comm` package's CommManager, as in ipykernel. The C++ side mirrors them in
+# xeus's registry, hands the frontend's comm messages to the manager, and sends ours on IOPub
+# from any thread, in order with other output (kernel/src/comms.hpp, [Note: comms]).
+
+_comm_types = None    # (KernelComm, KernelCommManager), made on first use
+_comm_manager = None
+
+
+def _comm_classes():
+    global _comm_types
+    if _comm_types is not None:
+        return _comm_types
+    from comm.base_comm import BaseComm, CommManager
+
+    class KernelComm(BaseComm):
+        """A comm of this kernel: `comm.create_comm()` and ipykernel's `Comm` make these."""
+
+        def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
+            content = dict(data={} if data is None else data, comm_id=self.comm_id, **keys)
+            _k.publish_comm(msg_type, content, metadata or {}, buffers)
+
+        @property
+        def kernel(self):
+            # ipywidgets sends state only through a comm that has a kernel.
+            return getattr(_shell, "kernel", None)
+
+    class KernelCommManager(CommManager):
+        """The `comm` package's manager, mirrored in xeus's registry (comm_info, routing)."""
+
+        def register_target(self, target_name, f):
+            super().register_target(target_name, f)
+            _k.comm_add_target(str(target_name))
+
+        def register_comm(self, comm):
+            _k.comm_add(str(comm.comm_id), str(comm.target_name))  # checks the id first
+            return super().register_comm(comm)
+
+        def unregister_comm(self, comm):
+            try:
+                super().unregister_comm(comm)
+            finally:
+                _k.comm_remove(str(comm.comm_id))
+
+    _comm_types = (KernelComm, KernelCommManager)
+    return _comm_types
+
+
+def comm_manager():
+    """The kernel's comm manager (`comm.get_comm_manager()`, `get_ipython().kernel.comm_manager`)."""
+    global _comm_manager
+    if _comm_manager is None:
+        _comm_manager = _comm_classes()[1]()
+        _k.comm_set_handler(_on_comm_request)
+    return _comm_manager
+
+
+def create_comm(*args, **kwargs):
+    """`comm.create_comm()` in this kernel."""
+    return _comm_classes()[0](*args, **kwargs)
+
+
+def _on_comm_request(msg_type, msg):
+    """comm_open, comm_msg or comm_close from the frontend (called by C++ on the main thread)."""
+    getattr(comm_manager(), msg_type)(None, None, msg)
+
+
+class KernelHandle:
+    """`get_ipython().kernel`: where libraries look for a Jupyter kernel's comms (ipywidgets
+    registers its targets on `comm_manager`) and for the request being run (the Output
+    widget routes output by its msg_id)."""
+
+    def __init__(self, shell):
+        self.shell = shell
+
+    @property
+    def comm_manager(self):
+        return comm_manager()
+
+    @property
+    def _parent_header(self):
+        return {"header": _k.current_parent()}
+
+
+def _patch_comm_package(module):
+    module.create_comm = create_comm
+    module.get_comm_manager = comm_manager
+
+
+def _patch_ipykernel_comm(module):
+    # ipykernel before 6.18 has its own Comm, which needs ipykernel's kernel object; ipywidgets
+    # 6 and 7 build that Comm (and type-check against ipykernel.comm.Comm by name).
+    kernel_comm, kernel_manager = _comm_classes()
+    module.Comm = kernel_comm
+    module.CommManager = kernel_manager
+
+
+class _AfterImport:
+    """A sys.meta_path finder that patches a module right after its first import, so the
+    kernel can adapt libraries (ipykernel.comm, comm) without importing them at start-up."""
+
+    def __init__(self, patches):
+        self._patches = dict(patches)  # module name -> function(module)
+
+    def find_spec(self, name, path=None, target=None):
+        patch = self._patches.pop(name, None)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        real_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            real_exec(module)
+            try:
+                patch(module)
+            except Exception as e:  # a library we do not know: it keeps working without comms
+                print("magpy-kernel: could not adapt %s for comms (%s: %s)"
+                      % (name, type(e).__name__, _safe_str(e)), file=_log)
+
+        spec.loader.exec_module = exec_module  # the loader is this spec's own instance
+        return spec
+
+
+def install_comms(shell):
+    """Comms need the `comm` package (Debian's python3-comm); without it the kernel runs as
+    before and widgets show no live state."""
+    import importlib.util
+    try:
+        available = importlib.util.find_spec("comm") is not None
+    except Exception:
+        available = False
+    if not available:
+        return False
+    shell.kernel = KernelHandle(shell)
+    patches = {"comm": _patch_comm_package, "ipykernel.comm": _patch_ipykernel_comm}
+    for name in list(patches):
+        if name in sys.modules:
+            patches.pop(name)(sys.modules[name])
+    sys.meta_path.insert(0, _AfterImport(patches))
+    return True
+
+
+class _KernelLog(io.TextIOBase):
+    """The kernel's own log: the terminal Jupyter started it from, never a notebook. Looked
+    up on each write, because the kernel moves it off fd 2 only after start-up."""
+
+    def writable(self):
+        return True
+
+    def write(self, text):
+        data = str(text).encode("utf-8", "replace")
+        try:
+            os.write(_k.log_fd(), data)
+        except OSError:
+            pass
+        return len(text)
+
+
+_log = _KernelLog()
+
+
 # --- the shell ---------------------------------------------------------------------------------
 
 def _make_classes():
@@ -219,6 +390,12 @@ def _make_shell():
 
         app = KernelApp.instance()
         app.initialize()
+        # Its log (ipywidgets' warnings, IPython's) goes to the kernel's terminal, as
+        # ipykernel's does: fd 2 will lead into the notebook.
+        import logging
+        for handler in app.log.handlers:
+            if isinstance(handler, logging.StreamHandler):
+                handler.setStream(_log)
         return app.shell
     except Exception as e:  # a broken profile must not keep the kernel from starting
         print("magpy-kernel: IPython profile set-up failed (%s: %s); using defaults"
@@ -321,6 +498,7 @@ def start():
         pass
     builtins.input = kernel_input
     getpass.getpass = kernel_getpass
+    install_comms(_shell)
     magpy_error = _load_magpy(_shell)
     if magpy_error:
         print("magpy-kernel: %%magpy unavailable: " + magpy_error, file=sys.__stderr__)

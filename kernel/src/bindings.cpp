@@ -3,6 +3,7 @@
 #include <pybind11/embed.h>
 #include <pybind11/stl.h>
 
+#include "comms.hpp"
 #include "iopub.hpp"
 #include "json_bridge.hpp"
 #include "stdin.hpp"
@@ -23,6 +24,25 @@ Stream stream_of(const std::string& name) {
 magpy_kernel::nl::json object_of(py::handle obj) {
     auto j = magpy_kernel::to_json(obj);
     return j.is_object() ? j : magpy_kernel::nl::json::object();
+}
+
+// The binary parts of a message: any contiguous bytes-like objects, copied.
+xeus::buffer_sequence buffers_of(py::handle seq) {
+    xeus::buffer_sequence out;
+    if (seq.is_none()) return out;
+    for (py::handle item : seq) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(item.ptr(), &view, PyBUF_SIMPLE) != 0) {
+            PyErr_Clear();
+            throw py::type_error(std::string("a comm message buffer must be a contiguous "
+                                             "bytes-like object (bytes, bytearray, memoryview), "
+                                             "not ") + Py_TYPE(item.ptr())->tp_name);
+        }
+        const char* data = static_cast<const char*>(view.buf);
+        out.emplace_back(data, data + view.len);
+        PyBuffer_Release(&view);
+    }
+    return out;
 }
 
 }  // namespace
@@ -71,6 +91,35 @@ PYBIND11_EMBEDDED_MODULE(_magpy_kernel, m) {
         py::gil_scoped_release no_gil;
         IOPub::instance().publish("error", std::move(content));
     });
+    // comms (comms.hpp): what the kernel sends is plain IOPub; the registry mirrors Python's
+    m.def("publish_comm", [](const std::string& msg_type, py::handle content,
+                             py::handle metadata, py::handle buffers) {
+        magpy_kernel::nl::json c = object_of(content);
+        magpy_kernel::nl::json md = object_of(metadata);
+        xeus::buffer_sequence bufs = buffers_of(buffers);
+        py::gil_scoped_release no_gil;
+        IOPub::instance().publish(msg_type, std::move(c), std::move(md), std::move(bufs));
+    });
+    m.def("comm_set_handler", [](py::handle handler) {
+        magpy_kernel::Comms::instance().set_handler(handler);
+    });
+    m.def("comm_add_target", [](const std::string& name) {
+        magpy_kernel::Comms::instance().add_target(name);
+    });
+    m.def("comm_add", [](const std::string& comm_id, const std::string& target_name) {
+        try {
+            magpy_kernel::Comms::instance().add_comm(comm_id, target_name);
+        } catch (const std::invalid_argument& e) {
+            throw py::value_error(e.what());
+        }
+    });
+    m.def("comm_remove", [](const std::string& comm_id) {
+        magpy_kernel::Comms::instance().remove_comm(comm_id);
+    });
+    m.def("current_parent", [] {  // the header of the request being answered
+        return magpy_kernel::from_json(IOPub::instance().parent());
+    });
+    m.def("log_fd", [] { return IOPub::log_fd(); });
     m.def("stdin_allowed", [] { return magpy_kernel::StdinScope::allowed(); });
     m.def("request_input", [](const std::string& prompt, bool password) {
         return magpy_kernel::request_input(prompt, password);

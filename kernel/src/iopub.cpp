@@ -102,6 +102,11 @@ void IOPub::set_parent(nl::json parent_header) {
     m_parent = std::move(parent_header);
 }
 
+nl::json IOPub::parent() {
+    std::lock_guard<std::mutex> send(m_send);
+    return m_parent;
+}
+
 void IOPub::append_locked(Stream stream, std::string_view bytes) {
     if (bytes.empty()) return;
     if (m_segments.empty()) {
@@ -164,10 +169,11 @@ void IOPub::flush_locked() {
     }
 }
 
-void IOPub::publish(const std::string& msg_type, nl::json content, nl::json metadata) {
+void IOPub::publish(const std::string& msg_type, nl::json content, nl::json metadata,
+                    xeus::buffer_sequence buffers) {
     std::lock_guard<std::mutex> send(m_send);
     flush_locked();
-    send_locked(msg_type, std::move(content), std::move(metadata));
+    send_locked(msg_type, std::move(content), std::move(metadata), std::move(buffers));
 }
 
 nl::json IOPub::make_header(const std::string& msg_type) {
@@ -187,11 +193,12 @@ nl::json IOPub::make_header(const std::string& msg_type) {
             {"date", iso8601_now()},  {"msg_type", msg_type},    {"version", "5.3"}};
 }
 
-void IOPub::send_locked(const std::string& msg_type, nl::json content, nl::json metadata) {
+void IOPub::send_locked(const std::string& msg_type, nl::json content, nl::json metadata,
+                        xeus::buffer_sequence buffers) {
     if (!m_sink) return;
     try {
         xeus::xpub_message msg(m_topic_prefix + msg_type, make_header(msg_type), m_parent,
-                               std::move(metadata), std::move(content), xeus::buffer_sequence());
+                               std::move(metadata), std::move(content), std::move(buffers));
         m_sink(std::move(msg));
     } catch (const std::exception& e) {
         std::cerr << "magpy-kernel: could not publish " << msg_type << ": " << e.what()

@@ -46,6 +46,7 @@ public:
     // The request that outputs belong to from now on (the running cell's execute_request).
     // Text written before is flushed under the previous parent first.
     void set_parent(nl::json parent_header);
+    nl::json parent();
 
     // Any thread. Bytes need not be valid UTF-8; they are made valid when published.
     void write(Stream stream, std::string_view bytes);
@@ -53,7 +54,8 @@ public:
     void flush();
     // Any thread: flushes text, then sends one message with the current parent.
     void publish(const std::string& msg_type, nl::json content,
-                 nl::json metadata = nl::json::object());
+                 nl::json metadata = nl::json::object(),
+                 xeus::buffer_sequence buffers = xeus::buffer_sequence());
 
     // The timer thread behind time-based flushing. Call with SIGINT blocked.
     void start_flusher();
@@ -73,7 +75,8 @@ public:
 private:
     IOPub() = default;
     void flush_locked();  // PRECONDITION: m_send held
-    void send_locked(const std::string& msg_type, nl::json content, nl::json metadata);
+    void send_locked(const std::string& msg_type, nl::json content, nl::json metadata,
+                     xeus::buffer_sequence buffers = xeus::buffer_sequence());
     void flusher_loop();
     void reader_loop();
     void append_locked(Stream stream, std::string_view bytes);  // PRECONDITION: m_buffer held

@@ -11,6 +11,9 @@
 #include "xeus/xmiddleware.hpp"
 #include "xeus/xzmq_serializer.hpp"
 
+#include <pybind11/pybind11.h>
+
+#include "comms.hpp"
 #include "iopub.hpp"
 
 namespace magpy_kernel {
@@ -143,7 +146,14 @@ void KernelServer::poll_once(long timeout_ms) {
                 } catch (const std::exception&) {
                     // a malformed request is still xeus's to answer
                 }
-                notify_shell_listener(std::move(msg));
+                if (Comms::is_comm_request(msg_type_of(msg.header()))) {
+                    // xeus's comm registry is guarded by the GIL ([Note: comms])
+                    pybind11::gil_scoped_acquire gil;
+                    Comms::instance().prepare(msg);
+                    notify_shell_listener(std::move(msg));
+                } else {
+                    notify_shell_listener(std::move(msg));
+                }
             }
         } catch (const zmq::error_t& e) {
             if (!is_eintr(e)) std::cerr << "magpy-kernel: receive failed: " << e.what() << std::endl;

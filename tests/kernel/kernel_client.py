@@ -12,9 +12,10 @@ TIMEOUT = 30
 
 
 class Kernel:
-    def __init__(self):
-        self.km, self.kc = start_new_kernel(kernel_name=kernel_env.KERNEL_NAME,
-                                            startup_timeout=90)
+    def __init__(self, kernel_name=kernel_env.KERNEL_NAME):
+        """The magpy kernel under test, or another installed kernel to compare with
+        ("python3": Debian's ipykernel on /usr/bin/python3)."""
+        self.km, self.kc = start_new_kernel(kernel_name=kernel_name, startup_timeout=90)
         self.drain()
 
     def close(self):
@@ -56,6 +57,13 @@ class Kernel:
         reply = self.reply(msg_id, timeout)
         msgs = self.iopub_until_idle(msg_id, timeout)
         return reply["content"], [(m["msg_type"], m["content"]) for m in msgs]
+
+    def send(self, msg_type, content, buffers=None, timeout=TIMEOUT):
+        """Sends a shell message that has no reply (comm_open, comm_msg, comm_close) and
+        returns its IOPub messages up to `idle`, whole."""
+        msg = self.kc.session.msg(msg_type, content)
+        self.kc.session.send(self.kc.shell_channel.socket, msg, buffers=buffers or [])
+        return self.iopub_until_idle(msg["header"]["msg_id"], timeout)
 
     def outputs(self, msgs):
         return [(t, c) for t, c in msgs if t not in ("status", "execute_input")]
