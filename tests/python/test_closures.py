@@ -340,3 +340,156 @@ def test_a_module_level_function_keeps_its_identity_guard():
 
 def apply_fn_helper(v):
     return v * 3
+
+
+# [Note: inner functions at a break] A function made in the frame and still held at a graph
+# break is made again by the resume code over its own cells: the call resumes (two graphs)
+# instead of running eagerly after the break, and the cells stay shared.
+
+def _big(x):
+    return x.sum() > 100
+
+
+def inner_read_across_break(x):
+    scale = 2.0
+
+    def g(t):
+        return t * scale
+
+    y = g(x).relu()
+    if _big(y):
+        y = y * 0
+    scale = 3.0  # the function made before the break sees the new value
+    return g(y) + 1
+
+
+def nonlocal_counter_across_break(x):
+    n = 0
+
+    def bump(t):
+        nonlocal n
+        n += 1
+        return t + n
+
+    y = bump(x)
+    if _big(x):
+        y = -y
+    y = bump(y)
+    return y * n, n
+
+
+def lambda_appending_across_break(x):
+    acc = [x]
+    add = lambda t: acc.append(t * 2)  # noqa: E731
+    add(x.sin())
+    if _big(x):
+        acc.clear()
+    add(acc[-1].cos() if acc else x)
+    return sum(acc)
+
+
+def inner_function_attributes_across_break(x):
+    off = 1.5
+
+    def g(t: torch.Tensor, k=2, *, m=3) -> torch.Tensor:
+        """scales"""
+        return t * k + m + off
+
+    h = g
+    y = g(x)
+    if _big(y):
+        y = y * 0
+    return (g(y, 3, m=1), g.__defaults__, g.__kwdefaults__, g.__annotations__, g.__doc__,
+            g.__name__, g.__qualname__, g is h)
+
+
+def loop_lambdas_across_break(x):
+    first = None
+    for i in range(2):
+        fn = lambda t: t * i  # noqa: E731  (late binding: both see the last i)
+        if first is None:
+            first = fn
+    if _big(x):
+        x = x * 0
+    return first(x), fn(x), first is fn
+
+
+def recursive_inner_function_across_break(x):
+    def fact(n):
+        return 1 if n <= 1 else n * fact(n - 1)
+
+    y = x * fact(3)
+    if _big(y):
+        y = y * 0
+    return y + fact(4)
+
+
+BIG, SMALL = torch.full((3,), 60.0), torch.tensor([0.5, -1.0, 2.0])
+
+
+@pytest.mark.parametrize("fn", [inner_read_across_break, nonlocal_counter_across_break,
+                                lambda_appending_across_break,
+                                recursive_inner_function_across_break])
+def test_inner_function_live_at_a_break_resumes(fn):
+    cf = check(fn, [SMALL, SMALL * 2, BIG, SMALL, BIG * 2])
+    e = assert_stats(cf, breaks=1)
+    assert e.graph_count >= 2, e  # the part after the break is captured too
+    assert not any("runs eagerly after the break" in n for n in e.notes), e.notes
+    assert break_ids(cf) == ["MB001"]
+
+
+@pytest.mark.parametrize("fn", [inner_function_attributes_across_break,
+                                loop_lambdas_across_break])
+def test_inner_function_made_again_keeps_attributes_and_identity(fn):
+    """The function made again has the original's defaults, keyword defaults, annotations, doc
+    and names; one function held by two locals stays one object, two functions of one code
+    stay two. (Reading a function's attributes and `is` between functions break on their
+    own, MB007 and MB004, after which the resumed call runs eagerly: the values compared
+    with eager are the remade function's.)"""
+    cf = check(fn, [SMALL, BIG, SMALL])
+    e = magpy.explain(cf)
+    first = e.breaks[0]
+    assert first.reason_id == "MB001"
+    assert e.resume_misses >= 1, e  # the first break resumed
+    assert not any("eagerly after the break at line %d " % first.lineno in n
+                   for n in e.notes), e.notes
+
+
+def test_inner_function_resume_does_not_recompile_per_call():
+    cf = check(nonlocal_counter_across_break, [SMALL * k for k in range(1, 7)])
+    e = assert_stats(cf, graphs=2, breaks=1, hits=5, misses=1)
+    assert e.resume_misses == 1 and e.resume_hits >= 4, e  # one capture after the break
+
+
+def inner_function_held_in_a_list(x):
+    def g(t):
+        return t * 2
+
+    fns = [g]
+    if _big(x):
+        x = x * 0
+    return fns[0](x)
+
+
+def test_inner_function_held_elsewhere_runs_eagerly_after_the_break():
+    """A function also held by a list cannot be made again without splitting it from the list:
+    the rest of the call runs eagerly, with the right result."""
+    cf = check(inner_function_held_in_a_list, [SMALL, BIG, SMALL])
+    e = magpy.explain(cf)
+    assert any("runs eagerly after the break" in n for n in e.notes), e.notes
+
+
+def inner_function_at_a_frame_reading_call(x):
+    s = 2.0
+    g = lambda t: t * s  # noqa: E731
+    names = sorted(locals())
+    s = 4.0
+    return g(x), names
+
+
+def test_inner_function_live_at_a_call_that_reads_the_frame():
+    """locals() runs in the function's own frame (no bridge when a function is made again):
+    it lists the user's names only, and the function still shares the frame's cells."""
+    cf = check(inner_function_at_a_frame_reading_call, [SMALL, SMALL * 2, BIG])
+    _, names = cf(SMALL)
+    assert names == ["g", "s", "x"]

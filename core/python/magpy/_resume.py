@@ -11,7 +11,8 @@ read as if the function had gone on running; a break in it is captured like any 
 
 The resume function takes, positionally: every name of `co_varnames` (None where `unbound`
 says the local has no value), then one argument per non-NULL stack entry (bottom first), then
-the contents of each cell variable that is not an argument (None when empty). Offsets are in
+the contents of each cell variable that is not an argument (None when empty), then the
+defaults of the inner functions the prologue makes again (`functions`). Offsets are in
 code units. This module is the bytecode half of the compatibility layer (core/src/python/
 compat.h is the other): CPython 3.11 only for now.
 """
@@ -33,6 +34,7 @@ _VARARGS, _VARKEYWORDS = 0x04, 0x08
 
 STACK_PREFIX = "$stack"
 CELL_PREFIX = "$cell"
+FUNCTION_PREFIX = "$fn"
 
 
 class ResumeUnsupported(Exception):
@@ -156,7 +158,8 @@ def _renumber_derefs(code_bytes, old_limit, delta):
     return bytes(out)
 
 
-def make_resume(code, target, stack_nulls, unbound, hide_args=False, launcher=None):
+def make_resume(code, target, stack_nulls, unbound, hide_args=False, launcher=None,
+                functions=()):
     """Returns (resume code, shift in code units) continuing `code` at `target`.
 
     stack_nulls: one bool per value-stack entry at `target`, bottom first (True: the entry is
@@ -166,6 +169,12 @@ def make_resume(code, target, stack_nulls, unbound, hide_args=False, launcher=No
     so the frame's locals are the original's (`locals()`, `dir()` and `vars()` run in it).
     launcher: with hide_args, make a bridge when the statement at `target` allows it (see
     make_bridge); the whole rest of the function otherwise.
+    functions: inner functions the prologue makes again over the new frame's own cells
+    ([Note: inner functions at a break] in core/src/replay/resume.h), each
+    (code, annotations, has_defaults, has_kwdefaults, targets): annotations a tuple of names
+    and values or None; targets (kind, index) pairs, kind "var" (a co_varnames index), "stack"
+    (a non-NULL stack entry, bottom first) or "cell" (a cell that is not an argument, in
+    order). Their defaults and keyword defaults are further arguments after the cells.
     """
     _check_version()
     if code.co_flags & _NOT_PLAIN:
@@ -176,9 +185,11 @@ def make_resume(code, target, stack_nulls, unbound, hide_args=False, launcher=No
     cellvars = code.co_cellvars
     pure_cells = [c for c in cellvars if c not in varnames]
     nstack_args = sum(1 for n in stack_nulls if not n)
+    nparts = sum(bool(d) + bool(kw) for _, _, d, kw, _ in functions)
     new_varnames = (varnames + tuple(f"{STACK_PREFIX}{k}" for k in range(nstack_args)) +
-                    tuple(f"{CELL_PREFIX}{k}" for k in range(len(pure_cells))))
-    extra = nstack_args + len(pure_cells)
+                    tuple(f"{CELL_PREFIX}{k}" for k in range(len(pure_cells))) +
+                    tuple(f"{FUNCTION_PREFIX}{k}" for k in range(nparts)))
+    extra = nstack_args + len(pure_cells) + nparts
     # Fast-local index of every cell in the new code: arguments keep theirs, the rest move.
     cell_index = {}
     for k, c in enumerate(pure_cells):
@@ -188,6 +199,53 @@ def make_resume(code, target, stack_nulls, unbound, hide_args=False, launcher=No
             cell_index[c] = varnames.index(c)
     # Old fast-local index of each pure cell (for `unbound`).
     old_pure_index = {c: nvar + k for k, c in enumerate(pure_cells)}
+    first_free = len(new_varnames) + len(pure_cells)
+    consts = list(code.co_consts)
+
+    def const_index(value):
+        for i, c in enumerate(consts):
+            if c is value:
+                return i
+        consts.append(value)
+        return len(consts) - 1
+
+    def remake_functions(out):
+        # [Note: inner functions at a break]: MAKE_FUNCTION over this frame's new cells
+        part = nvar + nstack_args + len(pure_cells)
+        for fcode, annotations, has_defaults, has_kwdefaults, targets in functions:
+            flags = 0
+            for present, bit in ((has_defaults, 0x01), (has_kwdefaults, 0x02)):
+                if present:
+                    _emit(out, _OP["LOAD_FAST"], part)
+                    part += 1
+                    flags |= bit
+            if annotations:
+                _emit(out, _OP["LOAD_CONST"], const_index(annotations))
+                flags |= 0x04
+            if fcode.co_freevars:
+                for name in fcode.co_freevars:
+                    if name in cell_index:
+                        _emit(out, _OP["LOAD_CLOSURE"], cell_index[name])
+                    elif name in code.co_freevars:
+                        _emit(out, _OP["LOAD_CLOSURE"], first_free + code.co_freevars.index(name))
+                    else:
+                        raise ResumeUnsupported(f"{fcode.co_name} closes over {name!r}, "
+                                                "which this function does not hold")
+                _emit(out, _OP["BUILD_TUPLE"], len(fcode.co_freevars))
+                flags |= 0x08
+            _emit(out, _OP["LOAD_CONST"], const_index(fcode))
+            _emit(out, _OP["MAKE_FUNCTION"], flags)
+            for kind, index in targets:
+                _emit(out, _OP["COPY"], 1)
+                if kind == "var" and varnames[index] in cell_index:
+                    _emit(out, _OP["STORE_DEREF"], cell_index[varnames[index]])
+                elif kind == "var":
+                    _emit(out, _OP["STORE_FAST"], index)
+                elif kind == "stack":
+                    _emit(out, _OP["STORE_FAST"], nvar + index)
+                else:  # a pure cell's argument, stored into the cell below
+                    _emit(out, _OP["STORE_FAST"], nvar + nstack_args + index)
+            _emit(out, _OP["POP_TOP"])
 
     def prologue(jump_arg=None):
         out = bytearray()
@@ -199,6 +257,7 @@ def make_resume(code, target, stack_nulls, unbound, hide_args=False, launcher=No
         for c in cellvars:
             _emit(out, _OP["MAKE_CELL"], cell_index[c])
         _emit(out, _OP["RESUME"], 0)
+        remake_functions(out)
         for k, c in enumerate(pure_cells):
             if old_pure_index[c] in unbound:
                 continue
@@ -222,7 +281,7 @@ def make_resume(code, target, stack_nulls, unbound, hide_args=False, launcher=No
     if extra and (cellvars or code.co_freevars):
         body = _renumber_derefs(body, nvar, extra)
     flags = code.co_flags & ~(_VARARGS | _VARKEYWORDS)
-    if hide_args and launcher is not None:
+    if hide_args and launcher is not None and not functions:
         try:
             return _bridge(code, target, stack_nulls, prologue(), body, launcher,
                            co_argcount=len(new_varnames), co_posonlyargcount=0,
@@ -236,13 +295,15 @@ def make_resume(code, target, stack_nulls, unbound, hide_args=False, launcher=No
     units = len(pro) // 2
     new = code.replace(
         co_code=pro + body,
+        co_consts=tuple(consts),
         co_argcount=len(new_varnames),
         co_posonlyargcount=0,
         co_kwonlyargcount=0,
         co_nlocals=len(new_varnames),
         co_varnames=new_varnames,
         co_flags=flags,
-        co_stacksize=max(code.co_stacksize, len(stack_nulls) + 1),
+        co_stacksize=max(code.co_stacksize, len(stack_nulls) + 1,
+                         max((len(f[0].co_freevars) + 5 for f in functions), default=0)),
         co_linetable=_no_location_entries(units) + code.co_linetable,
         co_exceptiontable=_shift_exception_table(code.co_exceptiontable, units),
     )

@@ -446,6 +446,7 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
         }
         live.push_back(id);
     }
+    const size_t nstack_live = live.size() - static_cast<size_t>(nvar);
     int n = py::code_nlocalsplus(f.code);
     int k = 0;
     for (int i = nvar; i < n; ++i) {
@@ -461,6 +462,34 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
             id = rebuild(id);
             if (id < 0) return refuse("an iterator in a local cannot be rebuilt");
         }
+    // Inner functions are made again by the resume code, over its own cells ([Note: inner
+    // functions at a break] in replay/resume.h): None holds their places, and their defaults
+    // follow the cells.
+    std::map<int, size_t> remade;  // value -> index in cont->functions
+    std::vector<int> parts;
+    for (size_t p = 0; p < live.size(); ++p) {
+        const Value& v = m_cap.v(live[p]);
+        if (v.kind != ValueKind::Function) continue;
+        auto it = remade.find(live[p]);
+        if (it == remade.end()) {
+            InnerFunction fn;
+            std::string why;
+            if (!inner_function(v.real.get(), f.frame, f.code, origin, true, fn, why)) {
+                if (!why.empty()) return refuse(why);
+                continue;  // the live state's build refuses it
+            }
+            if (fn.defaults) parts.push_back(v.items[0]);
+            if (fn.kwdefaults) parts.push_back(v.items[1]);
+            it = remade.emplace(live[p], cont->functions.size()).first;
+            cont->functions.push_back(std::move(fn));
+        }
+        const size_t pure_start = static_cast<size_t>(nvar) + nstack_live;
+        const char kind = p < static_cast<size_t>(nvar) ? 'v' : p < pure_start ? 's' : 'c';
+        const size_t index = kind == 'v' ? p : kind == 's' ? p - nvar : p - pure_start;
+        cont->functions[it->second].targets.push_back({kind, static_cast<int>(index)});
+        live[p] = none;
+    }
+    live.insert(live.end(), parts.begin(), parts.end());
     for (int id : live) {
         const Value& v = m_cap.v(id);
         cont->computed.push_back(v.dyn_scalar || (v.kind == ValueKind::OpResult && !v.tensor));

@@ -11,6 +11,8 @@
 #include "python/compat.h"
 
 #include <chrono>
+#include <map>
+#include <string>
 
 namespace magpy {
 
@@ -444,8 +446,32 @@ PyObject* bridge_continue(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         if (py::code_local_kind(origin, i) != py::kLocalKindCell) continue;  // frees
         content(bridge->co_nlocals + k++, i);
     }
+    // Functions made in the bridge's frame close over its cells: the resume code makes them
+    // again over its own ([Note: inner functions at a break] in replay/resume.h).
+    std::vector<InnerFunction> functions;
+    std::vector<PyObject*> parts;
+    std::map<PyObject*, size_t> remade;  // function -> index in `functions`
+    const size_t pure_start = static_cast<size_t>(nvar) + static_cast<size_t>(PyTuple_GET_SIZE(stack));
+    for (size_t p = 0; p < live.size(); ++p) {
+        auto it = remade.find(live[p]);
+        if (it == remade.end()) {
+            InnerFunction fn;
+            std::string why;
+            if (!inner_function(live[p], f, bridge, origin, false, fn, why)) continue;
+            auto* func = reinterpret_cast<PyFunctionObject*>(live[p]);
+            if (fn.defaults) parts.push_back(func->func_defaults);
+            if (fn.kwdefaults) parts.push_back(func->func_kwdefaults);
+            it = remade.emplace(live[p], functions.size()).first;
+            functions.push_back(std::move(fn));
+        }
+        const char kind = p < static_cast<size_t>(nvar) ? 'v' : p < pure_start ? 's' : 'c';
+        const size_t index = kind == 'v' ? p : kind == 's' ? p - nvar : p - pure_start;
+        functions[it->second].targets.push_back({kind, static_cast<int>(index)});
+        live[p] = Py_None;
+    }
+    live.insert(live.end(), parts.begin(), parts.end());
     std::vector<bool> nulls(static_cast<size_t>(PyTuple_GET_SIZE(stack)), false);
-    PyCodeObject* code = resume_code(origin, end, nulls, unbound, false, nullptr);
+    PyCodeObject* code = resume_code(origin, end, nulls, unbound, false, nullptr, functions);
     if (!code) return nullptr;
     py::Ref fn = resume_function(code, py::frame_function(f));
     if (!fn) return nullptr;

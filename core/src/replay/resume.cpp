@@ -8,24 +8,53 @@ namespace magpy {
 namespace {
 
 std::string resume_key(int target, const std::vector<bool>& nulls, const std::vector<int>& unbound,
-                       bool eager) {
+                       bool eager, const std::vector<InnerFunction>& functions) {
     std::string k = std::to_string(target) + (eager ? "|E|" : "|");
     for (bool n : nulls) k += n ? 'N' : 'v';
     k += "|";
     for (int u : unbound) k += std::to_string(u) + ",";
+    // Code objects are constants of the origin and annotations are kept by the entry: their
+    // addresses name them for as long as the key is used.
+    for (const InnerFunction& fn : functions) {
+        k += "|F" + std::to_string(reinterpret_cast<uintptr_t>(fn.code.get())) + ":" +
+             std::to_string(reinterpret_cast<uintptr_t>(fn.annotations.get())) +
+             (fn.defaults ? "d" : "") + (fn.kwdefaults ? "k" : "");
+        for (const auto& t : fn.targets) k += std::string(1, t.first) + std::to_string(t.second);
+    }
     return k;
+}
+
+// Python's view of the functions (magpy/_resume.py: make_resume's `functions`). New reference.
+PyObject* functions_arg(const std::vector<InnerFunction>& functions) {
+    py::Ref list = py::Ref::steal(PyList_New(0));
+    if (!list) return nullptr;
+    for (const InnerFunction& fn : functions) {
+        py::Ref targets = py::Ref::steal(PyList_New(0));
+        if (!targets) return nullptr;
+        for (const auto& t : fn.targets) {
+            const char* kind = t.first == 'v' ? "var" : t.first == 's' ? "stack" : "cell";
+            py::Ref item = py::Ref::steal(Py_BuildValue("(si)", kind, t.second));
+            if (!item || PyList_Append(targets.get(), item.get()) < 0) return nullptr;
+        }
+        py::Ref spec = py::Ref::steal(Py_BuildValue(
+            "(OOOOO)", fn.code.get(), fn.annotations ? fn.annotations.get() : Py_None,
+            fn.defaults ? Py_True : Py_False, fn.kwdefaults ? Py_True : Py_False, targets.get()));
+        if (!spec || PyList_Append(list.get(), spec.get()) < 0) return nullptr;
+    }
+    return list.release();
 }
 
 }  // namespace
 
 PyCodeObject* resume_code(PyCodeObject* origin, int target, const std::vector<bool>& nulls,
-                          const std::vector<int>& unbound, bool eager, PyObject* launcher) {
+                          const std::vector<int>& unbound, bool eager, PyObject* launcher,
+                          const std::vector<InnerFunction>& functions) {
     CodeCache* cc = code_cache(origin, true);
     if (!cc) {
         PyErr_SetString(PyExc_RuntimeError, "magpy: no cache for the resumed code");
         return nullptr;
     }
-    std::string key = resume_key(target, nulls, unbound, eager);
+    std::string key = resume_key(target, nulls, unbound, eager, functions);
     auto it = cc->resumes.find(key);
     if (it != cc->resumes.end()) return reinterpret_cast<PyCodeObject*>(it->second.get());
     py::Ref mod = py::Ref::steal(PyImport_ImportModule("magpy._resume"));
@@ -36,10 +65,14 @@ PyCodeObject* resume_code(PyCodeObject* origin, int target, const std::vector<bo
     py::Ref py_unbound = py::Ref::steal(PyList_New(static_cast<Py_ssize_t>(unbound.size())));
     for (size_t i = 0; i < unbound.size(); ++i)
         PyList_SET_ITEM(py_unbound.get(), static_cast<Py_ssize_t>(i), PyLong_FromLong(unbound[i]));
-    py::Ref r = py::Ref::steal(PyObject_CallMethod(mod.get(), "make_resume", "OiOOOO", origin,
+    py::Ref py_functions = py::Ref::steal(functions_arg(functions));
+    if (!py_functions) return nullptr;
+    const bool bridge = eager && launcher && functions.empty();
+    py::Ref r = py::Ref::steal(PyObject_CallMethod(mod.get(), "make_resume", "OiOOOOO", origin,
                                                    target, py_nulls.get(), py_unbound.get(),
                                                    eager ? Py_True : Py_False,
-                                                   eager && launcher ? launcher : Py_None));
+                                                   bridge ? launcher : Py_None,
+                                                   py_functions.get()));
     if (!r) return nullptr;
     PyObject* code = PyTuple_GET_ITEM(r.get(), 0);
     long shift = PyLong_AsLong(PyTuple_GET_ITEM(r.get(), 1));
@@ -109,7 +142,7 @@ bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_funct
             computed.insert(computed.begin() + top_index + 1, false);
         }
         code = resume_code(c.origin, jumped ? c.jump : c.next, nulls, c.unbound, c.eager,
-                           launcher);
+                           launcher, c.functions);
         if (!code) return false;
         if (CodeCache* rc = code_cache(code, false)) {
             std::vector<bool>& dyn = rc->dynamic_args;
@@ -120,6 +153,69 @@ bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_funct
     }
     resume_fn = resume_function(code, frame_function);
     return static_cast<bool>(resume_fn);
+}
+
+bool inner_function(PyObject* fn, py::IFrame* frame, PyCodeObject* code, PyCodeObject* origin,
+                    bool made_here, InnerFunction& out, std::string& why) {
+    why.clear();
+    if (!PyFunction_Check(fn)) return false;
+    auto* f = reinterpret_cast<PyFunctionObject*>(fn);
+    PyObject* closure = f->func_closure;  // a tuple of cells, or NULL
+    PyCodeObject* fcode = reinterpret_cast<PyCodeObject*>(f->func_code);
+    // Made here when each cell it closes over is the frame's local of the same name.
+    const Py_ssize_t nfree = closure ? PyTuple_GET_SIZE(closure) : 0;
+    bool ours = made_here, all_ours = true;
+    const int nfree_code = fcode->co_nfreevars;
+    const int first_free = py::code_nlocalsplus(fcode) - nfree_code;
+    for (Py_ssize_t j = 0; j < nfree; ++j) {
+        PyObject* cell = PyTuple_GET_ITEM(closure, j);
+        bool found = false;
+        if (j < nfree_code) {
+            PyObject* name = py::code_localsplus_name(fcode, first_free + static_cast<int>(j));
+            for (int i = 0; i < py::code_nlocalsplus(code) && !found; ++i) {
+                if (!(py::code_local_kind(code, i) & (py::kLocalKindCell | py::kLocalKindFree)))
+                    continue;
+                found = py::frame_local(frame, i) == cell &&
+                        PyUnicode_Compare(py::code_localsplus_name(code, i), name) == 0;
+            }
+        }
+        if (!found) {
+            for (int i = 0; i < py::code_nlocalsplus(code); ++i)
+                if (py::frame_local(frame, i) == cell) ours = true;
+        }
+        ours = ours || found;
+        all_ours = all_ours && found;
+    }
+    if (!ours) return false;
+    auto refuse = [&](std::string because) {
+        why = "`" + py::str_of(f->func_qualname) + "` " + because;
+        return false;
+    };
+    if (!all_ours) return refuse("closes over variables of more than this function");
+    bool in_consts = false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(origin->co_consts); ++i)
+        in_consts = in_consts || PyTuple_GET_ITEM(origin->co_consts, i) == f->func_code;
+    if (!in_consts) return refuse("was not made by this function's own code");
+    if (f->func_dict && PyDict_Size(f->func_dict) > 0) return refuse("has attributes of its own");
+    out = InnerFunction();
+    out.code = py::Ref::borrow(f->func_code);
+    out.defaults = f->func_defaults != nullptr;
+    out.kwdefaults = f->func_kwdefaults != nullptr;
+    if (f->func_annotations && PyDict_Check(f->func_annotations)) {
+        // MAKE_FUNCTION takes names and values in one tuple
+        py::Ref flat = py::Ref::steal(PyTuple_New(2 * PyDict_Size(f->func_annotations)));
+        if (!flat) return refuse("has annotations that cannot be read");
+        Py_ssize_t pos = 0, k = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(f->func_annotations, &pos, &key, &value)) {
+            PyTuple_SET_ITEM(flat.get(), k++, Py_NewRef(key));
+            PyTuple_SET_ITEM(flat.get(), k++, Py_NewRef(value));
+        }
+        out.annotations = std::move(flat);
+    } else if (f->func_annotations && PyTuple_Check(f->func_annotations)) {
+        out.annotations = py::Ref::borrow(f->func_annotations);
+    }
+    return true;
 }
 
 py::Ref resume_function(PyCodeObject* code, PyObject* frame_function) {

@@ -7,12 +7,45 @@
 // See core/capture/NOTES.md, [Note: graph breaks that resume].
 #pragma once
 
+#include "python/compat.h"
 #include "python/py_ref.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace magpy {
+
+// [Note: inner functions at a break]
+// A function made in the frame (a nested def, a lambda) closes over the frame's cells. The
+// resume code makes new cells, so handing it the old function would split them: a write
+// through `nonlocal` in one would not be seen by the other. Nor can a replay plan make the
+// function, which never existed at replay. So the resume code's prologue makes it again, with
+// MAKE_FUNCTION over its own new cells, from the same code, defaults, keyword defaults and
+// annotations, and stores it wherever the frame held it (locals, stack entries, cells). Its
+// defaults are live-state items after the cells; its code is a constant of the resumed code.
+// A function that closes over other cells, or that has attributes of its own, or that is also
+// held anywhere else (a list, an object) is not rebuilt: the state then cannot be rebuilt and
+// the call runs eagerly after the break, as before.
+struct InnerFunction {
+    py::Ref code;           // its code (a constant of the resumed code)
+    py::Ref annotations;    // as MAKE_FUNCTION takes them (names and values in a tuple), or null
+    bool defaults = false;  // its defaults (a tuple), then its keyword defaults (a dict), are
+    bool kwdefaults = false;  // live-state items after the cells, in order of the functions
+    // Where the frame holds it, in the live-state layout: 'v' a co_varnames index, 's' a
+    // non-NULL stack entry (bottom first), 'c' a cell that is not an argument (in order).
+    std::vector<std::pair<char, int>> targets;
+};
+
+// The rebuild of `fn` if it is a function made in `frame` (code `code`, resuming `origin`):
+// its closure is made only of the frame's own cells and free variables, and its code is a
+// constant of `origin`. `made_here`: the caller knows it was made in the frame (a capture's
+// MAKE_FUNCTION), so it is rebuilt even with no closure; otherwise a function that closes over
+// none of the frame's cells is not this function's business. Returns false with `why` when it
+// must be rebuilt but cannot be; false with `why` empty when it need not be.
+// PRECONDITION: GIL held; `fn` borrowed.
+bool inner_function(PyObject* fn, py::IFrame* frame, PyCodeObject* code, PyCodeObject* origin,
+                    bool made_here, InnerFunction& out, std::string& why);
 
 struct Continuation {
     enum class Kind : uint8_t {
@@ -39,6 +72,7 @@ struct Continuation {
     std::vector<int> unbound;       // fast-local indices with no value (varnames and cells)
     std::vector<bool> stack_nulls;  // one per stack entry, bottom first
     std::vector<bool> computed;     // one per live-state item: computed from tensor data
+    std::vector<InnerFunction> functions;  // remade by the resume code (see above)
     PyCodeObject* origin = nullptr; // borrowed: the entry holding this lives no longer
     int line = 0;                   // the break's line, for reports
     // The resume code for each way on (0: `next`, 1: `jump`), found on first use. Borrowed:
@@ -65,7 +99,10 @@ py::Ref resume_function(PyCodeObject* code, PyObject* frame_function);
 // every segment that ends there). `eager`: the code hides its arguments (Continuation::eager),
 // and is a bridge through `launcher` where the statement allows. Borrowed; NULL with a Python
 // error set. PRECONDITION: GIL held.
+// `functions`: the inner functions it remakes ([Note: inner functions at a break]); a bridge is
+// not made for a layout with any.
 PyCodeObject* resume_code(PyCodeObject* origin, int target, const std::vector<bool>& nulls,
-                          const std::vector<int>& unbound, bool eager, PyObject* launcher);
+                          const std::vector<int>& unbound, bool eager, PyObject* launcher,
+                          const std::vector<InnerFunction>& functions = {});
 
 }  // namespace magpy
