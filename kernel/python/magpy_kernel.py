@@ -225,7 +225,7 @@ class _AfterImport:
         self._patches = dict(patches)  # module name -> function(module)
 
     def find_spec(self, name, path=None, target=None):
-        patch = self._patches.pop(name, None)
+        patch = self._patches.get(name)
         if patch is None:
             return None
         for finder in sys.meta_path:
@@ -242,6 +242,7 @@ class _AfterImport:
 
         def exec_module(module):
             real_exec(module)
+            self._patches.pop(name, None)  # once executed (a bare find_spec executes nothing)
             try:
                 patch(module)
             except Exception as e:  # a library we do not know: it keeps working without comms
@@ -263,6 +264,14 @@ def install_comms(shell):
     if not available:
         return False
     shell.kernel = KernelHandle(shell)
+    # The comm package logs failing comm callbacks and unknown targets; like ipykernel's, those
+    # lines go to the kernel's terminal, not into whatever cell's stderr comes next.
+    import logging
+    comm_log = logging.getLogger("Comm")
+    handler = logging.StreamHandler(_log)
+    handler.setFormatter(logging.Formatter("[magpy-kernel comm] %(levelname)s | %(message)s"))
+    comm_log.addHandler(handler)
+    comm_log.propagate = False
     patches = {"comm": _patch_comm_package, "ipykernel.comm": _patch_ipykernel_comm}
     for name in list(patches):
         if name in sys.modules:

@@ -15,8 +15,7 @@ namespace {
 
 xeus::xcomm_manager& registry() { return xeus::get_interpreter().comm_manager(); }
 
-// xeus keeps comm ids in a fixed-size string (xguid); a longer id would be cut or throw deep
-// inside xeus.
+// xeus keeps comm ids in a fixed-size string (xguid) and copies a longer one past its end.
 constexpr std::size_t kMaxIdLength = 55;
 
 // The message as ipykernel's comm handlers receive it. PRECONDITION: GIL held.
@@ -49,13 +48,25 @@ bool Comms::is_comm_request(const std::string& msg_type) {
            msg_type == "comm_info_request";
 }
 
-void Comms::prepare(const xeus::xmessage& request) {
-    if (request.header().value("msg_type", "") != "comm_open" || m_handler == nullptr) return;
+bool Comms::valid_id(const std::string& comm_id) {
+    return !comm_id.empty() && comm_id.size() <= kMaxIdLength &&
+           comm_id.find('\0') == std::string::npos;
+}
+
+bool Comms::prepare(const xeus::xmessage& request) {
+    const std::string type = request.header().value("msg_type", "");
+    if (type == "comm_info_request") return true;
     const nl::json& content = request.content();
-    auto name = content.find("target_name");
-    if (content.is_object() && name != content.end() && name->is_string()) {
-        add_target(name->get<std::string>());
+    auto id = content.is_object() ? content.find("comm_id") : content.end();
+    if (id == content.end() || !id->is_string() || !valid_id(id->get_ref<const std::string&>())) {
+        std::cerr << "magpy-kernel: dropped a " << type << " whose comm_id is not a string of "
+                  << "1 to " << kMaxIdLength << " bytes (the most xeus 2.4.1 holds)" << std::endl;
+        return false;
     }
+    if (type != "comm_open" || m_handler == nullptr) return true;
+    auto name = content.find("target_name");
+    if (name != content.end() && name->is_string()) add_target(name->get<std::string>());
+    return true;
 }
 
 void Comms::set_handler(py::handle handler) {
@@ -76,9 +87,11 @@ void Comms::add_target(const std::string& name) {
 void Comms::add_comm(const std::string& comm_id, const std::string& target_name) {
     sweep();
     if (m_comms.count(comm_id) != 0) return;
-    if (comm_id.empty() || comm_id.size() > kMaxIdLength) {
-        throw std::invalid_argument("a comm id must have 1 to 55 characters, not " +
-                                    std::to_string(comm_id.size()) + " ('" + comm_id + "')");
+    if (!valid_id(comm_id)) {
+        throw std::invalid_argument(
+            "this kernel (xeus 2.4.1) holds comm ids of 1 to 55 bytes of UTF-8 with no NUL; "
+            "this one has " + std::to_string(comm_id.size()) + " bytes ('" +
+            comm_id.substr(0, 60) + (comm_id.size() > 60 ? "...')" : "')"));
     }
     add_target(target_name);
     // Built through a move: xcomm(target, id) leaves uninitialised the flag its destructor
@@ -97,7 +110,7 @@ void Comms::remove_comm(const std::string& comm_id) {
 
 void Comms::adopt(xeus::xcomm&& comm) {
     sweep();
-    const std::string id(comm.id().c_str());
+    const std::string id(comm.id().data(), comm.id().size());
     remove_comm(id);  // a frontend may reopen an id it used before
     auto owned = std::make_unique<xeus::xcomm>(std::move(comm));  // re-registers the new address
     install_handlers(*owned);
@@ -105,7 +118,7 @@ void Comms::adopt(xeus::xcomm&& comm) {
 }
 
 void Comms::install_handlers(xeus::xcomm& comm) {
-    const std::string id(comm.id().c_str());
+    const std::string id(comm.id().data(), comm.id().size());
     comm.on_message([this](xeus::xmessage request) { forward("comm_msg", request); });
     comm.on_close([this, id](xeus::xmessage request) {
         // xeus forgets the comm after this returns; the stand-in, whose handler is running

@@ -37,10 +37,15 @@ public:
     // holds the GIL around those).
     static bool is_comm_request(const std::string& msg_type);
 
-    // Before xeus handles a comm request: a comm_open to a target that nothing here has named
-    // yet still reaches Python, which closes it and says why (as ipykernel does), instead of
-    // xeus dropping it. PRECONDITION: GIL held.
-    void prepare(const xeus::xmessage& request);
+    // Before xeus handles a comm request. Returns false for one xeus must not see: a comm id
+    // that is not a string of 1 to 55 bytes (xeus 2.4.1 copies ids into a 55-byte buffer
+    // without checking, and a longer one corrupts memory); it is dropped with a line in the
+    // kernel's log. A comm_open to a target that nothing here has named yet gets a stand-in,
+    // so Python's manager answers it (closes it, logging why), as in ipykernel.
+    // PRECONDITION: GIL held.
+    bool prepare(const xeus::xmessage& request);
+    // Whether xeus can hold `comm_id`.
+    static bool valid_id(const std::string& comm_id);
 
     // The Python callable that receives the frontend's comm messages as
     // handler(msg_type, msg) with msg a dict (header, parent_header, metadata, content,

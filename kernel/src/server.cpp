@@ -149,8 +149,7 @@ void KernelServer::poll_once(long timeout_ms) {
                 if (Comms::is_comm_request(msg_type_of(msg.header()))) {
                     // xeus's comm registry is guarded by the GIL ([Note: comms])
                     pybind11::gil_scoped_acquire gil;
-                    Comms::instance().prepare(msg);
-                    notify_shell_listener(std::move(msg));
+                    if (Comms::instance().prepare(msg)) notify_shell_listener(std::move(msg));
                 } else {
                     notify_shell_listener(std::move(msg));
                 }
