@@ -483,10 +483,7 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
             it = remade.emplace(live[p], cont->functions.size()).first;
             cont->functions.push_back(std::move(fn));
         }
-        const size_t pure_start = static_cast<size_t>(nvar) + nstack_live;
-        const char kind = p < static_cast<size_t>(nvar) ? 'v' : p < pure_start ? 's' : 'c';
-        const size_t index = kind == 'v' ? p : kind == 's' ? p - nvar : p - pure_start;
-        cont->functions[it->second].targets.push_back({kind, static_cast<int>(index)});
+        cont->functions[it->second].held_at(p, static_cast<size_t>(nvar), nstack_live);
         live[p] = none;
     }
     live.insert(live.end(), parts.begin(), parts.end());

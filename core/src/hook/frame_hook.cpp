@@ -451,7 +451,6 @@ PyObject* bridge_continue(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     std::vector<InnerFunction> functions;
     std::vector<PyObject*> parts;
     std::map<PyObject*, size_t> remade;  // function -> index in `functions`
-    const size_t pure_start = static_cast<size_t>(nvar) + static_cast<size_t>(PyTuple_GET_SIZE(stack));
     for (size_t p = 0; p < live.size(); ++p) {
         auto it = remade.find(live[p]);
         if (it == remade.end()) {
@@ -464,9 +463,8 @@ PyObject* bridge_continue(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
             it = remade.emplace(live[p], functions.size()).first;
             functions.push_back(std::move(fn));
         }
-        const char kind = p < static_cast<size_t>(nvar) ? 'v' : p < pure_start ? 's' : 'c';
-        const size_t index = kind == 'v' ? p : kind == 's' ? p - nvar : p - pure_start;
-        functions[it->second].targets.push_back({kind, static_cast<int>(index)});
+        functions[it->second].held_at(p, static_cast<size_t>(nvar),
+                                      static_cast<size_t>(PyTuple_GET_SIZE(stack)));
         live[p] = Py_None;
     }
     live.insert(live.end(), parts.begin(), parts.end());

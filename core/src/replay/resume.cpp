@@ -155,6 +155,14 @@ bool prepare_resume(const Continuation& c, PyObject* live, PyObject* frame_funct
     return static_cast<bool>(resume_fn);
 }
 
+void InnerFunction::held_at(size_t live_index, size_t nvar, size_t nstack) {
+    const char kind = live_index < nvar ? 'v' : live_index < nvar + nstack ? 's' : 'c';
+    const size_t index = kind == 'v' ? live_index
+                         : kind == 's' ? live_index - nvar
+                                       : live_index - nvar - nstack;
+    targets.push_back({kind, static_cast<int>(index)});
+}
+
 bool inner_function(PyObject* fn, py::IFrame* frame, PyCodeObject* code, PyCodeObject* origin,
                     bool made_here, InnerFunction& out, std::string& why) {
     why.clear();

@@ -35,6 +35,10 @@ struct InnerFunction {
     // Where the frame holds it, in the live-state layout: 'v' a co_varnames index, 's' a
     // non-NULL stack entry (bottom first), 'c' a cell that is not an argument (in order).
     std::vector<std::pair<char, int>> targets;
+
+    // Records that item `live_index` of a live state [nvar varnames | nstack stack entries |
+    // cells] holds it.
+    void held_at(size_t live_index, size_t nvar, size_t nstack);
 };
 
 // The rebuild of `fn` if it is a function made in `frame` (code `code`, resuming `origin`):
