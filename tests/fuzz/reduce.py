@@ -2,6 +2,10 @@
 
     /usr/bin/python3 tests/fuzz/reduce.py --seed 1234 [--out small.py]
     /usr/bin/python3 tests/fuzz/reduce.py --file prog.py --seed 1234
+    /usr/bin/python3 tests/fuzz/reduce.py --seed 1234 --break MB099
+
+With `--break ID` the program is kept while the compiled function still records a graph break
+with that reason id (for MB099, the engine's internal breaks, which are bugs but not mismatches).
 
 Greedy block deletion: a line together with the lines indented under it is removed if the
 program still loads and still mismatches (eager vs compiled) in a call at the same index with a
@@ -22,7 +26,9 @@ from gen import generate  # noqa: E402
 from runner import run_program  # noqa: E402
 
 
-def signature(res):
+def signature(res, break_id=None):
+    if break_id is not None:
+        return ("break", break_id) if break_id in res.breaks else None
     if not res.mismatches:
         return None
     m = res.mismatches[0]
@@ -82,7 +88,7 @@ def _alarm(signum, frame):
     raise _Timeout()
 
 
-def still_bad(src, seed, want, calls, limit=10.0):
+def still_bad(src, seed, want, calls, limit=10.0, break_id=None):
     try:
         compile(src, "<reduce>", "exec")
     except SyntaxError:
@@ -97,14 +103,16 @@ def still_bad(src, seed, want, calls, limit=10.0):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    return not res.gen_error and signature(res) == want
+    return not res.gen_error and signature(res, break_id) == want
 
 
-def reduce_source(src, seed, calls=6, log=None):
+def reduce_source(src, seed, calls=6, log=None, break_id=None):
     res = run_program(seed, calls, source=src)
-    want = signature(res)
+    want = signature(res, break_id)
     if want is None:
-        raise SystemExit("the program does not mismatch: nothing to reduce")
+        what = f"record a {break_id} break" if break_id else "mismatch"
+        raise SystemExit(f"the program does not {what}: nothing to reduce")
+    bad = lambda cand: still_bad("\n".join(cand), seed, want, calls, break_id=break_id)  # noqa: E731
     lines = src.split("\n")
     changed = True
     while changed:
@@ -117,7 +125,7 @@ def reduce_source(src, seed, calls=6, log=None):
             shortened = False
             for r in shorter_returns(lines[i]):
                 cand = lines[:i] + [r] + lines[i + 1:]
-                if still_bad("\n".join(cand), seed, want, calls):
+                if bad(cand):
                     lines = cand
                     changed = shortened = True
                     break
@@ -134,7 +142,7 @@ def reduce_source(src, seed, calls=6, log=None):
                 if j - i == 1 and lines[i].strip() == "pass":
                     i -= 1
                     continue
-            if still_bad("\n".join(cand), seed, want, calls):
+            if bad(cand):
                 lines = cand
                 changed = True
                 if log:
@@ -149,13 +157,17 @@ def main(argv=None):
     ap.add_argument("--file", help="start from this source instead of generate(seed)")
     ap.add_argument("--calls", type=int, default=6)
     ap.add_argument("--out", help="write the reduced program here")
+    ap.add_argument("--break", dest="break_id", metavar="ID",
+                    help="keep the program while it records a break with this reason id")
     args = ap.parse_args(argv)
     src = open(args.file).read() if args.file else generate(args.seed, args.calls)
     small = reduce_source(src, args.seed, args.calls,
-                          log=lambda m: print(m, file=sys.stderr, flush=True))
+                          log=lambda m: print(m, file=sys.stderr, flush=True),
+                          break_id=args.break_id)
     res = run_program(args.seed, args.calls, source=small)
     print(small)
     print("\n# " + "\n# ".join(str(m) for m in res.mismatches).replace("\n", "\n# "))
+    print(f"# breaks: {res.breaks}")
     if args.out:
         with open(args.out, "w") as f:
             f.write(small)

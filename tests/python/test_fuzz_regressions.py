@@ -163,3 +163,41 @@ def test_a_region_whose_trace_fails_after_running_keeps_its_results():
         assert torch.equal(got[1], want[1])
         assert torch.equal(compiled_h.buf, eager_h.buf)
     assert any("tracing failed" in n for n in magpy.explain(cf).notes)
+
+
+# Fuzz seed 106876 (an MB099 internal break, no wrong result): `d.setdefault(k, default)` on a
+# dict that already held k with `default` itself as its value was taken for an insertion,
+# because the value returned was the default object. The guards then said "no key k", so the
+# entry never hit, and a later call whose keys changed met an iteration the capture could not
+# follow. Whether the key was there is now read before the call.
+SHARED = torch.randn(5)
+
+
+def setdefault_then_keys(x, d):
+    t = d.setdefault("c", SHARED)
+    return x + t, list(d.keys())
+
+
+@pytest.mark.parametrize("existing", [None, "same", "other"])
+def test_setdefault_of_a_key_already_holding_the_default(existing):
+    worlds = []
+    for _ in range(2):
+        d = {"a": torch.randn(5)}
+        if existing:
+            d["c"] = SHARED if existing == "same" else torch.ones(5)
+        worlds.append(d)
+    magpy.reset()
+    cf = magpy.compile(setdefault_then_keys)
+    for i in range(6):
+        if i == 4:
+            for d in worlds:
+                d["b"] = torch.zeros(5)
+        x = torch.randn(3, 5)
+        want = setdefault_then_keys(x, worlds[0])
+        got = cf(x, worlds[1])
+        assert torch.equal(got[0], want[0]) and got[1] == want[1]
+        assert list(worlds[1]) == list(worlds[0])
+        assert (worlds[1]["c"] is SHARED) == (existing != "other")
+    # call 0 (inserting, unless the key is there), call 1 (the key is there), call 4 (new key)
+    assert_stats(cf, breaks=0, misses=3 if existing is None else 2,
+                 hits=3 if existing is None else 4)

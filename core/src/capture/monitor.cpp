@@ -2664,6 +2664,15 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     case CallKind::ListMethod:
         if (p.callee.op == "sort") prepare_key(p);
         return;
+    case CallKind::DictMethod:
+        // d.setdefault(k, v) inserts only when k is missing; the value it returns cannot tell
+        // (d[k] may already be v itself), so look before the call.
+        if (p.callee.name == "setdefault" && p.in.size() >= 2 &&
+            PyDict_Check(m_cap.v(p.in[0]).real.get())) {
+            p.had_key = PyDict_Contains(m_cap.v(p.in[0]).real.get(), m_cap.v(p.in[1]).real.get());
+            if (p.had_key < 0) PyErr_Clear();  // unhashable: the call raises
+        }
+        return;
     case CallKind::IO:
         return m_cap.fail(breaks::kIO, "`" + p.callee.name + "()` does input or output",
                           "it runs in Python between two graphs; move printing and I/O out "
@@ -3256,7 +3265,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::Iteration:
     case CallKind::DictMethod: {
         size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
-        if (nkw == 0) return push_out(iter_call(name, p.in, result));
+        if (nkw == 0) return push_out(iter_call(name, p.in, result, p.had_key));
         if (name == "enumerate" && nkw == 1 && p.in.size() == 2 &&
             str(PyTuple_GET_ITEM(p.kwnames, 0)) == "start")
             return push_out(iter_call(name, p.in, result));  // enumerate(xs, start=1)
@@ -3939,7 +3948,8 @@ int Monitor::itertools_call(const std::string& name, const std::vector<int>& arg
 }
 
 // zip(...), enumerate(x[, start]), reversed(x), d.items() / keys() / values() / get(k[, v]).
-int Monitor::iter_call(const std::string& name, const std::vector<int>& args, PyObject* result) {
+int Monitor::iter_call(const std::string& name, const std::vector<int>& args, PyObject* result,
+                       int had_key) {
     auto fail = [&](const std::string& what) {
         m_cap.fail(breaks::kUnsupportedCallee, what, "iterate over lists, tuples, dicts or ranges");
         return -1;
@@ -4023,8 +4033,8 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
             return fail("dict.setdefault() after this function changed " + m_cap.v(d).label);
         int written = written_item(d, key);
         if (written >= 0) return written;
-        if (result != m_cap.v(fallback).real.get())  // the key was there: nothing changed
-            return dict_item(d, key, result);
+        if (had_key < 0) return fail("dict.setdefault() on " + m_cap.v(d).label);
+        if (had_key == 1) return dict_item(d, key, result);  // the key was there: nothing changed
         m_cap.guard_no_key(d, key);
         write_input_item(d, args[1], fallback, true);
         return fallback;

@@ -57,6 +57,7 @@ private:
         int made = -1;                    // UserClass: the object made (bound as self)
         bool property_get = false;        // LOAD_ATTR of a property: its getter is traced
         int key_map = -1;                 // sorted/min/max(key=f): the record of f's calls
+        int had_key = -1;                 // d.setdefault(k, v): 1 if d held k before the call
     };
     struct ShadowFrame {
         py::IFrame* frame = nullptr;
@@ -211,7 +212,8 @@ private:
     void iter_done(int iter);
     bool dict_view(int dict, DictView view, std::vector<int>& out);
     int itertools_call(const std::string& name, const std::vector<int>& args, PyObject* result);
-    int iter_call(const std::string& name, const std::vector<int>& args, PyObject* result);
+    int iter_call(const std::string& name, const std::vector<int>& args, PyObject* result,
+                  int had_key = -1);
     int class_attr(int obj, PyObject* name, PyObject* real);
     void dispatch_super(ShadowFrame& f, Pending& p);  // [Note: super]
     int super_method(int sup, PyObject* name, PyObject* real);
