@@ -74,6 +74,8 @@ std::string str_of(py::handle obj) {
     return out;
 }
 
+nl::json converted(py::handle obj, int depth);
+
 nl::json to_json_at(py::handle obj, int depth) {
     PyObject* o = obj.ptr();
     if (depth > kMaxDepth) return "...";
@@ -84,6 +86,11 @@ nl::json to_json_at(py::handle obj, int depth) {
         const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
         if (overflow == 0 && !(v == -1 && PyErr_Occurred())) return v;
         PyErr_Clear();
+        if (overflow > 0) {
+            const unsigned long long u = PyLong_AsUnsignedLongLong(o);
+            if (!PyErr_Occurred()) return u;
+            PyErr_Clear();
+        }
         return str_of(obj);  // beyond 64 bits: keep every digit as text
     }
     if (PyFloat_Check(o)) {
@@ -118,6 +125,71 @@ nl::json to_json_at(py::handle obj, int depth) {
             out.push_back(to_json_at(PySequence_Fast_GET_ITEM(o, i), depth + 1));
         }
         return out;
+    }
+    return converted(obj, depth);
+}
+
+// A value of a module's type by name, or null (the module not imported, or no such name).
+// Modules the user never imported cannot have made the value, so nothing is imported here.
+PyObject* loaded_type(const char* module, const char* name) {
+    PyObject* mod = PyImport_GetModule(py::str(module).ptr());  // new reference or null
+    if (mod == nullptr) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    PyObject* t = PyObject_GetAttrString(mod, name);  // new reference or null
+    Py_DECREF(mod);
+    if (t == nullptr) PyErr_Clear();
+    return t;
+}
+
+bool is_instance(PyObject* o, const char* module, const char* name) {
+    PyObject* t = loaded_type(module, name);
+    if (t == nullptr) return false;
+    const int r = PyObject_IsInstance(o, t);
+    Py_DECREF(t);
+    if (r < 0) PyErr_Clear();
+    return r == 1;
+}
+
+// The JSON of `method(obj)` or of `obj.method()`; str(obj) if that fails.
+nl::json via(py::handle obj, PyObject* result, int depth) {
+    if (result == nullptr) {
+        PyErr_Clear();
+        return str_of(obj);
+    }
+    nl::json out = to_json_at(result, depth);
+    Py_DECREF(result);
+    return out;
+}
+
+// What ipykernel's session makes of values JSON lacks (jupyter_client's json_clean and
+// json_default): sets, ranges and numpy arrays become lists, numbers.Integral and numbers.Real
+// (numpy scalars, Fraction) become numbers, datetimes ISO 8601 text with the local offset when
+// naive. Where ipykernel refuses a value (a Decimal, a date, any other object), its str().
+// Generators are not drained: that would run user code and lose the items.
+nl::json converted(py::handle obj, int depth) {
+    PyObject* o = obj.ptr();
+    if (PyAnySet_Check(o) || PyRange_Check(o)) return via(obj, PySequence_List(o), depth + 1);
+    if (is_instance(o, "numpy", "ndarray"))
+        return via(obj, PyObject_CallMethod(o, "tolist", nullptr), depth + 1);
+    if (is_instance(o, "numbers", "Integral")) return via(obj, PyNumber_Index(o), depth + 1);
+    if (is_instance(o, "numbers", "Real")) return via(obj, PyNumber_Float(o), depth + 1);
+    if (is_instance(o, "datetime", "datetime")) {
+        PyObject* tz = PyObject_GetAttrString(o, "tzinfo");  // new reference or null
+        if (tz == nullptr) return via(obj, nullptr, depth);
+        const bool naive = tz == Py_None;
+        Py_DECREF(tz);
+        PyObject* aware = naive ? PyObject_CallMethod(o, "astimezone", nullptr) : Py_NewRef(o);
+        if (aware == nullptr) return via(obj, nullptr, depth);
+        PyObject* text = PyObject_CallMethod(aware, "isoformat", nullptr);
+        Py_DECREF(aware);
+        if (text == nullptr) return via(obj, nullptr, depth);
+        std::string iso = utf8_of(text);
+        Py_DECREF(text);
+        if (iso.size() >= 6 && iso.compare(iso.size() - 6, 6, "+00:00") == 0)
+            iso.replace(iso.size() - 6, 6, "Z");
+        return iso;
     }
     return str_of(obj);
 }

@@ -26,7 +26,8 @@ std::size_t complete_utf8_prefix(std::string_view bytes);
 std::string utf8_of(py::handle text);
 
 // JSON of a Python value: dict/list/tuple/str/int/float/bool/None map directly, bytes become
-// base64 (image data), anything else its str(). Never throws for user data.
+// base64 (image data); sets, ranges, numpy arrays and scalars, Fractions and datetimes as
+// ipykernel's session makes them; anything else its str(). Never throws for user data.
 // PRECONDITION: GIL held. `obj` borrowed.
 nl::json to_json(py::handle obj);
 

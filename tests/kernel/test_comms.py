@@ -295,8 +295,28 @@ def test_comm_with_an_id_xeus_cannot_hold(magpy):
     assert value(magpy, "len(comm.get_comm_manager().comms)") == len(comm_info(magpy))
 
 
+def test_comm_data_json_lacks_is_made_as_ipykernel_makes_it(kernel):
+    """Sets, ranges, numpy arrays and scalars, Fractions and datetimes: what ipykernel's
+    session (jupyter_client's json_clean) sends, the same in both kernels."""
+    _, msgs = raw_execute(kernel, (
+        "import datetime, fractions, numpy as np\n"
+        "from ipykernel.comm import Comm\n"
+        "c = Comm(target_name='magpy.clean')\n"
+        "utc = datetime.timezone.utc\n"
+        "c.send({'set': {3}, 'frozen': frozenset(['a']), 'range': range(3),\n"
+        "        'array': np.arange(4).reshape(2, 2), 'i64': np.int64(7), 'f32': np.float32(0.5),\n"
+        "        'fraction': fractions.Fraction(3, 4),\n"
+        "        'when': datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=utc),\n"
+        "        'nested': [{'s': {1}}, (np.int32(2),)]})\n"))
+    assert of_type(msgs, "comm_msg")[0]["content"]["data"] == {
+        "set": [3], "frozen": ["a"], "range": [0, 1, 2], "array": [[0, 1], [2, 3]], "i64": 7,
+        "f32": 0.5, "fraction": 0.75, "when": "2026-01-02T03:04:05Z",
+        "nested": [{"s": [1]}, [2]]}
+
+
 def test_bad_comm_data_and_buffers(magpy):
-    """Values JSON lacks become text; a buffer that is not bytes-like is the caller's error."""
+    """Values JSON and ipykernel lack become text (ipykernel refuses a date with a ValueError);
+    a buffer that is not bytes-like is the caller's error."""
     _, msgs = raw_execute(magpy, (
         "import comm, datetime\n"
         "c = comm.create_comm(target_name='magpy.bad')\n"
