@@ -121,6 +121,12 @@ void KernelServer::start_impl(xeus::xpub_message message) {
 // xserver_zmq::poll lets zmq::poll's EINTR escape and the kernel dies (xeus#272); here a
 // signal only ends one wait.
 void KernelServer::poll_once(long timeout_ms) {
+    if (!m_deferred.empty() && !m_request_stop) {
+        // requests kept back while execute requests were aborted, in the order they came
+        xeus::xmessage msg = std::move(m_deferred.front());
+        m_deferred.pop_front();
+        return guarded([&] { handle_shell(std::move(msg)); });
+    }
     zmq::pollitem_t items[] = {{m_controller.handle(), 0, ZMQ_POLLIN, 0},
                                {m_shell.handle(), 0, ZMQ_POLLIN, 0}};
     try {
@@ -134,33 +140,68 @@ void KernelServer::poll_once(long timeout_ms) {
     zmq::socket_t* sockets[] = {&m_controller, &m_shell};
     for (int i = 0; i < 2; ++i) {
         if (!(items[i].revents & ZMQ_POLLIN) || (i == 1 && m_request_stop)) continue;
-        try {
+        guarded([&] {
             zmq::multipart_t wire;
-            if (!wire.recv(*sockets[i], ZMQ_DONTWAIT)) continue;
+            if (!wire.recv(*sockets[i], ZMQ_DONTWAIT)) return;
             xeus::xmessage msg = xeus::xzmq_serializer::deserialize(wire, *p_auth);
             if (i == 0) {
                 notify_control_listener(std::move(msg));
             } else {
-                try {
-                    note_request(msg);
-                } catch (const std::exception&) {
-                    // a malformed request is still xeus's to answer
-                }
-                if (Comms::is_comm_request(msg_type_of(msg.header()))) {
-                    // xeus's comm registry is guarded by the GIL ([Note: comms])
-                    pybind11::gil_scoped_acquire gil;
-                    if (Comms::instance().prepare(msg)) notify_shell_listener(std::move(msg));
-                } else {
-                    notify_shell_listener(std::move(msg));
-                }
+                handle_shell(std::move(msg));
             }
+        });
+    }
+}
+
+template <class F>
+void KernelServer::guarded(F&& receive_and_handle) {
+    try {
+        receive_and_handle();
+    } catch (const zmq::error_t& e) {
+        if (!is_eintr(e)) std::cerr << "magpy-kernel: receive failed: " << e.what() << std::endl;
+    } catch (const std::exception& e) {
+        // A malformed or wrongly signed message: drop it, keep serving.
+        std::cerr << "magpy-kernel: dropped a message that could not be read: " << e.what()
+                  << std::endl;
+    }
+}
+
+void KernelServer::handle_shell(xeus::xmessage msg) {
+    try {
+        note_request(msg);
+    } catch (const std::exception&) {
+        // a malformed request is still xeus's to answer
+    }
+    if (Comms::is_comm_request(msg_type_of(msg.header()))) {
+        // xeus's comm registry is guarded by the GIL ([Note: comms])
+        pybind11::gil_scoped_acquire gil;
+        if (Comms::instance().prepare(msg)) notify_shell_listener(std::move(msg));
+    } else {
+        notify_shell_listener(std::move(msg));
+    }
+}
+
+// stop_on_error: after a failed execute request, xeus 2.4.1 answers every shell message already
+// queued with an error reply, comm messages and completions included, and sleeps between them.
+// As in ipykernel, only execute requests are aborted; the others are kept and handled next.
+void KernelServer::abort_queue_impl(const listener& abort, long) {
+    for (;;) {
+        zmq::multipart_t wire;
+        try {
+            if (!wire.recv(m_shell, ZMQ_DONTWAIT)) return;
         } catch (const zmq::error_t& e) {
-            if (!is_eintr(e)) std::cerr << "magpy-kernel: receive failed: " << e.what() << std::endl;
-        } catch (const std::exception& e) {
-            // A malformed or wrongly signed message: drop it, keep serving.
-            std::cerr << "magpy-kernel: dropped a message that could not be read: " << e.what()
-                      << std::endl;
+            if (is_eintr(e)) continue;
+            std::cerr << "magpy-kernel: receive failed: " << e.what() << std::endl;
+            return;
         }
+        guarded([&] {
+            xeus::xmessage msg = xeus::xzmq_serializer::deserialize(wire, *p_auth);
+            if (msg_type_of(msg.header()) == "execute_request") {
+                abort(std::move(msg));
+            } else {
+                m_deferred.push_back(std::move(msg));
+            }
+        });
     }
 }
 

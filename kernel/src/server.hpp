@@ -3,6 +3,7 @@
 // /work/shared/notes/kernel.md §1.5-1.8 for the traps behind each override.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -51,7 +52,12 @@ private:
     void send_control_impl(xeus::xmessage message) override;
     void send_stdin_impl(xeus::xmessage message) override;
 
+    void abort_queue_impl(const listener& abort, long polling_interval) override;
+
     void poll_once(long timeout_ms);
+    void handle_shell(xeus::xmessage msg);
+    template <class F>
+    void guarded(F&& receive_and_handle);  // logs and drops what cannot be read
     void note_request(const xeus::xmessage& msg);
     xeus::xmessage fix_reply(xeus::xmessage message);
 
@@ -61,6 +67,7 @@ private:
     std::mutex m_socket;
     ExecutionCounter m_counter;
     std::function<bool()> m_stdin_interrupt_check;
+    std::deque<xeus::xmessage> m_deferred;  // shell requests kept back by abort_queue_impl
 };
 
 }  // namespace magpy_kernel

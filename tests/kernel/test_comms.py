@@ -295,6 +295,35 @@ def test_comm_with_an_id_xeus_cannot_hold(magpy):
     assert value(magpy, "len(comm.get_comm_manager().comms)") == len(comm_info(magpy))
 
 
+def test_stop_on_error_aborts_only_execute_requests(kernel):
+    """After a failing cell with stop_on_error, queued execute requests are aborted; a comm
+    message and a completion queued with them are still handled (xeus 2.4.1 answered every
+    queued message with an error and dropped comm messages)."""
+    _, msgs = raw_execute(kernel, (
+        "from ipykernel.comm import Comm\n"
+        "queued = []\n"
+        "c = Comm(target_name='magpy.queued')\n"
+        "c.on_msg(lambda msg: queued.append(msg['content']['data']))\n"
+        "queued_name_for_completion = 1\n"))
+    comm_id = of_type(msgs, "comm_open")[0]["content"]["comm_id"]
+    failing = kernel.kc.execute("import time; time.sleep(0.5); 1/0", stop_on_error=True)
+    aborted = kernel.kc.execute("queued.append('ran')")
+    msg = kernel.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"n": 1}})
+    kernel.kc.session.send(kernel.kc.shell_channel.socket, msg)
+    completion = kernel.kc.complete("queued_name_for_compl")
+    replies = {}
+    deadline = time.time() + 30
+    while len(replies) < 3 and time.time() < deadline:
+        r = kernel.kc.get_shell_msg(timeout=max(0.01, deadline - time.time()))
+        replies[r["parent_header"].get("msg_id")] = r["content"]
+    assert replies[failing]["status"] == "error" and replies[failing]["ename"] == "ZeroDivisionError"
+    assert replies[aborted]["status"] == "aborted"
+    assert replies[completion]["status"] == "ok"
+    assert replies[completion]["matches"] == ["queued_name_for_completion"]
+    kernel.drain()
+    assert value(kernel, "queued") == [{"n": 1}]
+
+
 def test_comm_data_json_lacks_is_made_as_ipykernel_makes_it(kernel):
     """Sets, ranges, numpy arrays and scalars, Fractions and datetimes: what ipykernel's
     session (jupyter_client's json_clean) sends, the same in both kernels."""
