@@ -201,3 +201,36 @@ def test_setdefault_of_a_key_already_holding_the_default(existing):
     # call 0 (inserting, unless the key is there), call 1 (the key is there), call 4 (new key)
     assert_stats(cf, breaks=0, misses=3 if existing is None else 2,
                  hits=3 if existing is None else 4)
+
+
+# Fuzz seed 113647 (a wrong result, both backends): the size of `-x[x > 0]` was replayed as
+# the number of the first call. Unary operators (-t, +t, ~t) did not pass on that their
+# operand's shape depends on data, so `.size(0)` became a constant. Now every recorded step
+# whose argument has a data-dependent shape gives a result that has one too (Capture::record).
+def _masked(x):
+    return x[x > 0]
+
+
+DATA_SHAPED = {
+    "neg_size": lambda x: (-_masked(x)).size(0),
+    "pos_shape": lambda x: (+_masked(x)).shape[0],
+    "invert_numel": lambda x: (~(_masked(x) > 1)).numel(),
+    "neg_len": lambda x: len(-_masked(x)),
+    "masked_select_neg": lambda x: (-torch.masked_select(x, x > 0)).size(0),
+    "unique_neg": lambda x: (-torch.unique(x.round())).size(0),
+    "neg_then_view": lambda x: (-_masked(x)).view(-1, 1).shape,
+    "neg_in_list_stack": lambda x: torch.stack([-_masked(x), _masked(x)]).shape,
+    "neg_sort_values": lambda x: torch.sort(-_masked(x))[0].size(0),
+    "neg_slice_bound": lambda x: x.flatten()[: (-_masked(x)).size(0)],
+    "seed_113647": lambda x: (lambda t: (t, t.size(0)))(-_masked(x)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DATA_SHAPED))
+def test_sizes_after_an_op_on_a_data_dependent_shape_are_read_at_replay(name):
+    fn = DATA_SHAPED[name]
+    gen = torch.Generator().manual_seed(1)
+    xs = [torch.randn(3, 5, generator=gen) for _ in range(6)]
+    assert len({int((x > 0).sum()) for x in xs}) > 1  # the mask keeps a different count
+    cf = check(fn, xs)
+    assert_stats(cf, breaks=0, graphs=1, hits=5)

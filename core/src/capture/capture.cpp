@@ -382,6 +382,29 @@ bool Capture::arg_sym(const Arg& a) {
     return true;
 }
 
+bool Capture::arg_data_shaped(const Arg& a) {
+    if (a.kind != Arg::Kind::Slot) return false;  // inputs and constants have their shapes
+    size_t s = static_cast<size_t>(a.index);
+    int id = s < m_slot_values.size() ? m_slot_values[s] : -1;
+    if (id < 0) {
+        auto built = m_built_slots.find(a.index);
+        id = built == m_built_slots.end() ? -1 : built->second;
+    }
+    return id >= 0 && data_shaped(id, 0);
+}
+
+// A value whose shape depends on data, or a list or tuple made in the call holding one.
+bool Capture::data_shaped(int id, int depth) {
+    const Value& val = v(id);
+    if (val.dyn_shape) return true;
+    if (depth >= 4 || (val.kind != ValueKind::FreshList && val.kind != ValueKind::FreshTuple))
+        return false;
+    std::vector<int> items = val.items;
+    for (int item : items)
+        if (data_shaped(item, depth + 1)) return true;
+    return false;
+}
+
 int Capture::size_of(int id, int dim, PyObject* real) {
     const Value& t = v(id);
     bool input = t.kind == ValueKind::Input && t.node >= 0;
@@ -638,8 +661,15 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
     if (!m_dynamic_nodes.empty() || !m_dynamic_numbers.empty())
         for (const Arg& a : step.args) sym = sym || arg_sym(a);
     bool folds = step_folds(step, real_result);
+    // [Note: numbers from tensor data] A tensor computed from one whose shape depends on data
+    // (x[mask], nonzero) may have such a shape too (-t, t + 1, t.T, its items): its sizes are
+    // read at replay. Results that are Python numbers are not shapes.
+    bool data_shape = false;
+    for (const Arg& a : step.args) data_shape = data_shape || arg_data_shaped(a);
     int id = new_value(ValueKind::OpResult, real_result, label);
     v(id).slot = step.out;
+    v(id).dyn_shape = data_shape && real_result && !PyLong_Check(real_result) &&
+                      !PyFloat_Check(real_result) && !PyComplex_Check(real_result);
     if (folds) {
         v(id).const_data = true;
         v(id).const_version = data_version(real_result);

@@ -306,6 +306,8 @@ private:
     std::unordered_map<int, int> m_built_slots;  // plan slot -> the fresh container built there
     uint64_t dynamic_dims_for(int node, PyObject* tensor);
     bool arg_sym(const Arg& a);
+    bool arg_data_shaped(const Arg& a);
+    bool data_shaped(int id, int depth);
     PyCodeObject* m_code = nullptr;
     int m_line = 0;
     size_t m_graph_ops = 0;

@@ -2111,7 +2111,6 @@ void Monitor::complete(ShadowFrame& f) {
             s.args = {x, y};
             std::string label = op_label(a.label, compare_symbol(p.oparg), b.label);
             int r = m_cap.record(std::move(s), tos, label, !scalar);
-            m_cap.v(r).dyn_shape = m_cap.v(p.in[0]).dyn_shape || m_cap.v(p.in[1]).dyn_shape;
             if (scalar) {
                 m_cap.v(r).dyn_scalar = m_cap.v(p.in[0]).dyn_scalar || m_cap.v(p.in[1]).dyn_scalar;
                 sym_number_from(r, {p.in[0], p.in[1]});
@@ -3401,7 +3400,7 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
                             ? m_cap.v(p.callee_value).label + "(...)"
                             : p.callee.name + "(...)";
     int r = m_cap.record(std::move(s), result, label, graph_op);
-    m_cap.v(r).dyn_shape = dyn_shape;
+    m_cap.v(r).dyn_shape = m_cap.v(r).dyn_shape || dyn_shape;
     // `out=t` resizes t to the result: its sizes are the result's from here on (symbolic or
     // data-dependent alike), not the ones it was made with.
     size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
@@ -4175,9 +4174,7 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
             Arg a;
             if (!m_cap.arg_of(obj, a)) return -1;
             s.args = {a};
-            int r = m_cap.record(std::move(s), real, o.label + "." + n, op);
-            m_cap.v(r).dyn_shape = m_cap.v(obj).dyn_shape;
-            return r;
+            return m_cap.record(std::move(s), real, o.label + "." + n, op);
         }
         m_cap.fail(breaks::kUnsupportedAttribute, "tensor attribute `" + n + "` is read",
                    "read shape, dtype, device or call tensor methods");
@@ -4246,9 +4243,7 @@ int Monitor::item_of(int seq, Py_ssize_t i, PyObject* real) {
         if (!m_cap.arg_of(seq, a)) return -1;
         py::Ref idx = py::Ref::steal(PyLong_FromSsize_t(i));
         st.args = {a, Arg::value(idx.get())};
-        int r = m_cap.record(std::move(st), real, s.label + "[" + std::to_string(i) + "]", true);
-        m_cap.v(r).dyn_shape = m_cap.v(seq).dyn_shape;
-        return r;
+        return m_cap.record(std::move(st), real, s.label + "[" + std::to_string(i) + "]", true);
     }
     m_cap.fail(breaks::kUnsupportedOpcode, "items of " + s.label + " are read",
                "unpack lists, tuples or tensors");
@@ -4300,7 +4295,7 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
         if (!m_cap.arg_of(cont, a) || !m_cap.arg_of(key, b)) return -1;
         s.args = {a, b};
         int r = m_cap.record(std::move(s), real, c.label + "[...]", true);
-        m_cap.v(r).dyn_shape = m_cap.v(cont).dyn_shape || ik.dyn_shape;
+        m_cap.v(r).dyn_shape = m_cap.v(r).dyn_shape || ik.dyn_shape;  // a mask passed in
         return r;
     }
     m_cap.concretize(key);
@@ -4389,7 +4384,6 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         std::string label = op_label(x.label, binary_symbol(op), y.label);
         bool graph_op = x.tensor || y.tensor;
         int r = m_cap.record(std::move(s), real, label, graph_op);
-        m_cap.v(r).dyn_shape = m_cap.v(a).dyn_shape || m_cap.v(b).dyn_shape;
         m_cap.v(r).dyn_scalar = !graph_op && (m_cap.v(a).dyn_scalar || m_cap.v(b).dyn_scalar);
         if (!graph_op) sym_number_from(r, {a, b});
         return r;
