@@ -1051,7 +1051,16 @@ class ProgramGen:
         a, b = self.leaf(env).code, self.leaf(env).code
         parts = self.name("parts")
         half = f"{a}.numel() // 2"
-        g = self.r.randrange(4)
+        g = self.r.randrange(5)
+        if g == 4:
+            # ops on a masked selection keep a length that depends on data: every size read
+            # from the result is the one of this call (fuzz seed 113647: `-x[x > 0]`)
+            e = E(f"{a}[{a} > 0]", ("?",), leaf=False)
+            for _ in range(self.r.randrange(1, 4)):
+                e = self.op_unary(env, e, depth)
+            size = self.choice(["{u}.size(0)", "len({u})", "{u}.shape[0]", "{u}.numel()",
+                                "tuple({u}.unsqueeze(0).shape)", "{u}.view(-1, 1).size(0)"])
+            return [f"G_LOG.append({size.format(u=e.code)})"]
         if g == 0:
             lines = [f"{parts} = [{a}[{a} > 0], {b}.flatten()]",
                      f"if torch.cat({parts}).numel() > {b}.numel() + {half}:"]

@@ -311,9 +311,10 @@ def test_report_json_round_trip():
     cf = check(catches_exception, inputs())
     e = magpy.explain(cf)
     data = json.loads(e.to_json())
-    assert data["break_count"] == 1 and data["graph_count"] == 0
+    # the op that raises is the break: it runs in the frame, inside its try block
+    assert data["break_count"] == 1 and data["graph_count"] == 1
     assert data["breaks"][0]["reason_id"] == "MB006"
-    assert data["cache_entries"][0]["kind"] == "eager"
+    assert data["cache_entries"][0]["kind"] == "graph"
     assert json.loads(magpy.explain(cf).to_json()) == data
 
 

@@ -169,13 +169,37 @@ def catches(x):
         return x + 1
 
 
+class UserContext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def user_with_block(x):
+    y = x * 2
+    with UserContext():  # a with block of the user's: it cannot be a replay step
+        return y + 1
+
+
 def eager_break():
-    """A break inside a try block: the call runs eagerly (an eager entry)."""
-    cf = check(catches, [torch.randn(3) for _ in range(3)])
+    """A break that cannot be resumed (MB004): the call runs eagerly (an eager entry)."""
+    cf = check(user_with_block, [torch.randn(3) for _ in range(3)])
     r = report(cf)
     assert r["break_count"] == 1
-    assert any(e["kind"] == "eager" for e in r["cache_entries"])
+    assert [e["kind"] for e in r["cache_entries"]] == ["eager"]
     assert r["eager_calls"] >= 1
+    return r
+
+
+def try_break():
+    """A break inside a try block goes on in the function's own frame, with a note."""
+    cf = check(catches, [torch.randn(3) for _ in range(3)])
+    r = report(cf)
+    assert r["break_count"] == 1 and r["breaks"][0]["reason_id"] == "MB006"
+    assert [e["kind"] for e in r["cache_entries"]] == ["graph"]
+    assert any("inside a try block" in n for n in r["notes"])
     return r
 
 
@@ -266,6 +290,7 @@ SHAPES = {
     "module_with_sequential": module_with_sequential,
     "graph_break": graph_break,
     "eager_break": eager_break,
+    "try_break": try_break,
     "attribute_write_and_append": attribute_write_and_append,
     "fullgraph_after_error": fullgraph_after_error,
     "cache_limit": cache_limit,

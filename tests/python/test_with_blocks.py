@@ -5,6 +5,7 @@ what eager leaves. Also nn.Module's member generators (parameters(), named_modul
 which EMA-style updates under `@torch.no_grad()` iterate."""
 
 import contextlib
+import io
 
 import pytest
 import torch
@@ -303,3 +304,133 @@ def test_assigning_data_of_a_parameter_is_a_replayed_write():
         assert torch.equal(cf(x), m_eager(x))
         assert torch.equal(m_comp.b.weight, m_eager.b.weight)
     assert_stats(cf, breaks=0, hits=3)
+
+
+# --- breaks inside with blocks ([Note: breaks inside with blocks]) and try blocks ---------------
+
+def branch_inside_no_grad(x):
+    y = lin(x)
+    with torch.no_grad():
+        if y.sum() > 0:  # a branch on tensor data: a break inside the block
+            y = y + 1
+        z = lin(y) * 2
+        inside = torch.is_grad_enabled()
+    return y + z, z.requires_grad, inside, torch.is_grad_enabled()
+
+
+def test_a_break_inside_a_no_grad_block_resumes_inside_it():
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.randn(2, 4, generator=gen) for _ in range(8)]
+    assert len({bool(lin(x).sum() > 0) for x in xs}) == 2  # both ways
+    cf = check(branch_inside_no_grad, xs)
+    e = assert_stats(cf, breaks=1)
+    assert break_ids(cf) == ["MB001"]
+    assert e.graph_count == 3  # before the branch, and the rest from either side of it
+    assert e.report["eager_calls"] == 0
+    assert torch.is_grad_enabled()
+
+
+def branch_in_nested_blocks(x):
+    with torch.no_grad():
+        y = x * 2
+        with torch.enable_grad():
+            if y.sum() > 0:
+                y = y * x
+            inner = y.requires_grad
+        z = y + 1
+    return z, inner, z.requires_grad, torch.is_grad_enabled()
+
+
+def test_a_break_inside_nested_blocks_leaves_both_as_eager_does():
+    gen = torch.Generator().manual_seed(1)
+    xs = [torch.randn(3, generator=gen, requires_grad=True) for _ in range(6)]
+    cf = check(branch_in_nested_blocks, xs)
+    assert magpy.explain(cf).report["eager_calls"] == 0
+    assert torch.is_grad_enabled()
+
+
+def branch_then_index(x, idx):
+    with torch.no_grad():
+        if x.sum() > -100:
+            x = x + 1
+        y = x[idx] * 2  # raises at replay for an index out of range
+    return y
+
+
+def test_an_error_after_a_break_inside_a_block_restores_grad_mode():
+    cf = magpy.compile(branch_then_index)
+    x = torch.randn(4, 3)
+    for i in range(3):
+        assert torch.equal(cf(x, torch.tensor([i])), branch_then_index(x, torch.tensor([i])))
+    assert magpy.explain(cf).graph_count == 2
+    with pytest.raises(IndexError) as eager_err:
+        branch_then_index(x, torch.tensor([9]))
+    with pytest.raises(IndexError) as compiled_err:
+        cf(x, torch.tensor([9]))
+    assert torch.is_grad_enabled(), "the block's __exit__ ran, as the frame's cleanup would"
+    assert str(compiled_err.value) == str(eager_err.value)
+
+
+def branch_then_caught(x, idx):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        if x.sum() > -100:
+            x = x + 1
+        try:
+            y = (x[idx] @ x.t()).float()  # raises at replay inside the user's try
+        except IndexError:
+            y = torch.zeros(1)
+    return y, torch.is_autocast_cpu_enabled()
+
+
+def test_a_declined_plan_after_a_break_leaves_the_block_to_the_frame():
+    # The resumed plan declines (the step in try raised): the frame runs again from its start,
+    # still inside the autocast block, which must be left exactly once.
+    x = torch.randn(4, 3)
+    calls = [(x, torch.tensor([0])), (x, torch.tensor([1])), (x, torch.tensor([7])),
+             (x, torch.tensor([2]))]
+    check(branch_then_caught, calls)
+    assert not torch.is_autocast_cpu_enabled()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+
+def io_inside_try(x, path):
+    y = x * 2
+    try:
+        with open(path) as f:  # I/O: a break inside the try block
+            text = f.read()
+    except OSError:
+        text = "missing"
+    return y + 1, text
+
+
+def test_a_break_inside_a_try_block_runs_in_the_frame_under_its_handler(tmp_path):
+    present = tmp_path / "a.txt"
+    present.write_text("hello")
+    calls = [(torch.ones(2), str(present)), (torch.ones(2), str(tmp_path / "none")),
+             (torch.ones(2), str(present))]
+    cf = check(io_inside_try, calls)
+    e = magpy.explain(cf)
+    assert e.graph_count >= 1 and e.report["eager_calls"] == 0
+    assert any("inside a try block" in n for n in e.notes)
+
+
+def keyword_call_in_try(x, buf):
+    y = x + 1
+    try:
+        print("a", "b", sep="-", end="!", file=buf)  # writes to a file: a break in the try
+    except ValueError:
+        pass
+    return y
+
+
+def test_keywords_of_a_call_that_goes_on_in_the_frame_stay_keywords():
+    bufs = [io.StringIO(), io.StringIO()]
+    cf = magpy.compile(keyword_call_in_try)
+    for _ in range(3):
+        x = torch.randn(2)
+        assert torch.equal(cf(x, bufs[0]), keyword_call_in_try(x, bufs[1]))
+    assert bufs[0].getvalue() == bufs[1].getvalue() == "a-b!" * 3
+    e = magpy.explain(cf)
+    assert break_ids(cf) == ["MB005"] and e.report["eager_calls"] == 0

@@ -732,7 +732,7 @@ void Capture::add_step(Step step) {
     m_plan->add_step(std::move(step));
 }
 
-bool Capture::enter_context(int exit_value) {
+bool Capture::enter_context(int exit_value, bool inherited) {
     const Value& e = v(exit_value);
     if (e.kind != ValueKind::OpResult || e.slot < 0) {
         internal_error("a with block's __exit__ is not a plan value");
@@ -742,7 +742,7 @@ bool Capture::enter_context(int exit_value) {
         fail(breaks::kUnsupportedOpcode, "too many with blocks", "split the function");
         return false;
     }
-    m_ctx = m_plan->add_context({e.slot, m_ctx});
+    m_ctx = m_plan->add_context({e.slot, m_ctx, inherited});
     return true;
 }
 

@@ -247,7 +247,7 @@ public:
     // `with` blocks ([Note: with blocks]): steps recorded between enter_context and
     // exit_context leave through that block's __exit__ (the value `exit_value`, a plan slot)
     // when they raise at replay.
-    bool enter_context(int exit_value);
+    bool enter_context(int exit_value, bool inherited = false);
     void exit_context();
     bool in_context() const { return m_ctx >= 0; }
     void changes_grad_mode() { m_plan->set_changes_grad_mode(); }

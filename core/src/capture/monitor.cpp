@@ -1385,6 +1385,45 @@ void Monitor::bind_root(ShadowFrame& f) {
             if (real) m_cap.cells()[real] = -1;
         }
     }
+    for (int i = 0; i < nargs; ++i)
+        if (f.locals[static_cast<size_t>(i)] >= 0 && local_name(co, i).rfind("$stack", 0) == 0 &&
+            !reopen_with_block(f, i))
+            return;
+}
+
+// [Note: breaks inside with blocks]
+// A break inside a with block over one of torch's context managers resumes like any other:
+// the resume function gets the block's bound __exit__ as a stack entry, and its copy of the
+// bytecode ends the block (the normal exit's call, or the cleanup handler on an exception).
+// Its capture takes that entry for an open block entered before the plan: the plan reads
+// `__self__.__exit__` from it (the function guarded), the call at the block's end is the
+// block's exit, and a step failing at replay inside it calls __exit__ with the exception, as
+// the frame's cleanup would. A plan that declines leaves the block open (PlanContext::
+// inherited): the frame runs again from its start, still inside it. A break inside a try
+// block goes on in the frame itself ([Note: breaks inside try blocks] in segment.cpp).
+bool Monitor::reopen_with_block(ShadowFrame& f, int local) {
+    int id = f.locals[static_cast<size_t>(local)];
+    PyObject* m = m_cap.v(id).real.get();
+    if (!PyMethod_Check(m)) return true;
+    PyObject* self = PyMethod_GET_SELF(m);
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(self));
+    PyObject* exit_fn = _PyType_Lookup(Py_TYPE(self), interned("__exit__"));
+    if (!torch_api().is_context_type(type) || PyMethod_GET_FUNCTION(m) != exit_fn) return true;
+    int func, self_value;
+    if (!split_method(id, func, self_value)) return false;
+    m_cap.guard_identity(func);
+    note_context_type(type);
+    Arg a;
+    if (!m_cap.arg_of(self_value, a)) return false;
+    Step get_exit;
+    get_exit.kind = StepKind::GetAttr;
+    get_exit.name = py::Ref::borrow(interned("__exit__"));
+    get_exit.args.push_back(a);
+    int ex = m_cap.record(std::move(get_exit), m, m_cap.v(id).label, false);
+    m_cap.v(ex).ctx_exit = true;
+    if (!m_cap.enter_context(ex, true)) return false;
+    f.locals[static_cast<size_t>(local)] = ex;
+    return true;
 }
 
 // Default `d` (positional) or `name` (keyword-only) of a function made in the call: the value
@@ -1691,9 +1730,13 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case NOP: case RESUME: case JUMP_FORWARD: case JUMP_BACKWARD:
     case JUMP_BACKWARD_NO_INTERRUPT: case CACHE:
         return;
-    case KW_NAMES:
+    case KW_NAMES: {
         f.kwnames = py::code_const(f.code, ins.oparg);
+        int prefixes = 0;
+        for (int a = ins.oparg >> 8; a; a >>= 8) ++prefixes;
+        f.kwnames_at = ins.offset - prefixes;
         return;
+    }
     // An except clause entered by a caught exception ([Note: exceptions caught in the frame])
     case PUSH_EXC_INFO:
         ++f.handlers;

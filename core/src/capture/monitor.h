@@ -67,6 +67,7 @@ private:
         std::vector<int> stack;
         Pending pending;
         PyObject* kwnames = nullptr;  // from KW_NAMES, for the next CALL
+        int kwnames_at = -1;          // where that KW_NAMES starts (its EXTENDED_ARGs included)
         int func_value = -1;          // the function object's value (callees)
         bool is_root = false;
         bool library_code = false;  // torch's own Python, traced through
@@ -174,6 +175,7 @@ private:
     bool dict_entries(int module, const char* dict_name,
                       std::vector<std::pair<PyObject*, int>>& out);
     bool split_method(int method, int& func, int& self);
+    bool reopen_with_block(ShadowFrame& f, int local);  // [Note: breaks inside with blocks]
     bool walk_modules(int module, const std::string& prefix, std::vector<PyObject*>& memo,
                       std::vector<std::pair<std::string, int>>& out);
 

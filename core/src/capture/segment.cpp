@@ -54,9 +54,6 @@ void Monitor::note_site() {
     if (m_seg.sites->size() >= kMaxBreakSites) return;
     // Too large is about the whole call, not one instruction: it stays eager.
     if (!m_cap.breaks().empty() && m_cap.breaks().front().reason_id == breaks::kTooLarge) return;
-    // Inside try/with the break instruction could not run outside the frame (its handler
-    // would not see an exception): such a break keeps the whole call eager.
-    if (py::code_offset_in_handler(m_root_code, m_root_ins.offset)) return;
     for (const BreakSite& s : *m_seg.sites)
         if (s.offset == m_root_ins.offset && s.callee == m_root_callee) return;
     BreakSite site;
@@ -73,8 +70,7 @@ void Monitor::note_site() {
 bool Monitor::break_here(ShadowFrame& f, const py::Instruction& ins) {
     if (!m_seg.sites || m_cont || m_ending || m_cap.internal() || m_cap.breaks().empty() ||
         m_cap.breaks().front().reason_id == breaks::kTooLarge ||
-        m_seg.sites->size() >= kMaxBreakSites || m_fullgraph ||
-        py::code_offset_in_handler(m_root_code, ins.offset))
+        m_seg.sites->size() >= kMaxBreakSites || m_fullgraph)
         return false;
     BreakSite site;
     site.offset = ins.offset;
@@ -408,9 +404,23 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
                  "` runs in the function's own frame (it reads the frame that calls it); "
                  "capture goes on after its statement when that is straight-line code outside "
                  "try and with blocks, else the rest of the call runs as plain Python";
+    } else if (py::code_offset_reaches_user_handler(f.code, at.offset)) {
+        // [Note: breaks inside try blocks] Made from the plan, the break instruction would
+        // raise outside the frame, where the user's except or finally clause does not see it.
+        // It runs in the resume code instead, inside the same handlers (the exception table is
+        // the original's), and the rest of the call goes on there as plain Python.
+        cont->eager = true;
+        cont->next = at.offset;
+        m_note = "the break at line " + std::to_string(cont->line) + " is inside a try block: "
+                 "it runs in the function's own frame, where the except or finally clause "
+                 "sees its exceptions, and the rest of the call runs as plain Python";
     } else if (!break_step(f, at, stack, *cont) || m_cap.failed()) {
         return refuse("the instruction cannot run on its own");
     }
+    // A call's keyword names are set by the KW_NAMES before it: the frame going on at the call
+    // runs that first, or the keywords would be taken for positional arguments.
+    if (cont->eager && f.kwnames && f.kwnames_at >= 0 && f.kwnames_at < at.offset)
+        cont->next = f.kwnames_at;
     cont->next -= m_seg.shift;
     if (cont->jump >= 0) cont->jump -= m_seg.shift;
 

@@ -122,8 +122,9 @@ PyObject* Plan::fail(const Step& s, Declined& declined, PyObject** slots,
 void Plan::unwind(int ctx, PyObject** slots, bool declined) const {
     for (; ctx >= 0 && ctx < static_cast<int>(m_contexts.size());
          ctx = m_contexts[static_cast<size_t>(ctx)].parent) {
-        PyObject* exit = slots[m_contexts[static_cast<size_t>(ctx)].exit_slot];
-        if (!exit) continue;
+        const PlanContext& c = m_contexts[static_cast<size_t>(ctx)];
+        PyObject* exit = slots[c.exit_slot];
+        if (!exit || (declined && c.inherited)) continue;
         PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
         PyErr_Fetch(&type, &value, &tb);
         PyObject* r;

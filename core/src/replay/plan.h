@@ -74,6 +74,8 @@ struct Step {
 struct PlanContext {
     int exit_slot = -1;
     int parent = -1;
+    bool inherited = false;  // entered before the plan (a resumed frame's open block): a plan
+                             // that declines leaves it to the frame that runs again
 };
 
 struct SourceLocation {
