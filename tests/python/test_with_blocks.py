@@ -104,11 +104,14 @@ def try_around_block(x, idx):
     return y, torch.is_grad_enabled()
 
 
-def test_error_inside_block_inside_try_runs_the_handler():
+def index_calls():
+    """Calls with a row index; the third is out of range, so a replayed x[idx] raises."""
     x = torch.randn(4, 3)
-    calls = [(x, torch.tensor([0])), (x, torch.tensor([1])), (x, torch.tensor([7])),
-             (x, torch.tensor([2]))]
-    check(try_around_block, calls)
+    return [(x, torch.tensor([i])) for i in (0, 1, 7, 2)]
+
+
+def test_error_inside_block_inside_try_runs_the_handler():
+    check(try_around_block, index_calls())
     assert torch.is_grad_enabled()
 
 
@@ -385,10 +388,7 @@ def branch_then_caught(x, idx):
 def test_a_declined_plan_after_a_break_leaves_the_block_to_the_frame():
     # The resumed plan declines (the step in try raised): the frame runs again from its start,
     # still inside the autocast block, which must be left exactly once.
-    x = torch.randn(4, 3)
-    calls = [(x, torch.tensor([0])), (x, torch.tensor([1])), (x, torch.tensor([7])),
-             (x, torch.tensor([2]))]
-    check(branch_then_caught, calls)
+    check(branch_then_caught, index_calls())
     assert not torch.is_autocast_cpu_enabled()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16

@@ -390,18 +390,17 @@ bool Capture::arg_data_shaped(const Arg& a) {
         auto built = m_built_slots.find(a.index);
         id = built == m_built_slots.end() ? -1 : built->second;
     }
-    return id >= 0 && data_shaped(id, 0);
+    return id >= 0 && holds(id, &Value::dyn_shape);
 }
 
-// A value whose shape depends on data, or a list or tuple made in the call holding one.
-bool Capture::data_shaped(int id, int depth) {
+bool Capture::holds(int id, bool Value::*flag, int depth) {
     const Value& val = v(id);
-    if (val.dyn_shape) return true;
-    if (depth >= 4 || (val.kind != ValueKind::FreshList && val.kind != ValueKind::FreshTuple))
-        return false;
-    std::vector<int> items = val.items;
-    for (int item : items)
-        if (data_shaped(item, depth + 1)) return true;
+    if (val.*flag) return true;
+    if ((val.kind == ValueKind::FreshList || val.kind == ValueKind::FreshTuple ||
+         val.kind == ValueKind::FreshDict ||
+         (val.kind == ValueKind::Input && (val.shadow || val.mutated))) && depth < 8)
+        for (int item : val.items)
+            if (item >= 0 && holds(item, flag, depth + 1)) return true;
     return false;
 }
 
@@ -662,8 +661,9 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
         for (const Arg& a : step.args) sym = sym || arg_sym(a);
     bool folds = step_folds(step, real_result);
     // [Note: numbers from tensor data] A tensor computed from one whose shape depends on data
-    // (x[mask], nonzero) may have such a shape too (-t, t + 1, t.T, its items): its sizes are
-    // read at replay. Results that are Python numbers are not shapes.
+    // (x[mask], nonzero), directly or inside a container made in the call, may have such a
+    // shape too (-t, t + 1, t.T, its items): its sizes are read at replay. Results that are
+    // Python numbers are not shapes.
     bool data_shape = false;
     for (const Arg& a : step.args) data_shape = data_shape || arg_data_shaped(a);
     int id = new_value(ValueKind::OpResult, real_result, label);

@@ -205,6 +205,10 @@ public:
     void set_dynamic(DynamicConfig c) { m_dynamic = c; }
     // A tensor whose sizes may differ at replay.
     bool sym_tensor(int value);
+    // Whether `value`, or an item of a container made in the call (or of an input list whose
+    // items are tracked), has `flag` set (dyn_scalar: a number read from tensor data;
+    // dyn_shape: a tensor whose shape depends on data).
+    bool holds(int value, bool Value::*flag, int depth = 0);
     // Dim `dim` of tensor `value`: a constant when it is fixed by the guards, else a number
     // read at replay (Value::sym; Value::dyn_scalar for a tensor whose shape depends on data).
     int size_of(int value, int dim, PyObject* real);
@@ -307,7 +311,6 @@ private:
     uint64_t dynamic_dims_for(int node, PyObject* tensor);
     bool arg_sym(const Arg& a);
     bool arg_data_shaped(const Arg& a);
-    bool data_shaped(int id, int depth);
     PyCodeObject* m_code = nullptr;
     int m_line = 0;
     size_t m_graph_ops = 0;

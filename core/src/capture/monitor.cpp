@@ -378,7 +378,7 @@ int Monitor::sorted_items(const Pending& p, PyObject* result) {
     for (size_t g = 0; g < n; ++g) {
         int key = items[g * width];
         if (orders_as_constant(key)) continue;
-        if (m_cap.v(key).tensor || holds(key, &Value::dyn_scalar))
+        if (m_cap.v(key).tensor || m_cap.holds(key, &Value::dyn_scalar))
             return m_cap.fail(breaks::kTensorToPython,
                               "`sorted()` compares " + m_cap.v(key).label + ", a tensor or a "
                               "number read from one",
@@ -474,7 +474,7 @@ bool Monitor::keys_fixed(const Pending& p, const std::vector<int>& keys) {
     const std::string& name = p.callee.name;
     for (int k : keys) {
         if (orders_as_constant(k)) continue;
-        if (m_cap.v(k).tensor || holds(k, &Value::dyn_scalar))
+        if (m_cap.v(k).tensor || m_cap.holds(k, &Value::dyn_scalar))
             return m_cap.fail(breaks::kTensorToPython,
                               "`" + name + "()` compares " + m_cap.v(k).label + ", a tensor or a "
                               "number read from one: the order depends on data",
@@ -1638,7 +1638,8 @@ bool Monitor::raise_is_determined(ShadowFrame& f, PyObject* type) {
         PyErr_GivenExceptionMatches(type, PyExc_RuntimeError)) {
         // The sizes and strides of every tensor, and the sizes asked for, decide it.
         for (int a : p.in) {
-            if (holds(a, &Value::dyn_shape) || holds(a, &Value::dyn_scalar)) return false;
+            if (m_cap.holds(a, &Value::dyn_shape) || m_cap.holds(a, &Value::dyn_scalar))
+                return false;
             m_cap.concretize(a);
         }
         if (p.callee.bound_self && m_cap.v(p.callee_value).dyn_shape) return false;
@@ -2765,8 +2766,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         Value& v = m_cap.v(a);
         any_tensor = any_tensor || v.tensor;
         all_const = all_const && v.kind == ValueKind::Const;
-        dyn = dyn || holds(a, &Value::dyn_shape);  // torch.cat([masked, ...])
-        dyn_number = dyn_number || holds(a, &Value::dyn_scalar);
+        dyn = dyn || m_cap.holds(a, &Value::dyn_shape);  // torch.cat([masked, ...])
+        dyn_number = dyn_number || m_cap.holds(a, &Value::dyn_scalar);
     }
     if (p.callee.bound_self) dyn = dyn || m_cap.v(p.callee_value).dyn_shape;  // f = t.size
     switch (p.callee.kind) {
@@ -3388,20 +3389,6 @@ int Monitor::constant_of(PyObject* o, int depth) {
                            std::move(items), o);
     }
     return m_cap.const_value(o);
-}
-
-bool Monitor::holds(int id, bool Value::*flag, int depth) {
-    const Value& v = m_cap.v(id);
-    if (v.*flag) return true;
-    // containers made in the call, and input lists whose items the capture tracks
-    if ((v.kind == ValueKind::FreshList || v.kind == ValueKind::FreshTuple ||
-         v.kind == ValueKind::FreshDict ||
-         (v.kind == ValueKind::Input && (v.shadow || v.mutated))) && depth < 8) {
-        std::vector<int> items = v.items;
-        for (int it : items)
-            if (it >= 0 && holds(it, flag, depth + 1)) return true;
-    }
-    return false;
 }
 
 int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool graph_op) {
@@ -4617,7 +4604,7 @@ bool Monitor::known(int id, int depth) {
 bool Monitor::require_const(const std::vector<int>& values, const std::string& what) {
     for (int id : values) {
         Value& v = m_cap.v(id);
-        if (holds(id, &Value::dyn_scalar))
+        if (m_cap.holds(id, &Value::dyn_scalar))
             return m_cap.fail(breaks::kTensorToPython,
                               what + " needs the value of " + v.label +
                                   ", a number read from tensor data or drawn at random",

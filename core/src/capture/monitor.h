@@ -157,9 +157,6 @@ private:
     // A Python number computed from tensor data (t.item(), int(t), float(t), round(of one)):
     // read at replay, never guarded (Value::dyn_scalar, [Note: numbers from tensor data]).
     int number_from_data(Pending& p, PyObject* result);
-    // Whether `value`, or an item of a container made in the call, has `flag` set (dyn_scalar:
-    // a number read from tensor data; dyn_shape: a tensor whose shape depends on data).
-    bool holds(int value, bool Value::*flag, int depth = 0);
     // Data that follows from the guards ([Note: tensors of constants]): whether the callee and
     // every argument fold, and the value Python gets for what the call returned.
     bool args_fold(const Pending& p);
