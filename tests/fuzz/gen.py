@@ -795,6 +795,8 @@ class ProgramGen:
         kinds += [(0.4, "raise"), (0.4, "assert"), (0.8, "pair"), (2, "containers_in"),
                   (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try"), (1, "print"),
                   (0.6, "data_sizes"), (0.6, "const_tensor"), (0.6, "iter_alias")]
+        if depth < 2:
+            kinds += [(1, "block")]
         if self.p(self.break_rate * 2):
             kinds = [(1, "breaker")]
         kind = self.wchoice(kinds)
@@ -1041,6 +1043,34 @@ class ProgramGen:
             target = f"{target}, {self.name('z')}"
         return ["try:", f"    {t} = {e.code} * 2", f"    {target} = {bad}",
                 f"except {exc}:", f"    {t} = {e.code} - 1"]
+
+    def st_block(self, env, depth, loop):
+        """A `with` block over one of torch's context managers, or a try/except/finally, around
+        a generated body that often breaks: capture resumes inside the with block, and a break
+        the handler could see goes on in the frame ([Note: breaks inside with blocks])."""
+        self.features.add("block")
+        benv = self.child_env(env)
+        body = []
+        if self.p(0.6):
+            body += self.st_breaker(benv, depth + 1, loop)
+        body += self.gen_block(benv, self.r.randint(1, 3), depth + 1, loop)
+        if self.p(0.3):
+            body += self.st_breaker(benv, depth + 1, loop)
+        self._merge_back(env, benv)
+        if self.p(0.6):
+            head = self.choice(["torch.no_grad()", "torch.enable_grad()",
+                                "torch.set_grad_enabled(G_FLAG)", "torch.inference_mode(False)",
+                                "torch.autocast('cpu', enabled=False)"])
+            lines = [f"with {head}:"] + indent(body)
+            if self.p(0.3):
+                lines.append("G_LOG.append(torch.is_grad_enabled())")
+            return lines
+        exc = self.choice(["RuntimeError", "IndexError", "(KeyError, ValueError)", "Exception"])
+        lines = ["try:"] + indent(body) + [f"except {exc} as err:",
+                                           "    G_LOG.append(type(err).__name__)"]
+        if self.p(0.5):
+            lines += ["finally:", f"    G_LOG.append(('fin', {self.gen_int(env)[0]}))"]
+        return lines
 
     def st_data_sizes(self, env, depth, loop):
         """A size that depends on data reached through a container (torch.cat of a list that

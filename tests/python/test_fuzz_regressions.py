@@ -234,3 +234,44 @@ def test_sizes_after_an_op_on_a_data_dependent_shape_are_read_at_replay(name):
     assert len({int((x > 0).sum()) for x in xs}) > 1  # the mask keeps a different count
     cf = check(fn, xs)
     assert_stats(cf, breaks=0, graphs=1, hits=5)
+
+
+# Fuzz seed 163290 (torchscript): a result laid out unlike eager's. `x.contiguous()` returns `x`
+# itself when `x` is contiguous, and the tracer then takes later uses of `x` for uses of that
+# result, so the trace made on the first (contiguous) call computed `x.sub(l)` from
+# `x.contiguous()`. Its key did not hold strides, so a transposed `x` ran the same graph and got
+# a contiguous result where eager keeps `x`'s layout. Strides are now part of a trace's key.
+SELF_RETURNING = {
+    "contiguous": lambda x: x.contiguous(),
+    "channels_last": lambda x: x.contiguous(memory_format=torch.channels_last),
+    "to_channels_last": lambda x: x.to(memory_format=torch.channels_last),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SELF_RETURNING))
+def test_an_op_that_returns_its_input_for_one_layout_keeps_later_layouts(name):
+    same = SELF_RETURNING[name]
+    log = {}
+
+    def fn(x, l):
+        kept = same(x)
+        log["k"] = x.sub(l)
+        return torch.exp(log["k"].clamp(max=3.0)), kept.sum()
+
+    plain = torch.randn(2, 3, 4, 5)
+    other = torch.randn(2, 4, 5, 3).permute(0, 3, 1, 2)  # channels-last strides
+    strange = torch.randn(5, 4, 3, 2).permute(3, 2, 1, 0)  # neither
+    orders = [(plain, plain, other, other, strange, plain), (other, other, plain, strange, plain,
+                                                            other)]
+    for backend, xs in [(b, xs) for b in ("eager", "torchscript") for xs in orders]:
+        magpy.reset()  # a fresh cache for each backend and order
+        cf = magpy.compile(fn, backend=backend)
+        for x in xs:
+            l = torch.randn(5)
+            got = cf(x, l)
+            got_k = log["k"]
+            want = fn(x, l)
+            assert got_k.stride() == log["k"].stride() == x.stride(), (backend, x.stride())
+            assert got[0].stride() == want[0].stride()
+            assert torch.allclose(got[0], want[0]) and torch.allclose(got[1], want[1])
+        assert_stats(cf, breaks=0, graphs=1, hits=5)

@@ -137,9 +137,12 @@ std::vector<Span> find_regions(const Plan& plan) {
 }
 
 // [SECTION] keys -------------------------------------------------------------------------------
-// A trace holds for the inputs it was made with: the same tensor metadata (sizes, dtype, device,
-// requires_grad, which inputs are the same tensor), the same Python values, the same modules in
-// the same state. A region's inputs are gathered into this form on every call.
+// A trace holds for the inputs it was made with: the same tensor metadata (sizes, strides, dtype,
+// device, requires_grad, which inputs are the same tensor), the same Python values, the same
+// modules in the same state. Strides are part of it because an op may return its own input for
+// one layout and a new tensor for another (`x.contiguous()`), and the tracer then takes later uses
+// of `x` for uses of that op's result: a trace made with a contiguous `x` computes `x - y` from
+// `x.contiguous()`, which on a transposed `x` gives a result laid out unlike eager's. A region's inputs are gathered into this form on every call.
 
 struct Gathered {
     std::vector<PyObject*> tensors;  // unique, in order of first appearance (borrowed)
@@ -320,10 +323,17 @@ struct TensorKey {
     c10::Layout layout;
     bool requires_grad = false;
     std::vector<int64_t> sizes;
+    std::vector<int64_t> strides;  // strided layouts only
 
+    static TensorKey of(const at::Tensor& t) {
+        bool strided = t.layout() == c10::kStrided;
+        return {t.scalar_type(), t.device(), t.layout(), t.requires_grad(), t.sizes().vec(),
+                strided ? t.strides().vec() : std::vector<int64_t>()};
+    }
     bool matches(const at::Tensor& t) const {
         return t.scalar_type() == dtype && t.device() == device && t.layout() == layout &&
-               t.requires_grad() == requires_grad && t.sizes().equals(sizes);
+               t.requires_grad() == requires_grad && t.sizes().equals(sizes) &&
+               (layout != c10::kStrided || t.strides().equals(strides));
     }
 };
 
@@ -408,9 +418,7 @@ struct Spec {
     static std::unique_ptr<Spec> key_of(const Gathered& g) {
         auto s = std::make_unique<Spec>();
         for (PyObject* o : g.tensors) {
-            const at::Tensor& t = THPVariable_Unpack(o);
-            s->tensors.push_back({t.scalar_type(), t.device(), t.layout(), t.requires_grad(),
-                                  t.sizes().vec()});
+            s->tensors.push_back(TensorKey::of(THPVariable_Unpack(o)));
         }
         s->occurrences = g.occurrences;
         s->grad_mode = at::GradMode::is_enabled();
