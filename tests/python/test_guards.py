@@ -358,3 +358,74 @@ def test_explain_before_any_call():
     assert e.guards == [] and e.recompile_reasons == [] and e.replay_code() == []
     check(f, [torch.ones(1)], compiled=cf)
     assert_stats(cf, graphs=1, entries=1, misses=1, hits=0)
+
+
+# --- the thread's torch state besides grad mode: autocast, inference mode, default dtype -------
+# A capture sees the dtypes ops give in the state it ran in; branches on them, and the values of
+# is_autocast_cpu_enabled() after a block, are specialised to it. A call made in another state
+# captures again (it used to replay the first call's branch: a wrong result under autocast).
+
+def branch_on_result_dtype(x, w):
+    y = x @ w
+    if y.dtype == torch.bfloat16:
+        return y.float() * 2, "low"
+    return y, "full"
+
+
+def test_autocast_at_entry_is_guarded():
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    magpy.reset()
+    cf = magpy.compile(branch_on_result_dtype)
+    for on in (False, False, True, True, False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=on):
+            got, want = cf(x, w), branch_on_result_dtype(x, w)
+        assert got[1] == want[1] == ("low" if on else "full")
+        assert torch.equal(got[0], want[0])
+    e = assert_stats(cf, misses=2, hits=4)
+    assert e.recompile_reasons == [
+        "torch state: expected torch.is_autocast_cpu_enabled() == False, got True"]
+    assert any("torch.get_autocast_cpu_dtype() == torch.bfloat16" in g for g in e.guards)
+
+
+@pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
+                    reason="CPU autocast takes only bfloat16 before torch 2")
+def test_autocast_dtype_is_guarded_while_autocast_is_on():
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    magpy.reset()
+    cf = magpy.compile(lambda a, b: (a @ b).dtype)
+    for dtype in (torch.bfloat16, torch.bfloat16, torch.float16, torch.bfloat16):
+        with torch.autocast("cpu", dtype=dtype):
+            assert cf(x, w) == (x @ w).dtype
+    assert_stats(cf, misses=2, hits=2)
+
+
+def zeros_like_default(x):
+    z = torch.zeros(3)
+    return x.sum() + z, z.dtype == torch.float64
+
+
+def test_default_dtype_is_guarded():
+    magpy.reset()
+    cf = magpy.compile(zeros_like_default)
+    x = torch.randn(3, dtype=torch.float64)
+    try:
+        for dtype in (torch.float32, torch.float32, torch.float64, torch.float64):
+            torch.set_default_dtype(dtype)
+            got, want = cf(x), zeros_like_default(x)
+            assert got[1] == want[1] and got[0].dtype == want[0].dtype
+    finally:
+        torch.set_default_dtype(torch.float32)
+    e = assert_stats(cf, misses=2, hits=2)
+    assert e.recompile_reasons == [
+        "torch state: expected torch.get_default_dtype() == torch.float32, got torch.float64"]
+
+
+def test_inference_mode_at_entry_is_guarded():
+    magpy.reset()
+    cf = magpy.compile(lambda x: (x * 2, (x * 2).is_inference()))
+    x = torch.randn(3)
+    for on in (False, True, True, False):
+        with torch.inference_mode(on):
+            got = cf(x)
+        assert got[1] == on and got[0].is_inference() == on
+    assert_stats(cf, misses=2, hits=2)

@@ -322,9 +322,13 @@ def branch_inside_no_grad(x):
 
 
 def test_a_break_inside_a_no_grad_block_resumes_inside_it():
+    # inputs taking the branch both ways, alternately (`lin` is made with whatever seed the
+    # tests before left, so they are picked, not assumed)
     gen = torch.Generator().manual_seed(0)
-    xs = [torch.randn(2, 4, generator=gen) for _ in range(8)]
-    assert len({bool(lin(x).sum() > 0) for x in xs}) == 2  # both ways
+    pool = [torch.randn(2, 4, generator=gen) * 3 for _ in range(200)]
+    ways = [[x for x in pool if bool(lin(x).sum() > 0) == w][:4] for w in (True, False)]
+    assert all(len(w) == 4 for w in ways)
+    xs = [x for pair in zip(*ways) for x in pair]
     cf = check(branch_inside_no_grad, xs)
     e = assert_stats(cf, breaks=1)
     assert break_ids(cf) == ["MB001"]
@@ -434,3 +438,92 @@ def test_keywords_of_a_call_that_goes_on_in_the_frame_stay_keywords():
     assert bufs[0].getvalue() == bufs[1].getvalue() == "a-b!" * 3
     e = magpy.explain(cf)
     assert break_ids(cf) == ["MB005"] and e.report["eager_calls"] == 0
+
+
+# What the block's end restores was saved by __enter__ before the resumed capture began (fuzz
+# seed 181219): the grad mode after an enable_grad block is the caller's, so a call made under
+# no_grad must not replay the `True` a call with grad on saw after the block.
+def log_after_inner_block(y, log):
+    with torch.enable_grad():
+        log.append("n=%d" % y.abs().size(1))  # an operator on a size (dynamic): a break
+    log.append(torch.is_grad_enabled())
+    z = y * 2
+    return z, z.requires_grad
+
+
+def test_state_restored_after_a_block_the_resumed_capture_began_inside():
+    def under(mode):
+        def call(*args):
+            with torch.set_grad_enabled(mode):
+                return log_after_inner_block(*args)
+        return call
+
+    logs = [[], []]
+    cfs = {}
+    for i, (mode, rows) in enumerate([(True, 4), (True, 2), (True, 3), (False, 3), (False, 5),
+                                      (True, 2), (False, 2)]):
+        y = torch.randn(rows, 5, requires_grad=True)
+        want = under(mode)(y, logs[0])
+        if not cfs:
+            magpy.reset()
+            cfs["cf"] = magpy.compile(log_after_inner_block)
+        with torch.set_grad_enabled(mode):
+            got = cfs["cf"](y, logs[1])
+        assert torch.equal(got[0], want[0]) and got[1] == want[1], (i, mode)
+        assert logs[1] == logs[0], (i, mode)
+    e = magpy.explain(cfs["cf"])
+    assert break_ids(cfs["cf"]) == ["MB004"]
+    assert any(".__self__.prev == " in g for g in e.guards), e.guards
+
+
+def autocast_after_inner_block(x, log):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        log.append("n=%d" % x.abs().size(1))  # a break inside the block
+        inside = (x @ x.t()).dtype
+    outside = x @ x.t()  # the caller's autocast state decides its dtype
+    if outside.dtype == torch.bfloat16:
+        outside = outside * 2
+    return inside, outside
+
+
+def test_autocast_state_restored_after_a_block_the_resumed_capture_began_inside():
+    logs = [[], []]
+    magpy.reset()
+    cf = magpy.compile(autocast_after_inner_block)
+    for i, (outer, rows) in enumerate([(False, 4), (False, 2), (False, 3), (True, 3),
+                                       (True, 5), (False, 2)]):
+        x = torch.randn(rows, 3)
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16, enabled=outer)
+        with ctx:
+            want = autocast_after_inner_block(x, logs[0])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=outer):
+            got = cf(x, logs[1])
+        assert got[0] == want[0] and got[1].dtype == want[1].dtype, (i, outer)
+        assert torch.equal(got[1], want[1]) and logs[0] == logs[1]
+    assert not torch.is_autocast_cpu_enabled()
+
+
+def inference_block_break(x, log):
+    with torch.inference_mode():
+        log.append("n=%d" % x.abs().size(1))  # a break inside the block
+        y = x * 2
+    return y, y.is_inference(), (x + 1).is_inference()
+
+
+def test_a_break_inside_an_inference_mode_block_runs_the_rest_as_eager_does():
+    # inference_mode keeps the mode to restore in a C++ object: the resumed capture stops
+    # with a clear reason instead of taking the state after the block as known.
+    logs = [[], []]
+    magpy.reset()
+    cf = magpy.compile(inference_block_break)
+    for i, (outer, rows) in enumerate([(False, 4), (False, 2), (False, 3), (True, 3),
+                                       (False, 5)]):
+        x = torch.randn(rows, 3)
+        with torch.inference_mode(outer):
+            want = inference_block_break(x, logs[0])
+            got = cf(x, logs[1])
+        assert torch.equal(got[0], want[0]) and got[1:] == want[1:], (i, outer)
+        assert logs[0] == logs[1]
+    reasons = [b.reason for b in magpy.explain(cf).breaks]
+    assert any("what the block's end restores is kept where it cannot be checked" in r
+               for r in reasons), reasons

@@ -21,6 +21,10 @@ Capture::Capture(PyObject* entry_function)
     if (!on) PyErr_Clear();
     Py_XDECREF(on);
     m_guards->add_root_check(std::move(grad));
+    Check dispatch;
+    dispatch.kind = CheckKind::Dispatch;
+    dispatch.dispatch = DispatchState::current();
+    m_guards->add_root_check(std::move(dispatch));
 }
 
 Capture::~Capture() = default;
@@ -41,7 +45,7 @@ int Capture::const_value(PyObject* real, std::string label) {
     return new_value(ValueKind::Const, real, label.empty() ? py::repr_string(real) : label);
 }
 
-static bool is_constant_like(PyObject* o, int depth = 0) {
+bool is_constant_like(PyObject* o, int depth) {
     if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || PyBool_Check(o) ||
         PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyComplex_CheckExact(o) ||
         PyUnicode_CheckExact(o) || PyBytes_CheckExact(o))

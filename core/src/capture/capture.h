@@ -140,6 +140,9 @@ struct DynamicConfig {
 // magpy.GraphBreakError (set by the Python module at import). Borrowed.
 PyObject* graph_break_error();
 void set_graph_break_error(PyObject* type);
+// A value guarded by equality and used as a constant: None, numbers, strings, dtypes, devices,
+// ranges, and tuples and frozensets of them.
+bool is_constant_like(PyObject* o, int depth = 0);
 std::string format_break(const BreakInfo& b);
 
 // PRECONDITION for every method: GIL held, called from the trace callback of this thread.

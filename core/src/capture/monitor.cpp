@@ -6,6 +6,7 @@
 #include "python/torch_api.h"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_map>
 #include <utility>
 
@@ -1412,6 +1413,7 @@ bool Monitor::reopen_with_block(ShadowFrame& f, int local) {
     int func, self_value;
     if (!split_method(id, func, self_value)) return false;
     m_cap.guard_identity(func);
+    if (!guard_saved_state(self_value)) return false;
     note_context_type(type);
     Arg a;
     if (!m_cap.arg_of(self_value, a)) return false;
@@ -1423,6 +1425,41 @@ bool Monitor::reopen_with_block(ShadowFrame& f, int local) {
     m_cap.v(ex).ctx_exit = true;
     if (!m_cap.enter_context(ex, true)) return false;
     f.locals[static_cast<size_t>(local)] = ex;
+    return true;
+}
+
+// An inherited block's __exit__ restores what its __enter__ saved on the object (no_grad's
+// `prev`, autocast's prev and prev_fastdtype ...). That decides the state after the block, which
+// the capture takes as known (is_grad_enabled(), the dtypes ops give), and the frame entered
+// the block before this capture began, so each saved value is guarded. State saved where
+// Python cannot read it (inference_mode's C++ guard object) cannot be: the capture stops.
+bool Monitor::guard_saved_state(int ctx) {
+    PyObject* obj = m_cap.v(ctx).real.get();
+    if (std::strstr(Py_TYPE(obj)->tp_name, "nullcontext")) return true;  // restores nothing
+    PyObject** dictptr = _PyObject_GetDictPtr(obj);
+    if (!dictptr || !*dictptr || !PyDict_Check(*dictptr)) return true;
+    py::Ref items = py::Ref::steal(PyDict_Items(*dictptr));
+    if (!items) {
+        PyErr_Clear();
+        m_cap.internal_error("the attributes of a with block's context manager");
+        return false;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items.get()); ++i) {
+        PyObject* key = PyTuple_GET_ITEM(PyList_GET_ITEM(items.get(), i), 0);
+        PyObject* value = PyTuple_GET_ITEM(PyList_GET_ITEM(items.get(), i), 1);
+        if (!PyUnicode_Check(key)) continue;
+        if (is_constant_like(value)) {
+            if (m_cap.input_child(ctx, AccessKind::Attr, 0, key, "." + py::str_of(key), value) < 0)
+                return false;
+        } else {  // (not held here: inference_mode's state comes back when its guard dies)
+            m_cap.fail(breaks::kUnsupportedOpcode,
+                       "a graph break inside a `with " + py::type_name(obj) + "` block that "
+                       "began before it: what the block's end restores is kept where it cannot "
+                       "be checked (" + py::type_name(value) + ")",
+                       "move the code that breaks out of the with block");
+            return false;
+        }
+    }
     return true;
 }
 

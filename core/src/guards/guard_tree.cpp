@@ -556,6 +556,12 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
                        (c.flag ? "True" : "False");
             break;
         }
+        case CheckKind::Dispatch: {
+            DispatchState now = DispatchState::current();
+            ok = c.dispatch.same_as(now);
+            if (!ok && why) *why = c.dispatch.difference(now);
+            break;
+        }
         case CheckKind::SameAs:
             ok = values[c.other] == v;
             if (!ok && why)
@@ -748,6 +754,8 @@ std::string describe_check(const Check& c, const std::string& src) {
     }
     case CheckKind::GradMode:
         return std::string("torch.is_grad_enabled() == ") + (c.flag ? "True" : "False");
+    case CheckKind::Dispatch:
+        return c.dispatch.describe();
     case CheckKind::SameAs:
         return src + " is <node " + std::to_string(c.other) + ">";
     case CheckKind::NoKey:

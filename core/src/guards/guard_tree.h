@@ -57,6 +57,7 @@ constexpr Py_ssize_t kMaxIterRest = 4096;
 
 enum class CheckKind : uint8_t {
     TypeIs, IdIs, Equals, LenEq, TensorMatch, GradMode,
+    Dispatch,   // inference mode, autocast and the default dtype (DispatchState)
     SameAs,     // the same object as node `other` (two paths to one object)
     NoKey,      // `key` is not in this dict (a global that would shadow a builtin)
     NoInstanceAttr,  // `key` is not in the object's __dict__ (would shadow a class attribute)
@@ -83,6 +84,7 @@ struct Check {
     py::Ref value;              // Equals; CodeIs: the globals dict
     Py_ssize_t length = 0;      // LenEq
     bool flag = false;          // GradMode
+    DispatchState dispatch;     // Dispatch
     int other = -1;             // SameAs: an earlier node
     py::Ref key;                // NoKey, NoInstanceAttr, NoAttr
     TensorMeta tensor;          // TensorMatch

@@ -1,7 +1,14 @@
 #include "guards/tensor_check.h"
 
+#include "python/py_ref.h"
+
+#include <ATen/autocast_mode.h>
+#include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/version.h>
 
 namespace magpy {
 
@@ -55,4 +62,69 @@ bool tensor_key_matches(PyObject* t, const TensorKey& key) {
 
 namespace magpy {
 bool grad_mode_enabled() { return c10::GradMode::is_enabled(); }
+
+DispatchState DispatchState::current() {
+    DispatchState s;
+    s.inference = c10::InferenceMode::is_enabled();
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    s.autocast_cpu = at::autocast::is_autocast_enabled(at::kCPU);
+    s.autocast_cuda = at::autocast::is_autocast_enabled(at::kCUDA);
+    s.autocast_cpu_dtype = static_cast<int8_t>(at::autocast::get_autocast_dtype(at::kCPU));
+    s.autocast_cuda_dtype = static_cast<int8_t>(at::autocast::get_autocast_dtype(at::kCUDA));
+#else
+    s.autocast_cpu = at::autocast::is_cpu_enabled();
+    s.autocast_cuda = at::autocast::is_enabled();
+    s.autocast_cpu_dtype = static_cast<int8_t>(at::autocast::get_autocast_cpu_dtype());
+    s.autocast_cuda_dtype = static_cast<int8_t>(at::autocast::get_autocast_gpu_dtype());
+#endif
+    s.default_dtype = static_cast<int8_t>(c10::typeMetaToScalarType(c10::get_default_dtype()));
+    return s;
+}
+
+bool DispatchState::same_as(const DispatchState& o) const {
+    return inference == o.inference && autocast_cpu == o.autocast_cpu &&
+           autocast_cuda == o.autocast_cuda && default_dtype == o.default_dtype &&
+           (!autocast_cpu || autocast_cpu_dtype == o.autocast_cpu_dtype) &&
+           (!autocast_cuda || autocast_cuda_dtype == o.autocast_cuda_dtype);
+}
+
+namespace {
+
+std::string dtype_name(int8_t t) {  // torch.float32
+    PyObject* d = reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(t)));
+    return d ? py::repr_string(d) : "?";
+}
+
+const char* py_bool(bool b) { return b ? "True" : "False"; }
+
+// (Python query, expected value) for each part, in the order they are described.
+std::vector<std::pair<std::string, std::string>> parts_of(const DispatchState& s) {
+    std::vector<std::pair<std::string, std::string>> out = {
+        {"torch.is_inference_mode_enabled()", py_bool(s.inference)},
+        {"torch.is_autocast_cpu_enabled()", py_bool(s.autocast_cpu)}};
+    if (s.autocast_cpu) out.push_back({"torch.get_autocast_cpu_dtype()", dtype_name(s.autocast_cpu_dtype)});
+    out.push_back({"torch.is_autocast_enabled()", py_bool(s.autocast_cuda)});
+    if (s.autocast_cuda) out.push_back({"torch.get_autocast_gpu_dtype()", dtype_name(s.autocast_cuda_dtype)});
+    out.push_back({"torch.get_default_dtype()", dtype_name(s.default_dtype)});
+    return out;
+}
+
+}  // namespace
+
+std::string DispatchState::describe() const {
+    std::string out;
+    for (const auto& [query, value] : parts_of(*this))
+        out += (out.empty() ? "" : " and ") + query + " == " + value;
+    return out;
+}
+
+std::string DispatchState::difference(const DispatchState& now) const {
+    auto want = parts_of(*this), got = parts_of(now);
+    for (const auto& [query, value] : want)
+        for (const auto& [q2, v2] : got)
+            if (query == q2 && value != v2)
+                return "torch state: expected " + query + " == " + value + ", got " + v2;
+    return {};
+}
+
 }  // namespace magpy

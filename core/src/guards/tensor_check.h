@@ -5,6 +5,7 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace magpy {
@@ -31,5 +32,26 @@ void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides);
 bool tensor_key_matches(PyObject* t, const TensorKey& key);
 // torch.is_grad_enabled() for this thread, read in C++.
 bool grad_mode_enabled();
+
+// The rest of this thread's state that changes what the same ops on the same inputs give:
+// inference mode (inference tensors, no autograd), autocast for CPU and CUDA (the dtype ops
+// compute in) and the default dtype (what factory functions make). A capture holds for the
+// state it was made in: the dtypes it saw, the branches on them. Autocast's dtype counts only
+// while autocast is on.
+struct DispatchState {
+    bool inference = false;
+    bool autocast_cpu = false;
+    bool autocast_cuda = false;
+    int8_t autocast_cpu_dtype = -1;   // c10::ScalarType
+    int8_t autocast_cuda_dtype = -1;
+    int8_t default_dtype = -1;
+
+    static DispatchState current();
+    bool same_as(const DispatchState& o) const;
+    // As Python reads it: `torch.is_inference_mode_enabled() == False and ...`.
+    std::string describe() const;
+    // The first part that differs from `now`, in the user's terms; empty when none does.
+    std::string difference(const DispatchState& now) const;
+};
 
 }  // namespace magpy
