@@ -1060,7 +1060,8 @@ class ProgramGen:
         if self.p(0.6):
             head = self.choice(["torch.no_grad()", "torch.enable_grad()",
                                 "torch.set_grad_enabled(G_FLAG)", "torch.inference_mode(False)",
-                                "torch.autocast('cpu', enabled=False)"])
+                                "torch.autocast('cpu', enabled=False)",
+                                "torch.autocast('cpu', dtype=torch.bfloat16, enabled=G_FLAG)"])
             lines = [f"with {head}:"] + indent(body)
             if self.p(0.3):
                 lines.append("G_LOG.append(torch.is_grad_enabled())")
@@ -1846,6 +1847,9 @@ class ProgramGen:
         alias_seq = seq([False, False, True]) if y_shape == ("B", F) else [False] * nc
         # how the defaulted parameters are passed: 0 omitted, 1 keyword, 2 positional
         kw_seq = seq([[r.choice([0, 1, 1, 2]) for _ in defaults] for _ in range(3)])
+        # calls made inside `torch.autocast("cpu", dtype=torch.bfloat16)` by the runner: the
+        # same ops give other dtypes, which the guards must notice
+        autocast_seq = seq([False, True]) if self.p(0.1) else [False] * nc
 
         mk = ["def make_args(i):",
               "    x = _make_x(X_SEQ[i])"]
@@ -2007,6 +2011,7 @@ OPT_SEQ = {opt_seq!r}
 LEN_SEQ = {len_seq!r}
 ALIAS_SEQ = {alias_seq!r}
 KW_SEQ = {kw_seq!r}
+AUTOCAST_SEQ = {autocast_seq!r}
 
 
 class Obj:

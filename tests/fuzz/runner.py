@@ -147,8 +147,10 @@ def _run_call(mod, f, i, base):
     torch.manual_seed(_seed(base, i, 3))
     grad = torch.is_grad_enabled()
     printed = io.StringIO()  # what the call printed is part of what it did
+    autocast = getattr(mod, "AUTOCAST_SEQ", None)
     try:
-        with contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stdout(printed), \
+                torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(autocast and autocast[i])):
             out = ("ok", f(*args, **kwargs))
     except Exception as e:  # noqa: BLE001
         out = ("exc", e)
