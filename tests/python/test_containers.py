@@ -446,3 +446,68 @@ def test_merging_into_a_dict_passed_in_breaks_with_a_hint():
 
     cf = check(f, [(torch.randn(2), {"a": 1}) for _ in range(2)])
     assert "d = d | other" in str(magpy.explain(cf))
+
+
+# --- removing dict items: d.pop(k[, default]) and `del d[k]` --------------------------------------
+# On a dict made in the call the capture follows the items; on a dict passed in the removal is a
+# replayed write, with the key's presence guarded (it used to break: MB003/MB004).
+
+def _scaled(x, **kwargs):
+    scale = kwargs.pop("scale", 1.0)  # the callee's own **kwargs: made in the call
+    return x * scale, sorted(kwargs)
+
+
+def pops_and_dels(x, cfg, **kwargs):
+    y, rest = _scaled(x, **kwargs)
+    a = cfg.pop("a", None)
+    d = {"p": x, "q": 2, "r": [x]}
+    del d["p"]
+    q = d.pop("q")
+    return y * q, a, d, rest
+
+
+def test_pop_and_del_of_dict_items():
+    calls = [Call(torch.randn(2), {"a": 1, "b": 2}, scale=2.0),
+             Call(torch.randn(2), {"a": 1, "b": 2}, scale=2.0),
+             Call(torch.randn(2), {"b": 2}, scale=2.0, w=1),
+             Call(torch.randn(2), {"a": 5, "b": 2}, scale=2.0)]
+    cf = check(pops_and_dels, calls)
+    assert_stats(cf, breaks=0)
+    plan = magpy.explain(cf).report["graphs"][0]["replay_python"]
+    assert "dict.pop" in plan
+
+
+def del_if_present(x, cache):
+    if "tmp" in cache:
+        del cache["tmp"]
+    cache["n"] = 1
+    return x * 2
+
+
+def test_del_of_an_item_of_a_dict_passed_in():
+    cf = check(del_if_present, [(torch.randn(2), {"tmp": 1}), (torch.randn(2), {"tmp": 1, "u": 0}),
+                                (torch.randn(2), {}), (torch.randn(2), {"tmp": 1})])
+    assert_stats(cf, breaks=0, misses=2, hits=2)
+
+
+def del_missing(x, d):
+    del d["k"]
+    return x
+
+
+def test_del_of_a_missing_key_raises_as_eager_does():
+    magpy.reset()
+    cf = magpy.compile(del_missing)
+    assert torch.equal(cf(torch.ones(1), {"k": 1}), torch.ones(1))
+    with pytest.raises(KeyError) as err:
+        cf(torch.ones(1), {})
+    assert err.value.args == ("k",)
+
+
+def pop_after_write(x, d):
+    d["k"] = x
+    return d.pop("k") + 1, d
+
+
+def test_pop_after_a_write_to_the_same_dict_matches_eager():
+    check(pop_after_write, [(torch.randn(2), {"k": 0}), (torch.randn(2), {}), (torch.randn(2), {})])

@@ -429,3 +429,31 @@ def test_inference_mode_at_entry_is_guarded():
             got = cf(x)
         assert got[1] == on and got[0].is_inference() == on
     assert_stats(cf, misses=2, hits=2)
+
+
+# --- `is` between two values read from the inputs ----------------------------------------------
+# Decided by a guard that the two paths give the same object or two different ones (tensors
+# reached by two paths are two values); it used to break (MB004) and run the call eagerly.
+
+def last_is_repeated(x, lst, cfg):
+    k = len([u for u in lst if u is lst[-1]])
+    shared = cfg["a"] is cfg["b"]
+    return x * k, x is lst[0], shared
+
+
+def test_identity_between_inputs_is_guarded_both_ways():
+    a, b = torch.randn(3), torch.randn(3)
+    o, p = object(), object()
+    calls = [(a, [a, b], {"a": o, "b": p}), (a, [a, b], {"a": o, "b": p}),
+             (a, [b, b], {"a": o, "b": p}), (b, [b, a], {"a": o, "b": o}),
+             (a, [a, b], {"a": p, "b": o}), (a, [b, b], {"a": o, "b": p})]
+    magpy.reset()
+    cf = magpy.compile(last_is_repeated)
+    for args in calls:
+        got, want = cf(*args), last_is_repeated(*args)
+        assert torch.equal(got[0], want[0]) and got[1:] == want[1:], args
+    # misses: the first call, [b, b], o twice, and other objects (guarded by identity)
+    e = assert_stats(cf, breaks=0, misses=4, hits=2)
+    assert "L['lst'][0] is L['x']" in e.guards and "L['lst'][1] is not L['lst'][0]" in e.guards
+    assert any("got the same object" in r or "different objects" in r
+               for r in e.recompile_reasons), e.recompile_reasons

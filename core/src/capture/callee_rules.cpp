@@ -427,6 +427,31 @@ CalleeInfo classify_callee(PyObject* f) {
         }
         return info;
     }
+    if (Py_TYPE(f) == &PyWrapperDescr_Type) {
+        // A slot of a value type called through its class (`t.dtype.__repr__()`,
+        // `int.__add__(a, b)`): a function of its arguments, folded like str methods.
+        PyTypeObject* owner = PyDescr_TYPE(f);
+        info.op = py::str_of(PyDescr_NAME(f));
+        info.name = std::string(owner->tp_name) + "." + info.op;
+        static const std::unordered_set<std::string> kPureSlots = {
+            "__repr__", "__str__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+            "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+            "__floordiv__", "__mod__", "__pow__", "__neg__", "__pos__", "__abs__", "__bool__",
+            "__int__", "__float__", "__index__", "__len__", "__getitem__", "__contains__"};
+        bool value_type = owner == &PyLong_Type || owner == &PyFloat_Type ||
+                          owner == &PyBool_Type || owner == &PyUnicode_Type ||
+                          owner == &PyTuple_Type || owner == &PyComplex_Type ||
+                          owner == api.dtype_type || owner == api.device_type ||
+                          owner == api.size_type;
+        // object's own __repr__/__str__/__eq__ fold only for constants (as every pure call):
+        // on anything else they would run its class's Python code, so they break.
+        bool object_slot = owner == &PyBaseObject_Type &&
+                           (info.op == "__repr__" || info.op == "__str__" || info.op == "__eq__" ||
+                            info.op == "__ne__");
+        if ((value_type && kPureSlots.count(info.op)) || object_slot)
+            info.kind = CallKind::PureBuiltin;
+        return info;
+    }
     if (PyType_Check(f)) {
         auto* t = reinterpret_cast<PyTypeObject*>(f);
         info.name = t->tp_name;

@@ -236,7 +236,7 @@ int Capture::constant_root(PyObject* obj, const std::string& source) {
 }
 
 int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
-                         const std::string& suffix, PyObject* real) {
+                         const std::string& suffix, PyObject* real, bool by_type) {
     Value& p = v(parent);
     if (p.node < 0) {
         internal_error("path step from a value with no access path");
@@ -252,7 +252,7 @@ int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
     int node = m_guards->add_accessor(kind, p.node, index, key, p.label + suffix);
     auto it = m_node_values.find(node);
     if (it != m_node_values.end()) return it->second;
-    return register_input(node, real);
+    return register_input(node, real, by_type);
 }
 
 int Capture::fresh(ValueKind kind, std::vector<int> items, PyObject* real) {
@@ -304,6 +304,18 @@ void Capture::guard_strides(int id) {
     m.kind = CheckKind::TensorMatch;
     tensor_meta_of(val.real.get(), m.tensor, true);
     m_guards->add_check(val.node, std::move(m));
+}
+
+bool Capture::guard_same_object(int a, int b) {
+    int na = v(a).node, nb = v(b).node;
+    if (na < 0 || nb < 0 || v(a).kind != ValueKind::Input || v(b).kind != ValueKind::Input)
+        return false;
+    if (na == nb) return true;
+    Check c;  // on the later node: the earlier one is fetched first
+    c.kind = v(a).real.get() == v(b).real.get() ? CheckKind::SameAs : CheckKind::NotSameAs;
+    c.other = std::min(na, nb);
+    m_guards->add_check(std::max(na, nb), std::move(c));
+    return true;
 }
 
 void Capture::guard_absent(int id, CheckKind kind, PyObject* key) {

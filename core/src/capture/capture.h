@@ -166,7 +166,8 @@ public:
     int input_root(AccessKind kind, int index, PyObject* key, const std::string& source,
                    PyObject* real, bool by_type = false);
     int input_child(int parent_value, AccessKind kind, int index, PyObject* key,
-                    const std::string& suffix, PyObject* real);
+                    const std::string& suffix, PyObject* real,
+                    bool by_type = false);
     int constant_root(PyObject* obj, const std::string& source);  // held, not guarded by path
     int fresh(ValueKind kind, std::vector<int> items, PyObject* real);
 
@@ -174,6 +175,9 @@ public:
     void guard_no_hooks(int id);  // an nn.Module passed in has no hooks of its own
     void guard_len(int value, Py_ssize_t n);
     void guard_equals(int value);
+    // Whether values a and b (read from the inputs) are one object, guarded; false when one
+    // of them is not an input read by a path.
+    bool guard_same_object(int a, int b);
     void guard_identity(int value);  // `is` the object it is now (parameters(): tied weights)
     void guard_strides(int value);
     // A key absent from a dict, an attribute absent from obj.__dict__, or from obj altogether.

@@ -710,6 +710,48 @@ void Monitor::write_input_item(int dict, int key, int val, bool added) {
     if (d.keyed_writes) m_cap.overlay()[{dict, name}] = val;
 }
 
+// `d.pop(key)` or `del d[key]` on a dict made in the call or passed in: the value removed (or
+// the null value when the key is missing), with the removal replayed where the dict exists at
+// replay. `present` is the value the key held before the removal ran (null: absent), for a
+// dict passed in. A dict passed in must not have been written before in the call: its later
+// reads break (MB008), as after any write that is not by key.
+int Monitor::remove_dict_item(int dict, int key, PyObject* present, bool want_value) {
+    static PyObject* pop = PyDict_GetItemString(PyDict_Type.tp_dict, "pop");
+    PyObject* k = m_cap.v(key).real.get();
+    int removed;
+    if (m_cap.v(dict).kind == ValueKind::FreshDict) {
+        int at = fresh_dict_slot(dict, k);
+        if (at < 0) return m_cap.null_value();
+        std::vector<int>& items = m_cap.v(dict).items;
+        removed = items[static_cast<size_t>(at)];
+        items.erase(items.begin() + at - 1, items.begin() + at + 1);
+        if (m_cap.v(dict).built < 0) return removed;
+    } else {
+        if (m_cap.v(dict).mutated) {
+            m_cap.fail(breaks::kMutatedThenRead,
+                       "an item is removed from `" + m_cap.v(dict).label +
+                           "` after this function changed it",
+                       "remove items before changing the dict, or copy it first");
+            return -1;
+        }
+        if (!present) {
+            m_cap.guard_no_key(dict, k);
+            return m_cap.null_value();
+        }
+        // `del d[k]` needs only that the key is there (its value's type is guarded, not its
+        // value); d.pop(k) gives the value, guarded as any read
+        removed = m_cap.input_child(dict, AccessKind::DictItem, 0, k,
+                                    "[" + py::repr_string(k) + "]", present, !want_value);
+        if (removed < 0) return -1;
+        m_cap.v(dict).mutated = true;
+        m_cap.v(dict).keyed_writes = false;
+    }
+    Step s;
+    s.kind = StepKind::Call;
+    m_cap.record_effect(std::move(s), {m_cap.const_value(pop, "dict.pop"), dict, key});
+    return removed;
+}
+
 // A list method on a list made in the function or passed in. The capture follows the contents;
 // when the list exists at replay (passed in, or already stored or returned), the call is
 // replayed there in program order too.
@@ -1880,6 +1922,22 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         int obj = pop(f), val = pop(f);
         return store_attr(obj, name, val);
     }
+    case DELETE_SUBSCR: {
+        // del d[key] on a dict with a constant key (before it runs: the key is still there)
+        int key = pop(f), cont = pop(f);
+        Value& c = m_cap.v(cont);
+        bool dict = c.kind == ValueKind::FreshDict ||
+                    (c.kind == ValueKind::Input && !c.tensor && PyDict_Check(c.real.get()));
+        if (!dict || m_cap.v(key).kind != ValueKind::Const)
+            return m_cap.fail(breaks::kUnsupportedOpcode, "`del` of an item of " + c.label,
+                              "delete items of dicts, by constant keys");
+        PyObject* present = c.kind == ValueKind::Input
+                                ? PyDict_GetItemWithError(c.real.get(), m_cap.v(key).real.get())
+                                : nullptr;
+        PyErr_Clear();
+        remove_dict_item(cont, key, present, false);  // a missing key raises KeyError after this
+        return;
+    }
     case STORE_SUBSCR: {
         int key = pop(f), cont = pop(f), val = pop(f);
         Value& c = m_cap.v(cont);
@@ -2209,8 +2267,9 @@ void Monitor::complete(ShadowFrame& f) {
                      (b.kind == ValueKind::Const || b.identity);
         bool vs_none = (a.kind == ValueKind::Const && a.real.get() == Py_None) ||
                        (b.kind == ValueKind::Const && b.real.get() == Py_None);
-        // one value is one object at replay too
-        if (!known && !vs_none && p.in[0] != p.in[1])
+        // One value is one object at replay too; two values read from the inputs are the
+        // same object or not as the guards say (tensors reached by two paths are two values).
+        if (!known && !vs_none && p.in[0] != p.in[1] && !m_cap.guard_same_object(p.in[0], p.in[1]))
             return m_cap.fail(breaks::kUnsupportedOpcode, "an `is` test between two objects",
                               "compare values instead of identities");
         out(m_cap.const_value(tos));
@@ -2746,8 +2805,8 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         return;
     case CallKind::DictMethod:
         // d.setdefault(k, v) inserts only when k is missing; the value it returns cannot tell
-        // (d[k] may already be v itself), so look before the call.
-        if (p.callee.name == "setdefault" && p.in.size() >= 2 &&
+        // (d[k] may already be v itself), so look before the call. So does d.pop(k, default).
+        if ((p.callee.name == "setdefault" || p.callee.name == "pop") && p.in.size() >= 2 &&
             PyDict_Check(m_cap.v(p.in[0]).real.get())) {
             p.had_key = PyDict_Contains(m_cap.v(p.in[0]).real.get(), m_cap.v(p.in[1]).real.get());
             if (p.had_key < 0) PyErr_Clear();  // unhashable: the call raises
@@ -4104,6 +4163,16 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         m_cap.guard_no_key(d, key);
         write_input_item(d, args[1], fallback, true);
         return fallback;
+    }
+    if (name == "pop" && (args.size() == 2 || args.size() == 3) &&
+        m_cap.v(args[1]).kind == ValueKind::Const) {
+        // kwargs.pop("scale", 1.0): the value, or the default when the key was missing
+        int fallback = args.size() == 3 ? args[2] : -1;
+        if (had_key < 0 && m_cap.v(d).kind != ValueKind::FreshDict)
+            return fail("dict.pop() on " + m_cap.v(d).label);
+        int got = remove_dict_item(d, args[1], had_key == 1 ? result : nullptr, true);
+        if (got == m_cap.null_value() && fallback >= 0) return fallback;
+        return got;
     }
     if (name == "update" && args.size() == 2 && m_cap.v(d).kind == ValueKind::FreshDict) {
         // losses.update(detector_losses): the other dict's items, set in its order

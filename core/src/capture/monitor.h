@@ -173,6 +173,7 @@ private:
                       std::vector<std::pair<PyObject*, int>>& out);
     bool split_method(int method, int& func, int& self);
     bool reopen_with_block(ShadowFrame& f, int local);  // [Note: breaks inside with blocks]
+    int remove_dict_item(int dict, int key, PyObject* present, bool want_value);
     bool guard_saved_state(int ctx);
     bool walk_modules(int module, const std::string& prefix, std::vector<PyObject*>& memo,
                       std::vector<std::pair<std::string, int>>& out);

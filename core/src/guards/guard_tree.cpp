@@ -70,6 +70,10 @@ void GuardTree::add_check(int node, Check check) {
                 PyErr_Clear();
                 continue;
             }
+            if (c.kind == CheckKind::SameAs || c.kind == CheckKind::NotSameAs) {
+                if (c.other == check.other) return;
+                continue;
+            }
             if (c.kind != CheckKind::TensorMatch || check.tensor.with_strides == c.tensor.with_strides)
                 return;  // one check of a kind per node; layout upgrades below
         }
@@ -562,6 +566,12 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
             if (!ok && why) *why = c.dispatch.difference(now);
             break;
         }
+        case CheckKind::NotSameAs:
+            ok = values[c.other] != v;
+            if (!ok && why)
+                *why = "`" + src + "` and `" + m_nodes[static_cast<size_t>(c.other)].source +
+                       "`: expected two different objects, got the same object";
+            break;
         case CheckKind::SameAs:
             ok = values[c.other] == v;
             if (!ok && why)
@@ -758,6 +768,8 @@ std::string describe_check(const Check& c, const std::string& src) {
         return c.dispatch.describe();
     case CheckKind::SameAs:
         return src + " is <node " + std::to_string(c.other) + ">";
+    case CheckKind::NotSameAs:
+        return src + " is not <node " + std::to_string(c.other) + ">";
     case CheckKind::NoKey:
         return py::repr_string(c.key.get()) + " not in " + src;
     case CheckKind::NoInstanceAttr:
@@ -775,8 +787,9 @@ std::vector<std::string> GuardTree::describe() const {
     for (const Check& c : m_root_checks) out.push_back(describe_check(c, ""));
     for (const Accessor& a : m_nodes)
         for (const Check& c : a.checks)
-            out.push_back(c.kind == CheckKind::SameAs
-                              ? a.source + " is " + m_nodes[static_cast<size_t>(c.other)].source
+            out.push_back(c.kind == CheckKind::SameAs || c.kind == CheckKind::NotSameAs
+                              ? a.source + (c.kind == CheckKind::SameAs ? " is " : " is not ") +
+                                    m_nodes[static_cast<size_t>(c.other)].source
                               : describe_check(c, a.source));
     if (m_distinct.size() > 1) {
         std::string s = "distinct objects: ";

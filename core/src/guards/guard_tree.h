@@ -59,6 +59,7 @@ enum class CheckKind : uint8_t {
     TypeIs, IdIs, Equals, LenEq, TensorMatch, GradMode,
     Dispatch,   // inference mode, autocast and the default dtype (DispatchState)
     SameAs,     // the same object as node `other` (two paths to one object)
+    NotSameAs,  // not the same object as node `other` (an `is` test that was False)
     NoKey,      // `key` is not in this dict (a global that would shadow a builtin)
     NoInstanceAttr,  // `key` is not in the object's __dict__ (would shadow a class attribute)
     NoAttr,     // the object has no attribute `key` (hasattr() was False, getattr's default)
@@ -85,7 +86,7 @@ struct Check {
     Py_ssize_t length = 0;      // LenEq
     bool flag = false;          // GradMode
     DispatchState dispatch;     // Dispatch
-    int other = -1;             // SameAs: an earlier node
+    int other = -1;             // SameAs, NotSameAs: an earlier node
     py::Ref key;                // NoKey, NoInstanceAttr, NoAttr
     TensorMeta tensor;          // TensorMatch
     uint32_t failures = 0;
