@@ -451,29 +451,34 @@ def log_after_inner_block(y, log):
     return z, z.requires_grad
 
 
-def test_state_restored_after_a_block_the_resumed_capture_began_inside():
-    def under(mode):
-        def call(*args):
-            with torch.set_grad_enabled(mode):
-                return log_after_inner_block(*args)
-        return call
-
+def under_outer_state(fn, outer, calls, make):
+    """Runs fn(x, log) eagerly and compiled, both inside `outer(state)`, for each (state, rows) of
+    `calls` on x = make(rows); what each world logged must match. Returns the compiled function
+    and (state, compiled result, eager result) per call."""
     logs = [[], []]
-    cfs = {}
-    for i, (mode, rows) in enumerate([(True, 4), (True, 2), (True, 3), (False, 3), (False, 5),
-                                      (True, 2), (False, 2)]):
-        y = torch.randn(rows, 5, requires_grad=True)
-        want = under(mode)(y, logs[0])
-        if not cfs:
-            magpy.reset()
-            cfs["cf"] = magpy.compile(log_after_inner_block)
-        with torch.set_grad_enabled(mode):
-            got = cfs["cf"](y, logs[1])
-        assert torch.equal(got[0], want[0]) and got[1] == want[1], (i, mode)
-        assert logs[1] == logs[0], (i, mode)
-    e = magpy.explain(cfs["cf"])
-    assert break_ids(cfs["cf"]) == ["MB004"]
-    assert any(".__self__.prev == " in g for g in e.guards), e.guards
+    magpy.reset()
+    cf = magpy.compile(fn)
+    results = []
+    for state, rows in calls:
+        x = make(rows)
+        with outer(state):
+            want = fn(x, logs[0])
+        with outer(state):
+            got = cf(x, logs[1])
+        assert logs[0] == logs[1], state
+        results.append((state, got, want))
+    return cf, results
+
+
+def test_state_restored_after_a_block_the_resumed_capture_began_inside():
+    cf, results = under_outer_state(
+        log_after_inner_block, torch.set_grad_enabled,
+        [(True, 4), (True, 2), (True, 3), (False, 3), (False, 5), (True, 2), (False, 2)],
+        lambda rows: torch.randn(rows, 5, requires_grad=True))
+    for mode, got, want in results:
+        assert torch.equal(got[0], want[0]) and got[1] == want[1], mode
+    assert break_ids(cf) == ["MB004"]
+    assert any(".__self__.prev == " in g for g in magpy.explain(cf).guards)
 
 
 def autocast_after_inner_block(x, log):
@@ -487,19 +492,14 @@ def autocast_after_inner_block(x, log):
 
 
 def test_autocast_state_restored_after_a_block_the_resumed_capture_began_inside():
-    logs = [[], []]
-    magpy.reset()
-    cf = magpy.compile(autocast_after_inner_block)
-    for i, (outer, rows) in enumerate([(False, 4), (False, 2), (False, 3), (True, 3),
-                                       (True, 5), (False, 2)]):
-        x = torch.randn(rows, 3)
-        ctx = torch.autocast("cpu", dtype=torch.bfloat16, enabled=outer)
-        with ctx:
-            want = autocast_after_inner_block(x, logs[0])
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=outer):
-            got = cf(x, logs[1])
-        assert got[0] == want[0] and got[1].dtype == want[1].dtype, (i, outer)
-        assert torch.equal(got[1], want[1]) and logs[0] == logs[1]
+    _, results = under_outer_state(
+        autocast_after_inner_block,
+        lambda on: torch.autocast("cpu", dtype=torch.bfloat16, enabled=on),
+        [(False, 4), (False, 2), (False, 3), (True, 3), (True, 5), (False, 2)],
+        lambda rows: torch.randn(rows, 3))
+    for on, got, want in results:
+        assert got[0] == want[0] and got[1].dtype == want[1].dtype, on
+        assert torch.equal(got[1], want[1])
     assert not torch.is_autocast_cpu_enabled()
 
 
@@ -513,17 +513,11 @@ def inference_block_break(x, log):
 def test_a_break_inside_an_inference_mode_block_runs_the_rest_as_eager_does():
     # inference_mode keeps the mode to restore in a C++ object: the resumed capture stops
     # with a clear reason instead of taking the state after the block as known.
-    logs = [[], []]
-    magpy.reset()
-    cf = magpy.compile(inference_block_break)
-    for i, (outer, rows) in enumerate([(False, 4), (False, 2), (False, 3), (True, 3),
-                                       (False, 5)]):
-        x = torch.randn(rows, 3)
-        with torch.inference_mode(outer):
-            want = inference_block_break(x, logs[0])
-            got = cf(x, logs[1])
-        assert torch.equal(got[0], want[0]) and got[1:] == want[1:], (i, outer)
-        assert logs[0] == logs[1]
+    cf, results = under_outer_state(
+        inference_block_break, torch.inference_mode,
+        [(False, 4), (False, 2), (False, 3), (True, 3), (False, 5)], lambda rows: torch.randn(rows, 3))
+    for on, got, want in results:
+        assert torch.equal(got[0], want[0]) and got[1:] == want[1:], on
     reasons = [b.reason for b in magpy.explain(cf).breaks]
     assert any("what the block's end restores is kept where it cannot be checked" in r
                for r in reasons), reasons

@@ -142,7 +142,8 @@ std::vector<Span> find_regions(const Plan& plan) {
 // modules in the same state. Strides are part of it because an op may return its own input for
 // one layout and a new tensor for another (`x.contiguous()`), and the tracer then takes later uses
 // of `x` for uses of that op's result: a trace made with a contiguous `x` computes `x - y` from
-// `x.contiguous()`, which on a transposed `x` gives a result laid out unlike eager's. A region's inputs are gathered into this form on every call.
+// `x.contiguous()`, which on a transposed `x` gives a result laid out unlike eager's.
+// A region's inputs are gathered into this form on every call.
 
 struct Gathered {
     std::vector<PyObject*> tensors;  // unique, in order of first appearance (borrowed)
