@@ -79,18 +79,26 @@ def raises_inside(x, idx):
     return y
 
 
-def test_error_inside_block_restores_grad_mode_and_matches_eager():
-    cf = magpy.compile(raises_inside)
+def index_error_after_good_calls(fn):
+    """fn(x, idx) compiled: three calls with idx in range match eager, then one out of range
+    raises eager's IndexError with grad mode back on. Returns the compiled function and the
+    compiled call's error."""
+    cf = magpy.compile(fn)
     x = torch.randn(4, 3)
     for i in range(3):
-        assert torch.equal(cf(x, torch.tensor([i])), raises_inside(x, torch.tensor([i])))
+        assert torch.equal(cf(x, torch.tensor([i])), fn(x, torch.tensor([i])))
     with pytest.raises(IndexError) as eager_err:
-        raises_inside(x, torch.tensor([9]))
+        fn(x, torch.tensor([9]))
     assert torch.is_grad_enabled()
     with pytest.raises(IndexError) as compiled_err:
         cf(x, torch.tensor([9]))
-    assert torch.is_grad_enabled(), "grad mode must be restored after the error"
+    assert torch.is_grad_enabled(), "the block's __exit__ ran, as the frame's cleanup would"
     assert str(compiled_err.value) == str(eager_err.value)
+    return cf, compiled_err
+
+
+def test_error_inside_block_restores_grad_mode_and_matches_eager():
+    _, compiled_err = index_error_after_good_calls(raises_inside)
     # the traceback reaches the user's line
     assert any(f.name == "raises_inside" for f in compiled_err.traceback)
 
@@ -365,17 +373,8 @@ def branch_then_index(x, idx):
 
 
 def test_an_error_after_a_break_inside_a_block_restores_grad_mode():
-    cf = magpy.compile(branch_then_index)
-    x = torch.randn(4, 3)
-    for i in range(3):
-        assert torch.equal(cf(x, torch.tensor([i])), branch_then_index(x, torch.tensor([i])))
+    cf, _ = index_error_after_good_calls(branch_then_index)
     assert magpy.explain(cf).graph_count == 2
-    with pytest.raises(IndexError) as eager_err:
-        branch_then_index(x, torch.tensor([9]))
-    with pytest.raises(IndexError) as compiled_err:
-        cf(x, torch.tensor([9]))
-    assert torch.is_grad_enabled(), "the block's __exit__ ran, as the frame's cleanup would"
-    assert str(compiled_err.value) == str(eager_err.value)
 
 
 def branch_then_caught(x, idx):
