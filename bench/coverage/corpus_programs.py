@@ -2326,8 +2326,8 @@ class ActivationChoiceBlock(nn.Module):
 
 class DeprecatedArgEncoder(nn.Module):
     """Library code that keeps an old keyword alive: passing `head_mask` warns on every call
-    (warnings.warn reads its caller's frame), then the mask is applied; the logger reports
-    the sequence length at INFO, which is enabled."""
+    (warnings.warn names its caller's file and line), then the mask is applied; the logger
+    reports the sequence length at INFO, which is enabled."""
 
     def __init__(self, dim=16, heads=2):
         super().__init__()
@@ -3352,7 +3352,7 @@ def programs():
         Program("prog/deprecated_kwarg_warning", DeprecatedArgEncoder,
                 lambda: Args(torch.randn(2, 5, 16), head_mask=torch.tensor([1.0, 0.5])),
                 note="warnings.warn on every call and an enabled logger.info in forward (they "
-                     "read the caller's frame: bridges, capture goes on after each)"),
+                     "name the caller's file and line: replayed as steps from that site)"),
         Program("prog/gcn_normalized_adjacency", GCN, gcn_inputs, train=True,
                 note="D^-1/2 (A + I) D^-1/2 in forward; F.dropout(training=self.training)"),
         Program("prog/feature_hooks_perceptual_loss", FeatureExtractor,

@@ -130,7 +130,8 @@ bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
         return flag("track_running_stats") || type.find("Dropout") != std::string::npos ||
                type.find("RReLU") != std::string::npos;
     }
-    if (c.kind == CallKind::Print) return true;  // output the user sees
+    if (c.kind == CallKind::Print || c.kind == CallKind::Warn || c.kind == CallKind::Log)
+        return true;  // output the user sees
     if (c.kind == CallKind::RandomDraw) return true;  // advances the generator's state
     const std::string& n = c.op;
     if (n.size() > 1 && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0) return true;
@@ -283,6 +284,15 @@ PyTypeObject* functools_partial_type() {
     return type;
 }
 
+int logger_level(const std::string& qualname) {
+    static const std::pair<const char*, int> kLevels[] = {
+        {"Logger.debug", 10}, {"Logger.info", 20},     {"Logger.warning", 30},
+        {"Logger.error", 40}, {"Logger.critical", 50}, {"Logger.log", 0}};
+    for (const auto& [name, level] : kLevels)
+        if (qualname == name) return level;
+    return -1;
+}
+
 CalleeInfo classify_callee(PyObject* f) {
     CalleeInfo info;
     const TorchApi& api = torch_api();
@@ -324,6 +334,8 @@ CalleeInfo classify_callee(PyObject* f) {
         info.op = py::str_of(fn->func_name);
         if (api.module_member_fn(f)) {
             info.kind = CallKind::ModuleMembers;
+        } else if (m == "logging" && logger_level(info.name) >= 0) {
+            info.kind = CallKind::Log;  // logger.info(...) & co
         } else if ((m == "numpy" || starts_with(m, "numpy.")) && !starts_with(m, "numpy.random")) {
             info.kind = CallKind::PureBuiltin;  // np.prod(x.shape[1:]): folded over constants
             info.name = "numpy." + info.op;
@@ -382,6 +394,11 @@ CalleeInfo classify_callee(PyObject* f) {
             return info;
         }
         std::string m = cfunction_module(cf);
+        if (m == "_warnings" && info.name == "warn") {
+            info.kind = CallKind::Warn;
+            info.name = "warnings.warn";
+            return info;
+        }
         if (m.empty() && self && PyType_Check(self))
             m = module_of(self);  // torch._C._VariableFunctions methods
         if (is_torch_module_name(m)) {

@@ -23,6 +23,10 @@ enum class CallKind : uint8_t {
     TypeCtor,        // int(), float(), tuple(), list(), range(), slice() ...
     IO,              // input, open, breakpoint
     Print,           // print(): replayed as a step when its arguments print the same at replay
+    Warn,            // warnings.warn(): replayed as a step, filed where eager filed it
+                     // ([Note: effects that read the caller's frame] in monitor.cpp)
+    Log,             // a Logger's debug/info/warning/error/critical/log: replayed as a step,
+                     // the record made as if from the caller eager found (same note)
     AttrQuery,       // hasattr(obj, "name"), getattr(obj, "name"[, default]): a guarded lookup
     Next,            // iter(x): an iterator as a for loop makes; next(it): its next item
     Context,         // torch.no_grad() & co (TorchApi::context_types): made for a with block
@@ -61,6 +65,10 @@ PyTypeObject* functools_partial_type();
 // PRECONDITION: GIL held. `callable` borrowed.
 CalleeInfo classify_callee(PyObject* callable);
 
+// The level a Logger method logs at, by its qualified name (`Logger.info`: 20); 0 for
+// `Logger.log`, whose level is its first argument; -1 for anything else.
+int logger_level(const std::string& qualname);
+
 // For a namedtuple class: the index of field `name`, else -1 (also for other types).
 int namedtuple_field(PyTypeObject* type, PyObject* name);
 // Whether `type` is a collections.namedtuple class (a tuple subclass with _fields and _make).
@@ -73,8 +81,9 @@ bool is_plain_user_class(PyTypeObject* type);
 // `locals()`, `vars()`, `dir()`, `globals()`, `eval`/`exec`, zero-argument `super()`,
 // `sys._getframe`, `warnings.warn` (its stacklevel), and the Python functions of `logging`,
 // `inspect`, `traceback`, `warnings`, `pdb` (they look up their caller's file and line). Such
-// a call must run in a frame of the user's code, never from a replay plan. `callable`
-// borrowed; nargs is SIZE_MAX when unknown (`f(*args)`).
+// a call must run in a frame of the user's code, never from a replay plan (warnings.warn and
+// Logger methods are replayed through magpy/_effects.py instead where they can be: Warn, Log).
+// `callable` borrowed; nargs is SIZE_MAX when unknown (`f(*args)`).
 // PRECONDITION: GIL held.
 bool reads_caller_frame(PyObject* callable, size_t nargs);
 

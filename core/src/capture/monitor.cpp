@@ -2794,6 +2794,9 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
                                   "then runs in the graph's replay");
         return;
     }
+    case CallKind::Warn:
+    case CallKind::Log:
+        return prepare_caller_effect(f, p);
     case CallKind::Super:
         return dispatch_super(f, p);
     case CallKind::PureBuiltin:
@@ -2826,6 +2829,133 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     }
 }
 
+// [Note: effects that read the caller's frame] warnings.warn files its warning under the file,
+// line and module of the frame that called it (or one `stacklevel` above), and a Logger's
+// info() & co name that frame in the record (Logger.findCaller). A replay plan runs none of
+// the user's frames, so the site is found now, while they run (magpy/_effects.py: warn_site,
+// log_site), and the call becomes a step that calls _effects.warn or _effects.log with it:
+// filters, the warning registry, the logger's level and handlers are all consulted at replay,
+// as eager consults them. A site above the compiled function is looked up again at replay.
+void Monitor::prepare_caller_effect(ShadowFrame& f, Pending& p) {
+    bool warn = p.callee.kind == CallKind::Warn;
+    const std::string& what = p.callee.name;
+    std::vector<const char*> names =
+        warn ? std::vector<const char*>{"message", "category", "stacklevel", "source"}
+             : std::vector<const char*>{"self", "msg"};
+    if (!warn && p.callee.op == "log") names.insert(names.begin() + 1, "level");
+    size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+    size_t npos = p.in.size() - nkw;
+    std::unordered_map<std::string, int> arg;
+    std::vector<int> extra_pos;  // a logger's %-arguments
+    for (size_t i = 0; i < npos; ++i) {
+        if (i < names.size()) arg[names[i]] = p.in[i];
+        else if (!warn) extra_pos.push_back(p.in[i]);
+        else return m_cap.fail(breaks::kIO, "`" + what + "()` with extra arguments", "");
+    }
+    for (size_t k = 0; k < nkw; ++k) {
+        std::string kw = str(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k)));
+        bool allowed = warn ? kw == "message" || kw == "category" || kw == "stacklevel" ||
+                                  kw == "source"
+                            : kw == "exc_info" || kw == "stack_info" || kw == "stacklevel" ||
+                                  kw == "extra";
+        if (!allowed)
+            return m_cap.fail(breaks::kIO, "`" + what + "(" + kw + "=...)` is not replayed",
+                              "drop the argument, or warn and log outside the compiled function");
+        arg[kw] = p.in[npos + k];
+    }
+    auto real = [&](const char* name) -> PyObject* {
+        auto it = arg.find(name);
+        return it == arg.end() ? nullptr : m_cap.v(it->second).real.get();
+    };
+    auto constant = [&](const char* name) {
+        auto it = arg.find(name);
+        return it == arg.end() || require_const({it->second}, "`" + what + "(" + name + "=...)`");
+    };
+    if (!constant("stacklevel") || !constant("source") || !constant("exc_info") ||
+        !constant("stack_info") || !constant("level") || !constant("category"))
+        return;
+    long stacklevel = 1;
+    if (PyObject* sl = real("stacklevel")) {
+        stacklevel = PyLong_Check(sl) ? PyLong_AsLong(sl) : -1;
+        if (PyErr_Occurred()) PyErr_Clear();
+    }
+    PyObject* message = real(warn ? "message" : "msg");
+    const char* unsure = nullptr;  // why the replayed call could differ from eager's
+    if (!message) unsure = "no message";
+    else if (warn && !PyUnicode_Check(message)) unsure = "a message that is not a str";
+    else if ((real("source") && real("source") != Py_None) ||
+             (real("exc_info") && PyObject_IsTrue(real("exc_info")) != 0) ||
+             (real("stack_info") && PyObject_IsTrue(real("stack_info")) != 0))
+        unsure = "a source, exc_info or stack_info";
+    else if (!warn && stacklevel < 1) unsure = "a stacklevel below 1";
+    if (unsure)
+        return m_cap.fail(breaks::kIO, "`" + what + "()` with " + unsure + " is not replayed",
+                          "warn or log a plain message, or do it outside the compiled function");
+    int logger = warn ? -1 : arg["self"];
+    if (!warn) {
+        // the record is made as Logger._log makes it: a subclass that makes it otherwise
+        // runs in Python
+        PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(m_cap.v(logger).real.get()));
+        py::Ref base = py::Ref::steal(PyObject_GetAttrString(m_cap.v(p.callee_value).real.get(),
+                                                              "__globals__"));
+        PyObject* logger_type = base ? PyDict_GetItemString(base.get(), "Logger") : nullptr;
+        bool plain = logger_type && PyType_Check(logger_type);
+        for (const char* name : {"findCaller", "_log"}) {
+            PyObject* own = plain ? _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type),
+                                                   interned(name))
+                                  : nullptr;
+            plain = own && own == _PyType_Lookup(reinterpret_cast<PyTypeObject*>(logger_type),
+                                                 interned(name));
+            if (plain && m_cap.v(logger).kind == ValueKind::Input &&
+                class_attr(logger, interned(name), own) < 0)
+                return;
+        }
+        if (!plain)
+            return m_cap.fail(breaks::kIO, "`" + what + "()` of a logger whose class finds "
+                              "its caller or makes its records itself",
+                              "log outside the compiled function");
+    }
+    std::vector<int> shown = extra_pos;
+    shown.push_back(arg[warn ? "message" : "msg"]);
+    for (int a : shown)
+        if (!prints_the_same(a))
+            return m_cap.fail(breaks::kIO,
+                              "`" + what + "()` of " + m_cap.v(a).label + ", whose text at "
+                              "replay could differ (an object with its own __str__, or a "
+                              "tensor that requires grad)",
+                              "pass numbers, strings, shapes or tensors without grad");
+    py::Ref effects = py::Ref::steal(PyImport_ImportModule("magpy._effects"));
+    py::Ref site = effects ? py::Ref::steal(PyObject_CallMethod(
+                                 effects.get(), warn ? "warn_site" : "log_site", "OOl",
+                                 f.frame_obj, m_frames.front().frame_obj, stacklevel))
+                           : py::Ref();
+    py::Ref step_fn = site ? py::Ref::steal(PyObject_GetAttrString(effects.get(),
+                                                                   warn ? "warn" : "log"))
+                           : py::Ref();
+    if (!step_fn) {
+        PyErr_Clear();
+        return m_cap.internal_error("magpy._effects could not find the site of " + what);
+    }
+    p.callee_value = m_cap.const_value(step_fn.get(), "magpy._effects." +
+                                                          std::string(warn ? "warn" : "log"));
+    int site_value = m_cap.const_value(site.get());
+    if (warn) {
+        auto it = arg.find("category");
+        int category = it != arg.end() && m_cap.v(it->second).real.get() != Py_None
+                           ? it->second
+                           : m_cap.const_value(PyExc_UserWarning);
+        p.in = {arg["message"], category, site_value};
+    } else {
+        int level = arg.count("level") ? arg["level"]
+                                       : m_cap.const_value(py::Ref::steal(
+                                             PyLong_FromLong(logger_level(p.callee.name))).get());
+        int args = m_cap.fresh(ValueKind::FreshTuple, extra_pos, reals_of(extra_pos, false).get());
+        int extra = arg.count("extra") ? arg["extra"] : m_cap.const_value(Py_None);
+        p.in = {logger, level, arg["msg"], args, site_value, extra};
+    }
+    p.kwnames = nullptr;
+}
+
 void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     const std::string& name = p.callee.name;
     auto push_out = [&](int id) {
@@ -2851,7 +2981,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     bool flows = p.callee.kind == CallKind::TorchOp || p.callee.kind == CallKind::LeafModule ||
                  p.callee.kind == CallKind::InlineFunction ||
                  p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::UserClass ||
-                 p.callee.kind == CallKind::Print || p.callee.kind == CallKind::AutogradApply ||
+                 p.callee.kind == CallKind::Print || p.callee.kind == CallKind::Warn ||
+                 p.callee.kind == CallKind::Log || p.callee.kind == CallKind::AutogradApply ||
                  p.callee.kind == CallKind::CachedCall || p.callee.kind == CallKind::RandomDraw;
     if (sym_number_call(p, result))  // min(decay, (1 + step) / (10 + step)) with step dynamic
         return push_out(record_sym_number(p, result));
@@ -3050,7 +3181,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                               "test the length of the sequence instead");
         return push_out(next_item(it, result));
     }
-    case CallKind::Print: {
+    case CallKind::Print:
+    case CallKind::Warn:
+    case CallKind::Log: {
         int r = record_call(p, result, false, false);
         if (r >= 0) push_out(m_cap.const_value(Py_None));
         return;

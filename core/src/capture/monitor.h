@@ -109,6 +109,9 @@ private:
     MapRecord* map_of(int value);
     int make_map(const std::vector<int>& args, PyObject* result);
     void prepare_key(Pending& p);
+    // warnings.warn, logger.info & co: the site they report, found while the frames run
+    // ([Note: effects that read the caller's frame])
+    void prepare_caller_effect(ShadowFrame& f, Pending& p);
     int keyed_result(const Pending& p, PyObject* result);
     bool keys_fixed(const Pending& p, const std::vector<int>& keys);
     bool orders_as_constant(int id, int depth = 0);

@@ -358,6 +358,8 @@ std::string callable_name(PyObject* f) {
     return m + "." + name;
 }
 
+static std::string render_constant(PyObject* c);
+
 std::string Plan::render_arg(const Arg& a) const {
     switch (a.kind) {
     case Arg::Kind::Input:
@@ -366,14 +368,31 @@ std::string Plan::render_arg(const Arg& a) const {
                    : "input" + std::to_string(a.index);
     case Arg::Kind::Slot:
         return "v" + std::to_string(a.index);
-    case Arg::Kind::Const: {
-        PyObject* c = a.constant.get();
-        if (PyCallable_Check(c) && !PyType_Check(c)) return callable_name(c);
-        if (PyType_Check(c)) return reinterpret_cast<PyTypeObject*>(c)->tp_name;
-        return py::repr_string(c);
-    }
+    case Arg::Kind::Const:
+        return render_constant(a.constant.get());
     }
     return "?";
+}
+
+// A constant as Python source would name it: callables and types by name, a module's
+// globals as vars(module), tuples item by item, anything else by its repr.
+static std::string render_constant(PyObject* c) {
+    if (PyCallable_Check(c) && !PyType_Check(c)) return callable_name(c);
+    if (PyType_Check(c)) return reinterpret_cast<PyTypeObject*>(c)->tp_name;
+    if (PyTuple_CheckExact(c)) {
+        std::string s = "(";
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c); ++i)
+            s += (i ? ", " : "") + render_constant(PyTuple_GET_ITEM(c, i));
+        return s + (PyTuple_GET_SIZE(c) == 1 ? ",)" : ")");
+    }
+    if (PyDict_Check(c)) {  // warnings.warn's site holds the globals of a module
+        PyObject* name = PyDict_GetItemString(c, "__name__");
+        PyObject* mod = name ? PyDict_GetItemWithError(PyImport_GetModuleDict(), name) : nullptr;
+        PyObject* dict = mod && PyModule_Check(mod) ? PyModule_GetDict(mod) : nullptr;
+        PyErr_Clear();
+        if (dict == c) return "vars(sys.modules[" + py::repr_string(name) + "])";
+    }
+    return py::repr_string(c);
 }
 
 std::string Plan::render(const std::string& fn_name) const {

@@ -1,0 +1,100 @@
+"""Effects that eager Python makes in terms of the frame that calls them, replayed from a plan.
+
+`warnings.warn` reports the file and line of its caller (or of a frame `stacklevel` above it)
+and files the warning in that frame's module; a Logger's `info` & co do the same through
+`findCaller`. A replay plan runs none of the user's frames, so the capture works out, while
+those frames exist, where the call looks (`warn_site`, `log_site`), and the plan calls
+`warn` or `log` here with that site:
+
+- a tuple, when the frame found is the compiled function's or one it called: the same at
+  every replay (the path to it is guarded);
+- an int n, when the walk goes past the compiled function: the frame is then n frames further
+  up from the compiled function's caller, looked up at replay, when that caller is running.
+
+The plan calls these functions straight from the compiled function's call, so their own
+caller (frame 1) is the compiled function's caller.
+"""
+
+import logging
+import sys
+
+import _warnings
+
+__all__ = ["warn_site", "warn", "log_site", "log"]
+
+
+def _importlib_frame(frame):
+    name = frame.f_code.co_filename
+    return "importlib" in name and "_bootstrap" in name
+
+
+def warn_site(frame, root, stacklevel):
+    """Where `warnings.warn(..., stacklevel=stacklevel)` called in `frame` files its warning,
+    walking as CPython's _warnings does: (filename, lineno, module globals), or the frames
+    still to walk above `root`."""
+    skip_internal = not (stacklevel <= 0 or _importlib_frame(frame))
+    f, steps = frame, stacklevel - 1
+    while steps > 0 and f is not None:
+        if f is root:
+            return steps
+        f = f.f_back
+        while skip_internal and f is not None and _importlib_frame(f):
+            f = f.f_back
+        steps -= 1
+    if f is None:
+        return ("sys", 1, sys.__dict__)
+    return (f.f_code.co_filename, f.f_lineno, f.f_globals)
+
+
+def warn(message, category, site):
+    """warnings.warn(message, category) as eager issued it from `site`."""
+    if isinstance(site, int):
+        # this frame counts as the compiled function's own: one more level up is its caller
+        _warnings.warn(message, category, stacklevel=site + 1)
+        return
+    filename, lineno, module_globals = site
+    registry = module_globals.get("__warningregistry__")
+    if registry is None:
+        registry = module_globals["__warningregistry__"] = {}
+    module = module_globals.get("__name__", "<string>")
+    if module is not None and not isinstance(module, str):
+        module = "<string>"
+    _warnings.warn_explicit(message, category, filename, lineno, module, registry)
+
+
+def _logging_frame(frame):
+    return logging._is_internal_frame(frame)  # logging's own file, or importlib's
+
+
+def _find_caller(f, left, stop=None):
+    """Logger.findCaller's walk from `f`, with `left` frames outside logging still to count:
+    (filename, lineno, function name), or the count still left when it reaches `stop`."""
+    while True:
+        if not _logging_frame(f):
+            left -= 1
+        if left <= 0 or f.f_back is None:
+            return (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+        if f is stop:
+            return left
+        f = f.f_back
+
+
+def log_site(frame, root, stacklevel):
+    """Where a Logger method called in `frame` with `stacklevel` says its record comes from:
+    (filename, lineno, function), or the frames outside logging still to find above `root`."""
+    return _find_caller(frame, stacklevel, root)
+
+
+def log(logger, level, msg, args, site, extra):
+    """logger.log(level, msg, *args, extra=extra) as eager made it from `site`."""
+    if not logger.isEnabledFor(level):
+        return
+    if not logging._srcfile:
+        where = ("(unknown file)", 0, "(unknown function)")
+    elif isinstance(site, int):
+        where = _find_caller(sys._getframe(1), site)
+    else:
+        where = site
+    filename, lineno, function = where
+    logger.handle(logger.makeRecord(logger.name, level, filename, lineno, msg, args, None,
+                                    function, extra, None))
