@@ -794,6 +794,7 @@ class ProgramGen:
             kinds += [(3, "break_continue")]
         kinds += [(0.4, "raise"), (0.4, "assert"), (0.8, "pair"), (2, "containers_in"),
                   (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try"), (1, "print"),
+                  (0.8, "warn_log"),
                   (0.6, "data_sizes"), (0.6, "const_tensor"), (0.6, "iter_alias")]
         if depth < 2:
             kinds += [(1, "block")]
@@ -1019,6 +1020,29 @@ class ProgramGen:
         if g == 4:  # an object with its own __str__: a break
             return ["print(OBJ)" if self.p(0.5) else f"print({k}, file=_SINK)"]
         return [f"print(tuple({e.code}.shape), {{'k': {k}}})"]
+
+    def st_warn_log(self, env, depth, loop):
+        # warnings and log records name the caller's file and line (the runner compares what
+        # each world warned, G_RECORDS what it logged): replayed as steps from that site
+        # ([Note: effects that read the caller's frame])
+        self.features.add("warn_log")
+        k = self.gen_int(env)[0]
+        e = self.leaf(env)
+        g = self.r.randrange(7)
+        if g == 0:
+            return [f'warnings.warn(f"deprecated k={{{k}}}", DeprecationWarning)']
+        if g == 1:  # the runner's line, or the line above it
+            return [f'warnings.warn("from the caller", FutureWarning, '
+                    f'stacklevel={self.r.randint(2, 3)})']
+        if g == 2:
+            return [f'_LOG.info("k=%d shape=%s", {k}, tuple({e.code}.shape))']
+        if g == 3:
+            return [f'_LOG.debug("hidden %d", {k})', '_LOG.warning("up", stacklevel=2)']
+        if g == 4:
+            return [f'_LOG.log(logging.ERROR, "n=%s", {e.code}.numel(), extra={{"tag": {k}}})']
+        if g == 5:  # not replayed: a break that runs in the frame
+            return ['_LOG.info("with the stack", stack_info=True)']
+        return [f'warnings.warn("shape %s" % (tuple({e.code}.shape),), UserWarning)']
 
     def st_try(self, env, depth, loop):
         e = self.gen_t(env, 1)
@@ -1965,6 +1989,8 @@ class ProgramGen:
                     "with torch.no_grad():\n        NET.fc.weight.mul_(0.5)",
                     "DCT['b'] = torch.randn(F)", "DCT.pop('b', None)", "DCT['a'] = torch.randn(F)",
                     "G_LOG.clear()", "G_CACHE.clear()",
+                    "_LOG.setLevel(logging.ERROR if _LOG.level == logging.INFO "
+                    "else logging.INFO)",
                     "HELPER = helper_b if HELPER is helper_a else helper_a",
                     f"BATCH = {r.choice([2, 3, 4])}\n    G_B = torch.randn(BATCH, F)",
                 ]))
@@ -1985,6 +2011,8 @@ class ProgramGen:
 import builtins
 import functools
 import io
+import logging
+import warnings
 
 import torch
 import torch.nn as nn
@@ -2001,7 +2029,9 @@ G_B = torch.randn(BATCH, F)
 W0 = torch.randn(F, H)
 W1 = torch.randn(H, F)
 G_LOG = []
+G_RECORDS = []
 G_CACHE = {{}}
+WARN_MODE = {self.choice(['"always"', '"default"'])}
 N_SEQ = {n_seq!r}
 X_SEQ = {x_seq!r}
 IDX_SEQ = {idx_seq!r}
@@ -2177,6 +2207,16 @@ def _pre_hook(module, inputs):
     return (inputs[0] * 0.5,)
 
 
+class _Records(logging.Handler):
+    def emit(self, record):
+        G_RECORDS.append((record.levelname, record.funcName, record.lineno,
+                          record.getMessage(), getattr(record, "tag", None)))
+
+
+_LOG = logging.getLogger(__name__ + ".log")  # one per world
+_LOG.handlers[:] = [_Records()]
+_LOG.setLevel(logging.INFO)
+_LOG.propagate = False
 _hooks = []
 _SINK = io.StringIO()
 HELPER = {self.choice(['helper_a', 'helper_b'])}

@@ -26,6 +26,7 @@ import sys
 import time
 import traceback
 import types
+import warnings
 from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -146,16 +147,23 @@ def _run_call(mod, f, i, base):
     args, kwargs = mod.make_args(i)
     torch.manual_seed(_seed(base, i, 3))
     grad = torch.is_grad_enabled()
-    printed = io.StringIO()  # what the call printed is part of what it did
+    printed = io.StringIO()  # what the call printed and warned is part of what it did
     autocast = getattr(mod, "AUTOCAST_SEQ", None)
-    try:
-        with contextlib.redirect_stdout(printed), \
-                torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(autocast and autocast[i])):
-            out = ("ok", f(*args, **kwargs))
-    except Exception as e:  # noqa: BLE001
-        out = ("exc", e)
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter(getattr(mod, "WARN_MODE", "always"))
+        try:
+            with contextlib.redirect_stdout(printed), \
+                    torch.autocast("cpu", dtype=torch.bfloat16,
+                                   enabled=bool(autocast and autocast[i])):
+                out = ("ok", f(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001
+            out = ("exc", e)
     if torch.is_grad_enabled() != grad:
         out = ("grad-mode-changed", out)
+    # the warnings filed in the program's file (the same in both worlds) or, through a
+    # stacklevel, in this one, with the line they name
+    printed.write("".join(f"[{w.category.__name__} at {w.filename}:{w.lineno}] {w.message}\n"
+                          for w in warned if w.filename in (mod.__file__, __file__)))
     return mut, args, kwargs, out, printed.getvalue()
 
 
