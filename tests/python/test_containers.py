@@ -511,3 +511,28 @@ def pop_after_write(x, d):
 
 def test_pop_after_a_write_to_the_same_dict_matches_eager():
     check(pop_after_write, [(torch.randn(2), {"k": 0}), (torch.randn(2), {}), (torch.randn(2), {})])
+
+
+# --- d.update(other, name=value) on a dict passed in or made in the call ---------------------------
+# Each item is set as by `d[key] = value` (a replayed write on a dict passed in); keyword
+# arguments used to break with MB003, as did any update of a dict passed in.
+
+def update_both_ways(x, d):
+    d.update(scale=2.0, out=x * 2)
+    d.update({"a": x + 1}, b=3)
+    made = {"k": 1}
+    made.update(d, k=x.sum())
+    return x * d["scale"] + d["a"], made["k"], made["out"]
+
+
+def test_update_with_keywords_on_dicts_passed_in_and_made_in_the_call():
+    calls = [(torch.randn(3), {"a": torch.ones(3)}),
+             (torch.randn(3), {"a": torch.ones(3), "scale": 1.0}),
+             (torch.randn(3), {}), (torch.randn(3), {})]
+    cf = check(update_both_ways, calls)
+    assert_stats(cf, breaks=0)
+    for _, d in calls:  # the order of the keys, as eager leaves it
+        mine, eager = dict(d), dict(d)
+        cf(torch.ones(3), mine)
+        update_both_ways(torch.ones(3), eager)
+        assert list(mine) == list(eager)

@@ -2814,6 +2814,10 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
             p.had_key = PyDict_Contains(m_cap.v(p.in[0]).real.get(), m_cap.v(p.in[1]).real.get());
             if (p.had_key < 0) PyErr_Clear();  // unhashable: the call raises
         }
+        // d.update(...) on a dict passed in: which keys it adds (they go last in its order)
+        if (p.callee.name == "update" && !p.in.empty() &&
+            m_cap.v(p.in[0]).kind == ValueKind::Input && PyDict_Check(m_cap.v(p.in[0]).real.get()))
+            p.dict_before = py::Ref::steal(PyDict_Copy(m_cap.v(p.in[0]).real.get()));
         return;
     case CallKind::IO:
         return m_cap.fail(breaks::kIO, "`" + p.callee.name + "()` does input or output",
@@ -3537,20 +3541,26 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::Iteration:
     case CallKind::DictMethod: {
         size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+        if (p.callee.kind == CallKind::DictMethod && name == "update") {
+            size_t npos = p.in.size() - nkw;
+            const Value& d = m_cap.v(p.in[0]);
+            if (npos > 2 || (d.kind != ValueKind::FreshDict && !p.dict_before))
+                return m_cap.fail(breaks::kUnsupportedCallee, "dict.update() on " + d.label,
+                                  "update a dict made in the call or passed in, from one dict");
+            std::vector<std::pair<int, int>> keywords;
+            for (size_t k = 0; k < nkw; ++k)
+                keywords.emplace_back(m_cap.const_value(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))),
+                                      p.in[npos + k]);
+            int r = dict_update(p.in[0], npos == 2 ? p.in[1] : -1, keywords, p.dict_before.get());
+            if (r >= 0) push_out(r);
+            return;
+        }
         if (nkw == 0) return push_out(iter_call(name, p.in, result, p.had_key));
         if (name == "enumerate" && nkw == 1 && p.in.size() == 2 &&
             str(PyTuple_GET_ITEM(p.kwnames, 0)) == "start")
             return push_out(iter_call(name, p.in, result));  // enumerate(xs, start=1)
-        if (name != "update" || m_cap.v(p.in[0]).kind != ValueKind::FreshDict)
-            return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` with keyword arguments",
-                              "pass the arguments by position");
-        // d.update(other, name=v): the other's items, then the keywords, in order
-        std::vector<int> pos(p.in.begin(), p.in.end() - static_cast<long>(nkw));
-        if (pos.size() > 1 && iter_call(name, pos, result) < 0) return;
-        for (size_t k = 0; k < nkw; ++k)
-            set_fresh_item(p.in[0], m_cap.const_value(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))),
-                           p.in[pos.size() + k]);
-        return push_out(m_cap.const_value(Py_None));
+        return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` with keyword arguments",
+                          "pass the arguments by position");
     }
     default:
         return m_cap.internal_error("call completion for " + name);
@@ -4307,22 +4317,48 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         if (got == m_cap.null_value() && fallback >= 0) return fallback;
         return got;
     }
-    if (name == "update" && args.size() == 2 && m_cap.v(d).kind == ValueKind::FreshDict) {
-        // losses.update(detector_losses): the other dict's items, set in its order
-        int o = args[1];
-        bool source = m_cap.v(o).kind == ValueKind::FreshDict ||
-                      (m_cap.v(o).kind == ValueKind::Input && PyDict_Check(m_cap.v(o).real.get()));
-        if (!source) return fail("dict.update() from " + m_cap.v(o).label);
-        std::vector<int> pairs;
-        if (!dict_view(o, DictView::Items, pairs)) return -1;
-        for (size_t j = 0; j + 1 < pairs.size(); j += 2) {
-            if (m_cap.v(pairs[j]).kind != ValueKind::Const)
-                return fail("dict.update() with a key that is not a constant");
-            set_fresh_item(d, pairs[j], pairs[j + 1]);
-        }
-        return m_cap.const_value(Py_None);
-    }
+    if (name == "update" && args.size() == 2 && m_cap.v(d).kind == ValueKind::FreshDict)
+        return dict_update(d, args[1], {}, nullptr);  // losses.update(detector_losses)
     return fail("dict." + name + "() on " + m_cap.v(d).label);
+}
+
+// d.update(other, name=v, ...): other's items (a dict made in the call or passed in) in its
+// order, then the keywords, each set as by `d[key] = value`. `d` is a dict made in the call, or
+// one passed in whose items before the call were `before` (which keys the update adds).
+int Monitor::dict_update(int d, int other, const std::vector<std::pair<int, int>>& keywords,
+                         PyObject* before) {
+    std::vector<int> pairs;
+    if (other >= 0) {
+        const Value& o = m_cap.v(other);
+        if (o.kind != ValueKind::FreshDict &&
+            !(o.kind == ValueKind::Input && PyDict_Check(o.real.get()))) {
+            m_cap.fail(breaks::kUnsupportedCallee, "dict.update() from " + o.label,
+                       "update from a dict, or set the items one by one");
+            return -1;
+        }
+        if (!dict_view(other, DictView::Items, pairs)) return -1;
+    }
+    for (const auto& [key, value] : keywords) {
+        pairs.push_back(key);
+        pairs.push_back(value);
+    }
+    bool fresh = m_cap.v(d).kind == ValueKind::FreshDict;
+    for (size_t j = 0; j + 1 < pairs.size(); j += 2) {
+        if (m_cap.v(pairs[j]).kind != ValueKind::Const) {
+            m_cap.fail(breaks::kUnsupportedCallee, "dict.update() with a key that is not a constant",
+                       "use constant keys");
+            return -1;
+        }
+        if (fresh) {
+            set_fresh_item(d, pairs[j], pairs[j + 1]);
+            continue;
+        }
+        PyObject* k = m_cap.v(pairs[j]).real.get();
+        bool added = written_item(d, k) < 0 && PyDict_Contains(before, k) == 0;
+        PyErr_Clear();
+        write_input_item(d, pairs[j], pairs[j + 1], added);
+    }
+    return m_cap.const_value(Py_None);
 }
 
 // [SECTION] annotation rules -------------------------------------------------------------------

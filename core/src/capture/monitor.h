@@ -58,6 +58,8 @@ private:
         bool property_get = false;        // LOAD_ATTR of a property: its getter is traced
         int key_map = -1;                 // sorted/min/max(key=f): the record of f's calls
         int had_key = -1;                 // d.setdefault(k, v): 1 if d held k before the call
+        py::Ref dict_before;              // d.update(...) on a dict passed in: a copy of d
+                                          // before the call
     };
     struct ShadowFrame {
         py::IFrame* frame = nullptr;
@@ -233,6 +235,8 @@ private:
     bool pairs_of(int dict, std::vector<int>& out);
     int sorted_items(const Pending& p, PyObject* result);
     void dict_set(int dict, int key, int val);
+    int dict_update(int dict, int other, const std::vector<std::pair<int, int>>& keywords,
+                    PyObject* before);
     void set_fresh_item(int dict, int key, int val);  // d[key] = val, replayed once d escaped
     int fresh_dict_slot(int dict, PyObject* key);
     int dict_item(int dict, PyObject* key, PyObject* real);
