@@ -169,3 +169,22 @@ def test_the_replay_plan_shows_the_print(capsys):
 
     cf = run_both(capsys, f, [(torch.randn(2),)] * 2)
     assert "__builtins__['print']('rows', 2)" in magpy.explain(cf).report["cache_entries"][0]["replay_python"]
+
+
+def test_percent_formatting_of_sizes_and_numbers_read_from_data_is_made_at_replay(capsys):
+    """"n=%d" % n with n a symbolic size or a number read from a tensor used to break (MB004);
+    the text is now made at replay, as an f-string's is."""
+    log = []
+
+    def f(x, n):
+        log.append("rows=%d of %s" % (x.size(0), n))
+        print("positive: %d, total %d" % (int((x > 0).sum()), x.size(0) * n))
+        return x * n
+
+    calls = [(torch.randn(i), i) for i in (2, 3, 4, 5, 6)]
+    cf = run_both(capsys, f, calls)
+    assert log[:5] == log[5:] == ["rows=%d of %d" % (i, i) for i in (2, 3, 4, 5, 6)]
+    # one recompile for the new size, then the sizes are symbolic and formatted at replay
+    assert_stats(cf, graphs=2, breaks=0, hits=3, misses=2)
+    assert any("'rows=%d of %s' %" in g["replay_python"]
+               for g in magpy.explain(cf).report["graphs"])

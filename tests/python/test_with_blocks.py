@@ -444,7 +444,8 @@ def test_keywords_of_a_call_that_goes_on_in_the_frame_stay_keywords():
 # no_grad must not replay the `True` a call with grad on saw after the block.
 def log_after_inner_block(y, log):
     with torch.enable_grad():
-        log.append("n=%d" % y.abs().size(1))  # an operator on a size (dynamic): a break
+        if y.abs().sum() >= 0:  # a branch on tensor data: a break
+            log.append(y.size(1))
     log.append(torch.is_grad_enabled())
     z = y * 2
     return z, z.requires_grad
@@ -476,13 +477,14 @@ def test_state_restored_after_a_block_the_resumed_capture_began_inside():
         lambda rows: torch.randn(rows, 5, requires_grad=True))
     for mode, got, want in results:
         assert torch.equal(got[0], want[0]) and got[1] == want[1], mode
-    assert break_ids(cf) == ["MB004"]
+    assert break_ids(cf) == ["MB001"]
     assert any(".__self__.prev == " in g for g in magpy.explain(cf).guards)
 
 
 def autocast_after_inner_block(x, log):
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        log.append("n=%d" % x.abs().size(1))  # a break inside the block
+        if x.abs().sum() >= 0:  # a branch on tensor data: a break inside the block
+            log.append(x.size(1))
         inside = (x @ x.t()).dtype
     outside = x @ x.t()  # the caller's autocast state decides its dtype
     if outside.dtype == torch.bfloat16:
@@ -504,7 +506,8 @@ def test_autocast_state_restored_after_a_block_the_resumed_capture_began_inside(
 
 def inference_block_break(x, log):
     with torch.inference_mode():
-        log.append("n=%d" % x.abs().size(1))  # a break inside the block
+        if x.abs().sum() >= 0:  # a branch on tensor data: a break inside the block
+            log.append(x.size(1))
         y = x * 2
     return y, y.is_inference(), (x + 1).is_inference()
 

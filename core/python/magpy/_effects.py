@@ -12,15 +12,19 @@ those frames exist, where the call looks (`warn_site`, `log_site`), and the plan
   up from the compiled function's caller, looked up at replay, when that caller is running.
 
 The plan calls these functions straight from the compiled function's call, so their own
-caller (frame 1) is the compiled function's caller.
+caller (frame 1) is the compiled function's caller, or a bridge standing for the function's
+own frame ([Note: bridges] in _resume.py), which the walk steps over.
 """
 
 import logging
 import sys
+import warnings
 
 import _warnings
 
-__all__ = ["warn_site", "warn", "log_site", "log"]
+from magpy._resume import BRIDGES
+
+__all__ = ["warn_site", "warn", "log_site", "log", "TracerWarningLog"]
 
 
 def _importlib_frame(frame):
@@ -28,30 +32,41 @@ def _importlib_frame(frame):
     return "importlib" in name and "_bootstrap" in name
 
 
-def warn_site(frame, root, stacklevel):
-    """Where `warnings.warn(..., stacklevel=stacklevel)` called in `frame` files its warning,
-    walking as CPython's _warnings does: (filename, lineno, module globals), or the frames
-    still to walk above `root`."""
-    skip_internal = not (stacklevel <= 0 or _importlib_frame(frame))
-    f, steps = frame, stacklevel - 1
-    while steps > 0 and f is not None:
-        if f is root:
-            return steps
+def _back(f):
+    """The frame that called f, bridges stepped over."""
+    f = f.f_back
+    while f is not None and f.f_code in BRIDGES:
         f = f.f_back
+    return f
+
+
+def _warn_walk(f, steps, skip_internal, stop=None):
+    """`steps` frames up from f as CPython's _warnings walks (importlib's own frames skipped
+    when `skip_internal`): (filename, lineno, module globals), or the steps still left when
+    the walk reaches `stop`."""
+    while steps > 0 and f is not None:
+        if f is stop:
+            return steps
+        f = _back(f)
         while skip_internal and f is not None and _importlib_frame(f):
-            f = f.f_back
+            f = _back(f)
         steps -= 1
     if f is None:
         return ("sys", 1, sys.__dict__)
     return (f.f_code.co_filename, f.f_lineno, f.f_globals)
 
 
+def warn_site(frame, root, stacklevel):
+    """Where `warnings.warn(..., stacklevel=stacklevel)` called in `frame` files its warning:
+    (filename, lineno, module globals), or the frames still to walk above `root`."""
+    return _warn_walk(frame, stacklevel - 1, not (stacklevel <= 0 or _importlib_frame(frame)),
+                      root)
+
+
 def warn(message, category, site):
     """warnings.warn(message, category) as eager issued it from `site`."""
-    if isinstance(site, int):
-        # this frame counts as the compiled function's own: one more level up is its caller
-        _warnings.warn(message, category, stacklevel=site + 1)
-        return
+    if isinstance(site, int):  # the compiled function's caller is one step
+        site = _warn_walk(_back(sys._getframe()), site - 1, True)
     filename, lineno, module_globals = site
     registry = module_globals.get("__warningregistry__")
     if registry is None:
@@ -72,11 +87,12 @@ def _find_caller(f, left, stop=None):
     while True:
         if not _logging_frame(f):
             left -= 1
-        if left <= 0 or f.f_back is None:
+        up = _back(f)
+        if left <= 0 or up is None:
             return (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
         if f is stop:
             return left
-        f = f.f_back
+        f = up
 
 
 def log_site(frame, root, stacklevel):
@@ -92,9 +108,44 @@ def log(logger, level, msg, args, site, extra):
     if not logging._srcfile:
         where = ("(unknown file)", 0, "(unknown function)")
     elif isinstance(site, int):
-        where = _find_caller(sys._getframe(1), site)
+        where = _find_caller(_back(sys._getframe()), site)
     else:
         where = site
     filename, lineno, function = where
     logger.handle(logger.makeRecord(logger.name, level, filename, lineno, msg, args, None,
                                     function, extra, None))
+
+
+class TracerWarningLog:
+    """The TracerWarnings shown while a backend traces a region of a plan (torch warns that the
+    trace depends on data), in `seen` as (message, filename, lineno).
+
+    Every other warning is shown as the user's filters and registries decide, as it would be
+    without the trace: catch_warnings() would have reset every module's registry (a warning
+    shown once per line would show again) and shown them all."""
+
+    def __enter__(self):
+        from torch.jit import TracerWarning
+
+        self.seen = []
+        self._category = TracerWarning
+        self._filter = ("always", None, TracerWarning, None, 0)
+        warnings.filters.insert(0, self._filter)  # in place: registries stay valid
+        self._show = warnings.showwarning
+        warnings.showwarning = self._record
+        return self
+
+    def _record(self, message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, self._category):
+            self.seen.append((str(message), filename, lineno))
+        else:
+            self._show(message, category, filename, lineno, file, line)
+
+    def __exit__(self, *exc):
+        if warnings.showwarning == self._record:
+            warnings.showwarning = self._show
+        for i, f in enumerate(warnings.filters):
+            if f is self._filter:
+                del warnings.filters[i]
+                break
+        return False

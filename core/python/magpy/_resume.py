@@ -21,6 +21,7 @@ import dis
 import functools
 import sys
 import types
+import weakref
 
 __all__ = ["make_resume", "ResumeUnsupported"]
 
@@ -396,6 +397,11 @@ def _line_entries(code, start, end, first_line):
     return bytes(out), line
 
 
+# The codes of the bridges made so far: a bridge's frame stands for the function's own frame,
+# so what looks at the frames above a compiled function steps over it (magpy/_effects.py).
+BRIDGES = weakref.WeakSet()
+
+
 def _bridge(code, target, stack_nulls, pro, body, launcher, **layout):
     end, depth = _statement_end(code, target, len(stack_nulls))
     for start, size, _, _ in _exception_ranges(code.co_exceptiontable):
@@ -424,6 +430,7 @@ def _bridge(code, target, stack_nulls, pro, body, launcher, **layout):
         co_exceptiontable=b"",
         **layout,
     )
+    BRIDGES.add(new)
     return new, units
 
 

@@ -520,23 +520,17 @@ bool trusted_site(const std::string& file, long line) {
     return false;
 }
 
-// Records the Python warnings raised while tracing, and issues the user's again. The tracer's
-// own (TracerWarning) make the trace unusable unless raised at a trusted site (above).
+// Records the TracerWarnings shown while tracing (magpy._effects.TracerWarningLog); the user's
+// own warnings are shown as they would be without the trace. The tracer's warnings make the
+// trace unusable unless raised at a trusted site (above).
 class WarningLog {
 public:
     bool begin() {
-        m_warnings = py::Ref::steal(PyImport_ImportModule("warnings"));
-        if (!m_warnings) return false;
-        py::Ref cls = py::Ref::steal(PyObject_GetAttrString(m_warnings.get(), "catch_warnings"));
-        py::Ref kw = py::Ref::steal(Py_BuildValue("{s:O}", "record", Py_True));
-        py::Ref args = py::Ref::steal(PyTuple_New(0));
-        if (!cls || !kw || !args) return false;
-        m_cm = py::Ref::steal(PyObject_Call(cls.get(), args.get(), kw.get()));
-        if (!m_cm) return false;
-        m_log = py::Ref::steal(PyObject_CallMethod(m_cm.get(), "__enter__", nullptr));
-        if (!m_log) return false;
-        py::Ref r = py::Ref::steal(PyObject_CallMethod(m_warnings.get(), "simplefilter", "s",
-                                                       "always"));
+        py::Ref mod = py::Ref::steal(PyImport_ImportModule("magpy._effects"));
+        m_log = mod ? py::Ref::steal(PyObject_CallMethod(mod.get(), "TracerWarningLog", nullptr))
+                    : py::Ref();
+        py::Ref r = m_log ? py::Ref::steal(PyObject_CallMethod(m_log.get(), "__enter__", nullptr))
+                          : py::Ref();
         return static_cast<bool>(r);
     }
 
@@ -544,52 +538,30 @@ public:
     // pending Python error as it is.
     std::vector<std::string> end() {
         std::vector<std::string> tracer;
-        if (!m_cm) return tracer;
+        if (!m_log) return tracer;
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         py::Ref r = py::Ref::steal(
-            PyObject_CallMethod(m_cm.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
-        if (!r) PyErr_Clear();
-        static PyObject* tracer_warning = [] {
-            py::Ref m = py::Ref::steal(PyImport_ImportModule("torch.jit"));
-            PyObject* c = m ? PyObject_GetAttrString(m.get(), "TracerWarning") : nullptr;
-            if (!c) PyErr_Clear();
-            return c;  // kept for the process
-        }();
-        Py_ssize_t n = m_log && PyList_Check(m_log.get()) ? PyList_GET_SIZE(m_log.get()) : 0;
+            PyObject_CallMethod(m_log.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
+        py::Ref seen = r ? py::Ref::steal(PyObject_GetAttrString(m_log.get(), "seen")) : py::Ref();
+        PyErr_Clear();
+        Py_ssize_t n = seen && PyList_Check(seen.get()) ? PyList_GET_SIZE(seen.get()) : 0;
         for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* w = PyList_GET_ITEM(m_log.get(), i);
-            py::Ref cat = py::Ref::steal(PyObject_GetAttrString(w, "category"));
-            py::Ref msg = py::Ref::steal(PyObject_GetAttrString(w, "message"));
-            if (!cat || !msg) {
-                PyErr_Clear();
-                continue;
-            }
-            py::Ref file = py::Ref::steal(PyObject_GetAttrString(w, "filename"));
-            py::Ref line = py::Ref::steal(PyObject_GetAttrString(w, "lineno"));
-            if (tracer_warning && PyObject_IsSubclass(cat.get(), tracer_warning) == 1) {
-                std::string where = file ? py::str_of(file.get()) : "";
-                long lineno = line ? PyLong_AsLong(line.get()) : -1;
-                PyErr_Clear();
-                if (!trusted_site(where, lineno))
-                    tracer.push_back(where + ":" + std::to_string(lineno) + ": " +
-                                     py::str_of(msg.get()));
-                continue;
-            }
+            PyObject* w = PyList_GET_ITEM(seen.get(), i);  // (message, filename, lineno)
+            if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 3) continue;
+            std::string where = py::str_of(PyTuple_GET_ITEM(w, 1));
+            long lineno = PyLong_AsLong(PyTuple_GET_ITEM(w, 2));
             PyErr_Clear();
-            if (file && line) {
-                py::Ref again = py::Ref::steal(PyObject_CallMethod(
-                    m_warnings.get(), "warn_explicit", "OOOO", msg.get(), cat.get(), file.get(),
-                    line.get()));
-            }
-            PyErr_Clear();  // a warning turned into an error here is not ours to raise
+            if (!trusted_site(where, lineno))
+                tracer.push_back(where + ":" + std::to_string(lineno) + ": " +
+                                 py::str_of(PyTuple_GET_ITEM(w, 0)));
         }
         PyErr_Restore(et, ev, tb);
         return tracer;
     }
 
 private:
-    py::Ref m_warnings, m_cm, m_log;
+    py::Ref m_log;
 };
 
 std::string first_line(const std::string& s) {

@@ -4673,6 +4673,23 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
     return -1;
 }
 
+// Whether `%`-formatting `value` into a string gives the same text at replay: numbers (fixed,
+// symbolic or read from data), strings, and tuples of those.
+bool Monitor::formats_at_replay(int value, int depth) {
+    const Value& v = m_cap.v(value);
+    PyObject* o = v.real.get();
+    if (!o || v.tensor) return false;
+    if (v.kind == ValueKind::FreshTuple && PyTuple_CheckExact(o) && depth == 0) {
+        std::vector<int> items = v.items;
+        for (int it : items)
+            if (!formats_at_replay(it, 1)) return false;
+        return true;
+    }
+    bool scalar = PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o);
+    return scalar && (v.kind == ValueKind::Const || v.kind == ValueKind::Input ||
+                      v.kind == ValueKind::OpResult);
+}
+
 int Monitor::binary(int op, int a, int b, PyObject* real) {
     Value &x = m_cap.v(a), &y = m_cap.v(b);
     bool sym = x.sym_number() || y.sym_number();
@@ -4694,6 +4711,18 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         return r;
     }
     if (x.kind == ValueKind::Const && y.kind == ValueKind::Const) return m_cap.const_value(real);
+    if (op == NB_REMAINDER && x.kind == ValueKind::Const && PyUnicode_CheckExact(x.real.get()) &&
+        formats_at_replay(b)) {
+        // "n=%d" % n, "%d/%d" % (i, n) with a symbolic size or a number read from data: the text
+        // is made at replay, as an f-string's is (format_step)
+        Step s;
+        s.kind = StepKind::Binary;
+        s.op = op;
+        Arg p, q;
+        if (!m_cap.arg_of(a, p) || !m_cap.arg_of(b, q)) return -1;
+        s.args = {p, q};
+        return m_cap.record(std::move(s), real, op_label(x.label, "%", y.label), false);
+    }
     auto is_dict = [&](const Value& d) {
         return !d.tensor && PyDict_Check(d.real.get()) &&
                (d.kind == ValueKind::FreshDict || d.kind == ValueKind::Input);

@@ -235,6 +235,7 @@ private:
     bool pairs_of(int dict, std::vector<int>& out);
     int sorted_items(const Pending& p, PyObject* result);
     void dict_set(int dict, int key, int val);
+    bool formats_at_replay(int value, int depth = 0);  // "%d" % value made at replay
     int dict_update(int dict, int other, const std::vector<std::pair<int, int>>& keywords,
                     PyObject* before);
     void set_fresh_item(int dict, int key, int val);  // d[key] = val, replayed once d escaped

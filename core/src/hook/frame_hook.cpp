@@ -170,6 +170,14 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     return result;
 }
 
+// What a bridge returns once its statement has run: the resume function that goes on after
+// it, and its arguments (bridge_continue).
+constexpr const char* kBridgeExit = "magpy.bridge_exit";
+struct BridgeExit {
+    py::Ref fn;
+    std::vector<py::Ref> live;
+};
+
 // After a segment: the frame goes on in its resume function, called like any compiled frame (its
 // own cache entries, captured on its first calls). `live` is the segment's result (stolen).
 PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, PyObject* live) {
@@ -184,7 +192,19 @@ PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, Py
     argv.reserve(args.size());
     for (const py::Ref& a : args) argv.push_back(a.get());
     // [Note: calls that read their caller's frame] in capture/segment.cpp.
-    if (c.eager) return PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr);
+    if (c.eager) {
+        py::Ref r = py::Ref::steal(PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr));
+        if (!r || !PyCapsule_IsValid(r.get(), kBridgeExit)) return r.release();
+        // A bridge ran its statement and returned how to go on: the rest of the function runs
+        // from here, so its frame's caller is the function's caller, as in eager (the bridge
+        // frame has gone). `r` holds the state until the call returns.
+        const auto* exit = static_cast<const BridgeExit*>(PyCapsule_GetPointer(r.get(), kBridgeExit));
+        std::vector<PyObject*> rest;
+        for (const py::Ref& v : exit->live) rest.push_back(v.get());
+        PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(exit->fn.get()));
+        ActiveScope scope(st, code, nullptr, nullptr);
+        return PyObject_Vectorcall(exit->fn.get(), rest.data(), rest.size(), nullptr);
+    }
     PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.get()));
     ActiveScope scope(st, code, nullptr, nullptr);
     return PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr);
@@ -409,6 +429,8 @@ PyObject* compiled_call_impl(PyObject*, PyObject* const* args, Py_ssize_t nargs,
 // the statement of a call that reads its caller's frame has run in it. The bridge frame's
 // locals and cells, and `stack`, are the live state at `end` of `origin`; the frame goes on
 // there in an ordinary resume function, compiled under the options of the call under way.
+// The launcher returns that function and its arguments (a BridgeExit capsule), the bridge
+// returns them, and resume() calls the function once the bridge frame has gone.
 PyObject* bridge_continue(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyCode_Check(args[0]) || !PyLong_Check(args[1]) ||
         !PyTuple_CheckExact(args[2])) {
@@ -471,12 +493,15 @@ PyObject* bridge_continue(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     std::vector<bool> nulls(static_cast<size_t>(PyTuple_GET_SIZE(stack)), false);
     PyCodeObject* code = resume_code(origin, end, nulls, unbound, false, nullptr, functions);
     if (!code) return nullptr;
-    py::Ref fn = resume_function(code, py::frame_function(f));
-    if (!fn) return nullptr;
-    CompiledState* st = t_active ? t_active->st : nullptr;
-    if (!st) return PyObject_Vectorcall(fn.get(), live.data(), live.size(), nullptr);
-    ActiveScope scope(*st, code, nullptr, nullptr);
-    return PyObject_Vectorcall(fn.get(), live.data(), live.size(), nullptr);
+    auto exit = std::make_unique<BridgeExit>();
+    exit->fn = resume_function(code, py::frame_function(f));
+    if (!exit->fn) return nullptr;
+    for (PyObject* v : live) exit->live.push_back(py::Ref::borrow(v));
+    PyObject* capsule = PyCapsule_New(exit.get(), kBridgeExit, [](PyObject* c) {
+        delete static_cast<BridgeExit*>(PyCapsule_GetPointer(c, kBridgeExit));
+    });
+    if (capsule) exit.release();
+    return capsule;
 }
 
 PyMethodDef g_bridge_def = {
