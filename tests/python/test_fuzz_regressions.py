@@ -5,6 +5,10 @@ the engine is fixed the test passes, strict xfail turns that into a failure, and
 the seeds listed for it in test_fuzz.py's KNOWN_BUG_SEEDS) should be removed.
 """
 
+import logging
+import sys
+import warnings
+
 import pytest
 import torch
 
@@ -275,3 +279,64 @@ def test_an_op_that_returns_its_input_for_one_layout_keeps_later_layouts(name):
             assert got[0].stride() == want[0].stride()
             assert torch.allclose(got[0], want[0]) and torch.allclose(got[1], want[1])
         assert_stats(cf, breaks=0, graphs=1, hits=5)
+
+
+# Fuzz seed 250528: a warning at stacklevel 2 after a bridge named the bridge's frame (line -1)
+# instead of the function's caller. A frame-reading call (`stack_info=True` logging) made the
+# rest of the call go on through a bridge, and the bridge called the rest, so its frame sat
+# between the caller and the rest of the function. A bridge now returns the rest, which runs
+# once the bridge frame has gone ([Note: bridges] in magpy/_resume.py).
+def warn_after_a_bridge(x, log):
+    log.info("the stack", stack_info=True)  # not replayed: a bridge
+    try:
+        warnings.warn("from the caller", FutureWarning, stacklevel=2)
+        y = x + 1
+    except RuntimeError:
+        y = x
+    return y, sys._getframe(1).f_code.co_name  # the caller, in eager
+
+
+def calls_it(fn, x, log):
+    return fn(x, log)  # the line stacklevel=2 names
+
+
+@pytest.mark.parametrize("backend", ["eager", "torchscript"])
+def test_a_warning_after_a_bridge_names_the_functions_caller(backend):
+    log = logging.getLogger("magpy.test.fuzz250528")
+    log.addHandler(logging.NullHandler())
+    log.propagate = False
+    cf = magpy.compile(warn_after_a_bridge, backend=backend)
+    for _ in range(3):
+        x = torch.randn(3)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            compiled = calls_it(cf, x, log)
+            eager = calls_it(warn_after_a_bridge, x, log)
+        assert [(w.filename, w.lineno) for w in got[:1]] == [(w.filename, w.lineno)
+                                                             for w in got[1:]]
+        assert got[0].filename == __file__
+        assert compiled[1] == eager[1] == "calls_it"
+        assert torch.equal(compiled[0], eager[0])
+
+
+# Fuzz seed 252632 (torchscript): a warning shown once per line (the "default" filter) showed
+# again after each region was traced. The backend traced under warnings.catch_warnings(),
+# which resets every module's warning registry. It now intercepts only TracerWarnings and
+# leaves the filters' version, and so the registries, as they were.
+def warns_between_regions(x):
+    for _ in range(3):
+        x = (x * 2).relu().sum(0, keepdim=True).expand(4, 3) + x
+        warnings.warn("once per line", UserWarning)
+    return x
+
+
+def test_a_warning_once_per_line_stays_once_across_traces():
+    def shown(fn):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("default")
+            for n in (4, 4, 4):
+                fn(torch.randn(n, 3))
+        return [str(w.message) for w in got]
+
+    assert shown(warns_between_regions) == ["once per line"]
+    assert shown(magpy.compile(warns_between_regions, backend="torchscript")) == ["once per line"]
