@@ -5,6 +5,7 @@ explain and report, the live view and its throttle."""
 import json
 import os
 import time
+import warnings
 
 import pytest
 import torch
@@ -437,3 +438,31 @@ def test_live_view_hears_the_engine_capture_and_compile(ip, rec):
     run(ip, "%%magpy\ny = (x * 2).relu()\nif y.sum() > 0:  # a branch on data: a break\n    y = y + 1\ny.sum()")
     final = rec.progress()[-1]["data"][PROGRESS]
     assert final["captures_seen"] >= 1 and final["graphs_seen"] >= 1
+
+
+def test_warnings_and_log_records_in_a_cell_name_the_cells_lines(ip, rec):
+    """warnings.warn and logging in a %%magpy cell are replayed as steps naming the cell's
+    lines, as the plain cell names them (counting the %%magpy line, as tracebacks do)."""
+    run(ip, "import io, logging, warnings\nx = torch.ones(3)\nout = io.StringIO()\n"
+            "log = logging.getLogger('magpy.test.cell')\nlog.propagate = False\n"
+            "log.setLevel(logging.INFO)\nh = logging.StreamHandler(out)\n"
+            "h.setFormatter(logging.Formatter('%(lineno)d %(message)s'))\nlog.addHandler(h)")
+    cell = "y = x * 2\nwarnings.warn('careful', UserWarning)\nlog.info('sum %s', y.sum())\ny + 1"
+
+    def emitted(code):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            result = run(ip, code)
+        text = ip.user_ns["out"].getvalue()
+        ip.user_ns["out"].truncate(0)
+        ip.user_ns["out"].seek(0)
+        return [(str(w.message), w.lineno) for w in got], text, result
+
+    eager = emitted(cell)
+    assert eager[:2] == ([("careful", 2)], "3 sum tensor(6.)\n")
+    for _ in range(2):
+        got = emitted("%%magpy --quiet\n" + cell)
+        assert got[:2] == ([("careful", 3)], "4 sum tensor(6.)\n")
+        assert torch.equal(got[2], eager[2])
+    ex = run(ip, "%magpy_explain")
+    assert ex.graph_count == 1 and ex.break_count == 0 and ex.cache_hits >= 1
