@@ -177,7 +177,22 @@ def test_key_in_input_dict():
 
     x = torch.randn(3)
     cf = check(f, [(x, {"bias": 1.0}), (x, {"bias": 1.0}), (x, {"bias": 2.0})])
-    assert_stats(cf, graphs=2, hits=1, misses=2)
+    assert_stats(cf, graphs=2, hits=1, misses=2)  # the value read by d["bias"] is guarded
+
+
+def test_key_in_input_dict_guards_presence_only():
+    def f(x, d):
+        if "mask" in d and "drop" not in d:
+            return x * 2
+        return x
+
+    x = torch.randn(3)
+    calls = [(x, {"mask": t}) for t in (torch.ones(2), torch.zeros(4), "any", None)]
+    cf = check(f, calls + [(x, {}), (x, {"mask": 1, "drop": 0}), (x, {"mask": 2})])
+    # what the keys hold is never read: only their presence decides
+    assert_stats(cf, graphs=3, hits=4, misses=3)
+    guards = magpy.explain(cf).guards
+    assert "'mask' in L['d']" in guards and "'drop' not in L['d']" in guards, guards
 
 
 def test_nested_input_containers():

@@ -318,11 +318,12 @@ bool Capture::guard_same_object(int a, int b) {
     return true;
 }
 
-void Capture::guard_absent(int id, CheckKind kind, PyObject* key) {
+void Capture::guard_absent(int id, CheckKind kind, PyObject* key, bool flag) {
     if (v(id).node < 0) return;
     Check c;
     c.kind = kind;
     c.key = py::Ref::borrow(key);
+    c.flag = flag;
     m_guards->add_check(v(id).node, std::move(c));
 }
 

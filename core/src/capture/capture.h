@@ -181,12 +181,16 @@ public:
     void guard_identity(int value);  // `is` the object it is now (parameters(): tied weights)
     void guard_strides(int value);
     // A key absent from a dict, an attribute absent from obj.__dict__, or from obj altogether.
-    void guard_no_key(int value, PyObject* key) { guard_absent(value, CheckKind::NoKey, key); }
+    void guard_no_key(int value, PyObject* key) { guard_key_in(value, key, false); }
+    void guard_key_in(int value, PyObject* key, bool present) {
+        guard_absent(value, CheckKind::KeyIn, key, present);
+    }
     void guard_no_instance_attr(int value, PyObject* name) {
         guard_absent(value, CheckKind::NoInstanceAttr, name);
     }
     void guard_no_attr(int value, PyObject* name) { guard_absent(value, CheckKind::NoAttr, name); }
-    void guard_absent(int value, CheckKind kind, PyObject* key);
+    // A check on `key` of the value's node (KeyIn, NoInstanceAttr, NoAttr).
+    void guard_absent(int value, CheckKind kind, PyObject* key, bool flag = false);
     GuardTree& guards() { return *m_guards; }
 
     // --- plan ---------------------------------------------------------------------------

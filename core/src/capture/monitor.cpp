@@ -2287,7 +2287,11 @@ void Monitor::complete(ShadowFrame& f) {
         Value& c = m_cap.v(hay);
         if (c.kind == ValueKind::Input && PyDict_Check(c.real.get()) &&
             (!c.mutated || c.keyed_writes) && m_cap.v(needle).kind == ValueKind::Const) {
-            if (dict_lookup(hay, m_cap.v(needle).real.get()) < 0) return;
+            // the key's presence is guarded, not what it holds (a later d[k] reads that)
+            PyObject* key = m_cap.v(needle).real.get();
+            int present = written_item(hay, key) >= 0 ? 1 : PyDict_Contains(c.real.get(), key);
+            if (present < 0) return m_cap.internal_error("`in` on a dict");
+            if (written_item(hay, key) < 0) m_cap.guard_key_in(hay, key, present == 1);
             out(m_cap.const_value(tos));
             return;
         }

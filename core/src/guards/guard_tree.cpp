@@ -64,9 +64,11 @@ void GuardTree::add_check(int node, Check check) {
     auto& checks = m_nodes[static_cast<size_t>(node)].checks;
     for (const Check& c : checks)
         if (c.kind == check.kind) {
-            if (c.kind == CheckKind::NoInstanceAttr || c.kind == CheckKind::NoKey ||
+            if (c.kind == CheckKind::NoInstanceAttr || c.kind == CheckKind::KeyIn ||
                 c.kind == CheckKind::NoAttr) {
-                if (PyObject_RichCompareBool(c.key.get(), check.key.get(), Py_EQ) == 1) return;
+                if (c.flag == check.flag &&
+                    PyObject_RichCompareBool(c.key.get(), check.key.get(), Py_EQ) == 1)
+                    return;
                 PyErr_Clear();
                 continue;
             }
@@ -578,13 +580,15 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
                 *why = "`" + src + "` and `" + m_nodes[static_cast<size_t>(c.other)].source +
                        "`: expected the same object, got two different objects";
             break;
-        case CheckKind::NoKey: {
+        case CheckKind::KeyIn: {
             PyObject* hit = PyDict_Check(v) ? PyDict_GetItemWithError(v, c.key.get()) : nullptr;
             if (!hit && PyErr_Occurred()) PyErr_Clear();
-            ok = hit == nullptr;
+            ok = (hit != nullptr) == c.flag;
             if (!ok && why)
-                *why = "`" + src + "`: expected no key " + py::repr_string(c.key.get()) +
-                       ", found one (" + short_repr(hit) + ")";
+                *why = "`" + src + "`: expected " +
+                       (c.flag ? "key " + py::repr_string(c.key.get()) + ", found none"
+                               : "no key " + py::repr_string(c.key.get()) + ", found one (" +
+                                     short_repr(hit) + ")");
             break;
         }
         case CheckKind::NoAttr: {
@@ -770,8 +774,8 @@ std::string describe_check(const Check& c, const std::string& src) {
         return src + " is <node " + std::to_string(c.other) + ">";
     case CheckKind::NotSameAs:
         return src + " is not <node " + std::to_string(c.other) + ">";
-    case CheckKind::NoKey:
-        return py::repr_string(c.key.get()) + " not in " + src;
+    case CheckKind::KeyIn:
+        return py::repr_string(c.key.get()) + (c.flag ? " in " : " not in ") + src;
     case CheckKind::NoInstanceAttr:
         return py::repr_string(c.key.get()) + " not in " + src + ".__dict__";
     case CheckKind::NoAttr:

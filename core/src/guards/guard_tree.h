@@ -60,7 +60,8 @@ enum class CheckKind : uint8_t {
     Dispatch,   // inference mode, autocast and the default dtype (DispatchState)
     SameAs,     // the same object as node `other` (two paths to one object)
     NotSameAs,  // not the same object as node `other` (an `is` test that was False)
-    NoKey,      // `key` is not in this dict (a global that would shadow a builtin)
+    KeyIn,      // `key` is in this dict when `flag`, is not otherwise (a global that would
+                // shadow a builtin; `k in d`)
     NoInstanceAttr,  // `key` is not in the object's __dict__ (would shadow a class attribute)
     NoAttr,     // the object has no attribute `key` (hasattr() was False, getattr's default)
     NoHooks,    // an nn.Module whose own hook dicts (forward, forward pre, backward) are empty
@@ -84,10 +85,10 @@ struct Check {
     py::WeakOrStrong expected;  // TypeIs: the type; IdIs: the object; CodeIs: the code
     py::Ref value;              // Equals; CodeIs: the globals dict
     Py_ssize_t length = 0;      // LenEq
-    bool flag = false;          // GradMode
+    bool flag = false;          // GradMode; KeyIn: present
     DispatchState dispatch;     // Dispatch
     int other = -1;             // SameAs, NotSameAs: an earlier node
-    py::Ref key;                // NoKey, NoInstanceAttr, NoAttr
+    py::Ref key;                // KeyIn, NoInstanceAttr, NoAttr
     TensorMeta tensor;          // TensorMatch
     uint32_t failures = 0;
 };
