@@ -466,3 +466,35 @@ def test_plain_backend_does_not_freeze_so_writes_through_data_are_seen():
             assert torch.allclose(cf(x), m(x), rtol=1e-5, atol=1e-5), i
     g = report(cf)["graphs"][0]
     assert "aten::batch_norm" in g["backend_graphs"][0]  # not folded: weights are inputs
+
+
+def test_tracing_sees_tracer_warnings_and_leaves_user_warnings_to_their_filters():
+    """magpy._effects.TracerWarningLog (the backend's view of warnings while it traces): every
+    TracerWarning is seen, even at a line whose registry entry would have suppressed it, and
+    other warnings follow the user's filters and "once per line" registries."""
+    import sys
+    import types
+    import warnings
+
+    from magpy._effects import TracerWarningLog
+    from torch.jit import TracerWarning
+
+    mod = types.ModuleType("magpy_test_tracer_site")
+    exec("import warnings\n"
+         "def check(category):\n"
+         "    warnings.warn('depends on data', category)\n", vars(mod))
+    sys.modules[mod.__name__] = mod
+    try:
+        with warnings.catch_warnings(record=True) as shown:
+            warnings.simplefilter("default")
+            mod.check(TracerWarning)  # shown once, then in the module's registry
+            mod.check(UserWarning)
+            for _ in range(2):
+                with TracerWarningLog() as log:
+                    mod.check(TracerWarning)
+                    mod.check(UserWarning)  # already shown at this line: not again
+                assert [m for m, _, _ in log.seen] == ["depends on data"]
+        assert [w.category for w in shown] == [TracerWarning, UserWarning]
+        assert warnings.showwarning is warnings._showwarning_orig
+    finally:
+        del sys.modules[mod.__name__]

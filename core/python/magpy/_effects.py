@@ -18,6 +18,7 @@ own frame ([Note: bridges] in _resume.py), which the walk steps over.
 
 import logging
 import sys
+import types
 import warnings
 
 import _warnings
@@ -122,13 +123,22 @@ class TracerWarningLog:
 
     Every other warning is shown as the user's filters and registries decide, as it would be
     without the trace: catch_warnings() would have reset every module's registry (a warning
-    shown once per line would show again) and shown them all."""
+    shown once per line would show again) and shown them all. Only TracerWarnings are dropped
+    from the registries of loaded modules (where torch's code runs while tracing): one that a
+    filter already handled at a line would otherwise not be seen again."""
 
     def __enter__(self):
         from torch.jit import TracerWarning
 
         self.seen = []
         self._category = TracerWarning
+        for mod in list(sys.modules.values()):
+            registry = vars(mod).get("__warningregistry__") if isinstance(
+                mod, types.ModuleType) else None
+            if isinstance(registry, dict):
+                for key in [k for k in registry if isinstance(k, tuple) and len(k) == 3 and
+                            isinstance(k[1], type) and issubclass(k[1], TracerWarning)]:
+                    del registry[key]
         self._filter = ("always", None, TracerWarning, None, 0)
         warnings.filters.insert(0, self._filter)  # in place: registries stay valid
         self._show = warnings.showwarning
