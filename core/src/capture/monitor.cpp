@@ -2788,14 +2788,7 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
                                   "print to the console, or write files outside the compiled "
                                   "function");
         }
-        for (int a : p.in)
-            if (!prints_the_same(a))
-                return m_cap.fail(breaks::kIO,
-                                  "`print()` of " + m_cap.v(a).label + ", whose text at replay "
-                                  "could differ (an object with its own __str__, or a tensor "
-                                  "that requires grad)",
-                                  "print numbers, strings, shapes or tensors without grad; it "
-                                  "then runs in the graph's replay");
+        require_prints_the_same(p.in, "print");
         return;
     }
     case CallKind::Warn:
@@ -2925,13 +2918,7 @@ void Monitor::prepare_caller_effect(ShadowFrame& f, Pending& p) {
     }
     std::vector<int> shown = extra_pos;
     shown.push_back(arg[warn ? "message" : "msg"]);
-    for (int a : shown)
-        if (!prints_the_same(a))
-            return m_cap.fail(breaks::kIO,
-                              "`" + what + "()` of " + m_cap.v(a).label + ", whose text at "
-                              "replay could differ (an object with its own __str__, or a "
-                              "tensor that requires grad)",
-                              "pass numbers, strings, shapes or tensors without grad");
+    if (!require_prints_the_same(shown, what)) return;
     py::Ref effects = py::Ref::steal(PyImport_ImportModule("magpy._effects"));
     py::Ref site = effects ? py::Ref::steal(PyObject_CallMethod(
                                  effects.get(), warn ? "warn_site" : "log_site", "OOl",
@@ -4947,6 +4934,20 @@ static bool const_prints_the_same(PyObject* o, int depth = 0) {
         return true;
     }
     return false;
+}
+
+// Whether every value prints the same at replay; if not, a break (MB005) naming `what`.
+bool Monitor::require_prints_the_same(const std::vector<int>& values, const std::string& what) {
+    for (int a : values)
+        if (!prints_the_same(a)) {
+            m_cap.fail(breaks::kIO,
+                       "`" + what + "()` of " + m_cap.v(a).label + ", whose text at replay could "
+                       "differ (an object with its own __str__, or a tensor that requires grad)",
+                       "use numbers, strings, shapes or tensors without grad; the call then "
+                       "runs in the graph's replay");
+            return false;
+        }
+    return true;
 }
 
 bool Monitor::prints_the_same(int id, int depth) {

@@ -199,6 +199,7 @@ private:
     bool truthiness_known(int value);
     void expect_property_getter(ShadowFrame& f, PyObject* name);  // [Note: properties]
     bool prints_the_same(int value, int depth = 0);  // print(value) replayed ([Note: print])
+    bool require_prints_the_same(const std::vector<int>& values, const std::string& what);
     bool require_const(const std::vector<int>& values, const std::string& what);
     bool known(int value, int depth = 0);
     bool number_operands(int a, int b);

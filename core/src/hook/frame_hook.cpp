@@ -192,18 +192,18 @@ PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, Py
     argv.reserve(args.size());
     for (const py::Ref& a : args) argv.push_back(a.get());
     // [Note: calls that read their caller's frame] in capture/segment.cpp.
+    py::Ref bridge_exit;  // holds the state a bridge returned until the rest returns
     if (c.eager) {
         py::Ref r = py::Ref::steal(PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr));
         if (!r || !PyCapsule_IsValid(r.get(), kBridgeExit)) return r.release();
         // A bridge ran its statement and returned how to go on: the rest of the function runs
         // from here, so its frame's caller is the function's caller, as in eager (the bridge
-        // frame has gone). `r` holds the state until the call returns.
+        // frame has gone).
         const auto* exit = static_cast<const BridgeExit*>(PyCapsule_GetPointer(r.get(), kBridgeExit));
-        std::vector<PyObject*> rest;
-        for (const py::Ref& v : exit->live) rest.push_back(v.get());
-        PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(exit->fn.get()));
-        ActiveScope scope(st, code, nullptr, nullptr);
-        return PyObject_Vectorcall(exit->fn.get(), rest.data(), rest.size(), nullptr);
+        fn = exit->fn;
+        argv.clear();
+        for (const py::Ref& v : exit->live) argv.push_back(v.get());
+        bridge_exit = r;
     }
     PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.get()));
     ActiveScope scope(st, code, nullptr, nullptr);
