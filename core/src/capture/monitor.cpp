@@ -4685,7 +4685,11 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
     Value &x = m_cap.v(a), &y = m_cap.v(b);
     bool sym = x.sym_number() || y.sym_number();
     bool scalar = (x.dyn_scalar || y.dyn_scalar || sym) && number_operands(a, b);
-    if (x.tensor || y.tensor || scalar) {
+    // "n=%d" % n, "%d/%d" % (i, n) with a symbolic size or a number read from data: the text is
+    // made at replay, as an f-string's is (format_step)
+    bool text = op == NB_REMAINDER && x.kind == ValueKind::Const && y.kind != ValueKind::Const &&
+                PyUnicode_CheckExact(x.real.get()) && formats_at_replay(b);
+    if (x.tensor || y.tensor || scalar || text) {
         Step s;
         s.kind = StepKind::Binary;
         s.op = op;
@@ -4697,23 +4701,12 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         std::string label = op_label(x.label, binary_symbol(op), y.label);
         bool graph_op = x.tensor || y.tensor;
         int r = m_cap.record(std::move(s), real, label, graph_op);
+        if (text) return r;  // a string, not a number
         m_cap.v(r).dyn_scalar = !graph_op && (m_cap.v(a).dyn_scalar || m_cap.v(b).dyn_scalar);
         if (!graph_op) sym_number_from(r, {a, b});
         return r;
     }
     if (x.kind == ValueKind::Const && y.kind == ValueKind::Const) return m_cap.const_value(real);
-    if (op == NB_REMAINDER && x.kind == ValueKind::Const && PyUnicode_CheckExact(x.real.get()) &&
-        formats_at_replay(b)) {
-        // "n=%d" % n, "%d/%d" % (i, n) with a symbolic size or a number read from data: the text
-        // is made at replay, as an f-string's is (format_step)
-        Step s;
-        s.kind = StepKind::Binary;
-        s.op = op;
-        Arg p, q;
-        if (!m_cap.arg_of(a, p) || !m_cap.arg_of(b, q)) return -1;
-        s.args = {p, q};
-        return m_cap.record(std::move(s), real, op_label(x.label, "%", y.label), false);
-    }
     auto is_dict = [&](const Value& d) {
         return !d.tensor && PyDict_Check(d.real.get()) &&
                (d.kind == ValueKind::FreshDict || d.kind == ValueKind::Input);
