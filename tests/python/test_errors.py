@@ -99,6 +99,36 @@ def test_exception_on_capture_propagates_with_user_traceback():
     check(user_function_that_raises, [(x, False), (x, False)], compiled=cf)
     assert LOG == ["before"] * 4
     assert magpy.explain(cf).graph_count == 1
+    assert magpy.explain(cf).break_count == 0  # the user's error is not a graph break
+
+
+def checked_linear(x, w):
+    if x.dim() != 2:
+        raise ValueError(f"expected a 2-d input, got {x.dim()}-d")  # no rule for ValueError()
+    if x.shape[1] != w.shape[0]:
+        raise RuntimeError("size mismatch %d vs %d" % (x.shape[1], w.shape[0]))
+    return (x @ w).view(-1, 3)
+
+
+@pytest.mark.parametrize("bad, exc", [
+    (lambda: (torch.randn(4), torch.randn(4, 3)), ValueError),      # a branch into a raise
+    (lambda: (torch.randn(2, 5), torch.randn(4, 3)), RuntimeError),
+    (lambda: (torch.randn(2, 4), torch.randn(4, 2)), RuntimeError),  # the op itself raises
+])
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_a_call_that_raises_raises_the_users_error_even_with_fullgraph(bad, exc, fullgraph):
+    """[Note: calls that raise]: no GraphBreakError, no break reported, no break site left."""
+    magpy.reset()
+    cf = magpy.compile(checked_linear, fullgraph=fullgraph)
+    for _ in range(2):
+        with pytest.raises(exc) as eager:
+            checked_linear(*bad())
+        with pytest.raises(exc) as compiled:
+            cf(*bad())
+        assert str(compiled.value) == str(eager.value)
+    assert_stats(cf, breaks=0, entries=0)
+    check(checked_linear, [(torch.randn(3, 4), torch.randn(4, 3))] * 2, compiled=cf)
+    assert_stats(cf, graphs=1, breaks=0, hits=1)  # one whole graph, not segments
 
 
 def test_exception_in_inlined_callee_has_both_frames():

@@ -327,6 +327,38 @@ def test_parameter_list_iteration():
     assert_stats(cf, misses=2)
 
 
+class Scales(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer_scale = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.full((4,), float(i + 1))) for i in range(3)])
+        self.bias = torch.nn.ParameterDict({"pre": torch.nn.Parameter(torch.ones(4)),
+                                            "post": torch.nn.Parameter(torch.zeros(4))})
+
+    def forward(self, x):
+        x = x + self.bias["pre"]
+        for i in range(len(self.layer_scale) - 1):
+            x = x * self.layer_scale[i]
+        return x * self.layer_scale[-1] + self.bias["post"]
+
+
+def test_parameter_list_and_dict_indexing():
+    m = Scales()
+    cf = check(m, [torch.randn(2, 4)] * 3)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    with torch.no_grad():
+        m.layer_scale[0].mul_(3)  # read at replay, not baked in
+        m.bias["post"].add_(1)
+    check(m, [torch.randn(2, 4)], compiled=cf)
+    assert_stats(cf, misses=1)
+    m.layer_scale[2] = torch.nn.Parameter(torch.full((4,), -1.0))  # a new parameter object
+    m.bias["pre"] = torch.nn.Parameter(torch.full((4,), 2.0))
+    check(m, [torch.randn(2, 4)], compiled=cf)
+    m.layer_scale.append(torch.nn.Parameter(torch.ones(4)))  # [-1] and len(): length guarded
+    check(m, [torch.randn(2, 4)], compiled=cf)
+    assert_stats(cf, misses=2)
+
+
 # [Note: partials]: partials made in the call are followed as their parts; escaping ones are
 # made again at replay.
 

@@ -467,6 +467,9 @@ CalleeInfo classify_callee(PyObject* f) {
                             info.op == "__ne__");
         if ((value_type && kPureSlots.count(info.op)) || object_slot)
             info.kind = CallKind::PureBuiltin;
+        if (owner == &PyBaseObject_Type && info.op == "__init__")
+            info.kind = CallKind::EagerFact;  // object.__init__(obj): nothing to do
+
         return info;
     }
     if (PyType_Check(f)) {

@@ -458,11 +458,11 @@ int Capture::size_of(int id, int dim, PyObject* real) {
 
 // The plan checks at replay that `value` is still `expected` (or has that length), and gives
 // up before anything visible happened if not (Declined::Recapture).
-bool Capture::add_replay_check(int id, PyObject* expected, bool length) {
+bool Capture::add_replay_check(int id, PyObject* expected, CheckOp how) {
     if (m_effects) return false;
     Step s;
     s.kind = StepKind::Check;
-    s.op = length ? 1 : 0;
+    s.op = how;
     Arg a;
     if (!arg_of(id, a)) return false;
     s.args = {a, Arg::value(expected)};
@@ -477,7 +477,7 @@ void Capture::concretize(int id) {
     Value& val = v(id);
     if (!val.sym_number()) return;  // a number that also depends on tensor data stays unknown
     bool relation = PyBool_Check(val.real.get());
-    if ((relation || val.sym_all) && add_replay_check(id, val.real.get(), false)) {
+    if ((relation || val.sym_all) && add_replay_check(id, val.real.get(), kCheckEqual)) {
         // checked at replay
     } else if (val.sym_all) {
         pin_all_dims();
@@ -510,7 +510,7 @@ void Capture::check_length(int id) {
     Py_ssize_t len = PyObject_Length(v(id).real.get());
     py::Ref n = py::Ref::steal(len < 0 ? nullptr : PyLong_FromSsize_t(len));
     PyErr_Clear();
-    if (!n || !add_replay_check(id, n.get(), true)) pin_all_dims();
+    if (!n || !add_replay_check(id, n.get(), kCheckLength)) pin_all_dims();
 }
 
 void Capture::pin_all_dims() {

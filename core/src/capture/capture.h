@@ -231,7 +231,7 @@ public:
     void pin_number(int value);
     void fix_length(int tensor);  // Python reads len(tensor) (iteration, unpacking)
     void check_length(int op_result);
-    bool add_replay_check(int value, PyObject* expected, bool length);
+    bool add_replay_check(int value, PyObject* expected, CheckOp how);
 
     // --- breaks -------------------------------------------------------------------------
     void fail(const char* reason_id, std::string reason, std::string hint);

@@ -60,6 +60,45 @@ static bool plain_module_container(PyObject* o, const char* dunder, bool dict_to
     return _PyType_Lookup(Py_TYPE(o), name) == _PyType_Lookup(base, name);
 }
 
+// A ParameterList (ParameterDict) or a subclass whose `dunder` is the base class's: its items
+// are the attributes "0", "1", ... (named by the keys) and its length the attribute `_size`.
+static bool plain_parameter_container(PyObject* o, const char* dunder, bool dict = false) {
+    PyTypeObject* base = dict ? torch_api().parameter_dict_type : torch_api().parameter_list_type;
+    if (!base || !PyObject_TypeCheck(o, base)) return false;
+    PyObject* name = interned(dunder);
+    return _PyType_Lookup(Py_TYPE(o), name) == _PyType_Lookup(base, name);
+}
+
+// The length of an identity-guarded ParameterList, guarded by value (-1 after a break).
+long Monitor::parameter_list_size(int list) {
+    PyObject* size = PyObject_GetAttrString(m_cap.v(list).real.get(), "_size");
+    if (!size || !PyLong_Check(size)) {
+        Py_XDECREF(size);
+        PyErr_Clear();
+        m_cap.fail(breaks::kUnsupportedOpcode, m_cap.v(list).label + " (ParameterList) has no "
+                   "length", "use a ParameterList as nn.ParameterList defines it");
+        return -1;
+    }
+    int sv = m_cap.input_child(list, AccessKind::ModuleAttr, 0, interned("_size"), "._size", size);
+    long n = PyLong_AsLong(size);
+    Py_DECREF(size);
+    return sv < 0 ? -1 : n;
+}
+
+// Item `i` (0 <= i < its length) of an identity-guarded ParameterList: its attribute "i".
+int Monitor::parameter_list_item(int list, long i, PyObject* real) {
+    py::Ref key = py::Ref::steal(PyUnicode_FromFormat("%ld", i));
+    py::Ref item = real ? py::Ref::borrow(real)
+                        : py::Ref::steal(PyObject_GetAttr(m_cap.v(list).real.get(), key.get()));
+    if (!item) {
+        PyErr_Clear();
+        m_cap.internal_error("ParameterList item");
+        return -1;
+    }
+    return m_cap.input_child(list, AccessKind::ModuleAttr, 0, key.get(),
+                             "[" + std::to_string(i) + "]", item.get());
+}
+
 // The `_modules` dict of an identity-guarded Sequential/ModuleList/ModuleDict, as an input.
 int Monitor::modules_dict(int container) {
     PyObject* mods = PyObject_GetAttrString(m_cap.v(container).real.get(), "_modules");
@@ -959,8 +998,10 @@ int Monitor::super_method(int sup, PyObject* name, PyObject* real) {
         if (PyTuple_GET_ITEM(mro, i) == start) at = i;
     PyObject* raw = at >= 0 ? lookup_after(type, at, name) : nullptr;
     std::string what = "`super()." + str(name) + "`";
-    if (!raw || !PyFunction_Check(raw) || !real || !PyMethod_Check(real) ||
-        PyMethod_GET_FUNCTION(real) != raw)
+    // object.__init__ (a base class's `super().__init__()` at the top): called as a slot, a no-op
+    bool object_init = raw && raw == _PyType_Lookup(&PyBaseObject_Type, interned("__init__"));
+    if (!raw || !(object_init || PyFunction_Check(raw)) || !real ||
+        (!object_init && (!PyMethod_Check(real) || PyMethod_GET_FUNCTION(real) != raw)))
         return m_cap.fail(breaks::kUnsupportedAttribute, what + " is not a plain method",
                           "call a plain method of the base class"),
                -1;
@@ -1049,7 +1090,8 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
         return -1;
     }
     bool again = m->m_raised && what != PyTrace_EXCEPTION;
-    if (m->m_fullgraph && m->m_cap.failed() && (!m->m_raised || again) && what != PyTrace_RETURN) {
+    if (m->m_fullgraph && m->m_cap.failed() && (!m->m_raised || again) && what != PyTrace_RETURN &&
+        !m->m_raising) {
         // fullgraph=True: stop the program at the break, before it runs further. A handler
         // of the user's that catches the error is stopped at its first instruction the same
         // way, so the error always reaches the caller.
@@ -1062,6 +1104,23 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
     }
     PyErr_Restore(et, ev, etb);
     return 0;
+}
+
+// [Note: calls that raise] A call that raises an exception nothing in it catches (a shape
+// check's `raise ValueError(...)`, an op failing on the inputs) is the program's error, not a
+// graph break: eager raises it, and so does the compiled call, with fullgraph=True too. The
+// capture is dropped where that becomes certain: at a branch whose side taken runs straight
+// into an uncaught `raise`, or at an exception that no handler of the traced frames catches.
+// No break is reported, no break site noted and nothing cached, so the next call captures
+// afresh. Should C code between the frames swallow the exception after all (hasattr over a
+// property that raised), the call goes on eagerly (fullgraph=True too) and reports MB006.
+void Monitor::drop_raising_call() {
+    m_cap.fail(breaks::kException, "an exception was raised inside the captured code and "
+               "caught outside it", "code that raises (or catches) exceptions runs eagerly");
+    m_raising = true;
+    m_stopped = true;
+    for (ShadowFrame& f : m_frames)
+        if (f.frame_obj) py::frame_set_trace_opcodes(f.frame_obj, false);
 }
 
 void Monitor::stop_tracing() {
@@ -1668,8 +1727,9 @@ void Monitor::on_exception(PyFrameObject* fo, PyObject* exc_info) {
     PyObject* value = type ? PyTuple_GET_ITEM(exc_info, 1) : nullptr;
     py::Instruction ins = py::frame_current_instruction(f.frame);
     py::Handler h = py::code_handler(f.code, ins.offset);
-    bool caught = h.target >= 0 && py::code_offset_reaches_user_handler(f.code, ins.offset) &&
-                  h.depth <= static_cast<int>(f.stack.size() + f.pending.in.size());
+    bool handled = h.target >= 0 && py::code_offset_reaches_user_handler(f.code, ins.offset);
+    if (!handled && !f.caller_in_try && !m_cap.failed()) return drop_raising_call();
+    bool caught = handled && h.depth <= static_cast<int>(f.stack.size() + f.pending.in.size());
     if (!caught || !type || !value || !raise_is_determined(f, type) || m_cap.failed()) {
         m_cap.fail(breaks::kException, "an exception was raised inside the captured code",
                    "code that raises (or catches) exceptions runs eagerly");
@@ -1775,7 +1835,7 @@ void Monitor::on_opcode(PyFrameObject* fo) {
     std::vector<int> stack = f.stack;
     PyObject* kwnames = f.kwnames;
     dispatch(f, ins);
-    if (!m_cap.failed()) return;
+    if (!m_cap.failed() || m_raising) return;
     // A break found before the root frame's instruction ran: the frame is as it was before it,
     // so the segment can end here now, as the next capture would at this site.
     if (m_cap.step_count() == steps) {
@@ -1901,9 +1961,12 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         f.return_value = pop(f);
         return;
     case POP_JUMP_FORWARD_IF_TRUE: case POP_JUMP_FORWARD_IF_FALSE:
-    case POP_JUMP_BACKWARD_IF_TRUE: case POP_JUMP_BACKWARD_IF_FALSE:
-        truthiness_known(pop(f));
+    case POP_JUMP_BACKWARD_IF_TRUE: case POP_JUMP_BACKWARD_IF_FALSE: {
+        int v = pop(f);
+        if (branch_runs_into_raise(f, ins, v)) return drop_raising_call();
+        if (!branch_to_raise_checked(f, ins, v)) truthiness_known(v);
         return;
+    }
     case POP_JUMP_FORWARD_IF_NONE: case POP_JUMP_FORWARD_IF_NOT_NONE:
     case POP_JUMP_BACKWARD_IF_NONE: case POP_JUMP_BACKWARD_IF_NOT_NONE: {
         int v = pop(f);
@@ -3083,6 +3146,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                 int mv = modules_dict(a);
                 if (mv < 0) return;
                 m_cap.guard_len(mv, PyLong_AsSsize_t(result));
+            } else if (v.identity && plain_parameter_container(o, "__len__")) {
+                if (parameter_list_size(a) < 0) return;  // its _size, guarded
             } else if (v.shadow || (v.mutated && PyList_CheckExact(o))) {
                 // length known from the tracked items (the original length is guarded)
                 if (!m_cap.shadow(a)) return;
@@ -3334,6 +3399,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         const std::string& op = p.callee.op;
         if (op == "annotate" && p.in.size() == 2) return push_out(p.in[1]);
         if (op == "_unwrap_optional" && p.in.size() == 1) return push_out(p.in[0]);
+        if (op == "__init__" && p.in.size() == 1 && !p.kwnames && result == Py_None)
+            return push_out(m_cap.const_value(result));  // object.__init__(obj) does nothing
         if ((op == "is_scripting" || op == "is_tracing") && result == Py_False)
             return push_out(m_cap.const_value(result));
         if (op == "_get_tracing_state" && result == Py_None)
@@ -3932,34 +3999,12 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
         kind = IterKind::ModuleSeq;
         source = modules_dict(src);
         if (source < 0) return -1;
-    } else if (s.kind == ValueKind::Input && s.identity && torch_api().parameter_list_type &&
-               PyObject_TypeCheck(s.real.get(), torch_api().parameter_list_type) &&
-               _PyType_Lookup(Py_TYPE(s.real.get()), interned("__iter__")) ==
-                   _PyType_Lookup(torch_api().parameter_list_type, interned("__iter__"))) {
-        // ParameterList: self[i] for i in range(len(self)), i.e. attributes "0", "1", ...
-        PyObject* size = PyObject_GetAttrString(s.real.get(), "_size");
-        if (!size || !PyLong_Check(size)) {
-            Py_XDECREF(size);
-            PyErr_Clear();
-            m_cap.fail(breaks::kUnsupportedOpcode, "iteration over " + s.label + " (ParameterList)",
-                       "iterate over a list of parameters");
-            return -1;
-        }
-        int sv = m_cap.input_child(src, AccessKind::ModuleAttr, 0, interned("_size"), "._size", size);
-        long n = PyLong_AsLong(size);
-        Py_DECREF(size);
-        if (sv < 0) return -1;  // an int: guarded by value
+    } else if (s.kind == ValueKind::Input && s.identity && plain_parameter_container(s.real.get(), "__iter__")) {
+        // ParameterList: self[i] for i in range(len(self))
+        long n = parameter_list_size(src);
+        if (n < 0) return -1;
         for (long i = 0; i < n; ++i) {
-            py::Ref key = py::Ref::steal(PyUnicode_FromFormat("%ld", i));
-            PyObject* item = PyObject_GetAttr(s.real.get(), key.get());
-            if (!item) {
-                PyErr_Clear();
-                m_cap.internal_error("ParameterList item");
-                return -1;
-            }
-            int iv = m_cap.input_child(src, AccessKind::ModuleAttr, 0, key.get(),
-                                       "[" + std::to_string(i) + "]", item);
-            Py_DECREF(item);
+            int iv = parameter_list_item(src, i, nullptr);
             if (iv < 0) return -1;
             flat.push_back(iv);
         }
@@ -4644,6 +4689,19 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
             if (!items_of(cont, items)) return -1;
             return index_items(items, kr, ValueKind::FreshList, real);
         }
+        if (c.identity && PyLong_Check(kr) && plain_parameter_container(o, "__getitem__")) {
+            // self.scales[i]: its attribute "i" (the length guarded for a negative i)
+            long i = PyLong_AsLong(kr);
+            if (i < 0) {
+                long n = parameter_list_size(cont);
+                if (n < 0) return -1;
+                i += n;
+            }
+            return parameter_list_item(cont, i, real);
+        }
+        if (c.identity && PyUnicode_Check(kr) && plain_parameter_container(o, "__getitem__", true))
+            return m_cap.input_child(cont, AccessKind::ModuleAttr, 0, kr,
+                                     "[" + py::repr_string(kr) + "]", real);  // self.scales["a"]
         if (c.identity && PyLong_Check(kr) &&
             plain_module_container(o, "__getitem__")) {
             int mv = modules_dict(cont);
@@ -4977,6 +5035,48 @@ bool Monitor::prints_the_same(int id, int depth) {
     default:
         return false;
     }
+}
+
+// [Note: branches to a raise] A branch on tensor data whose other side runs straight into a
+// `raise` (`if not valid.all(): raise ValueError(...)` in torch.distributions' argument
+// checks, `assert not torch.isnan(loss).any()`, `if (x < 0).any(): raise ...`) is a check of
+// the input, not control flow the program lives on. While nothing visible has happened in the
+// segment, the capture follows the side it took and the plan checks at replay that the tensor
+// (or the number read from it) has the same truth value (a Check step, kCheckTruth); if not,
+// the plan gives up before any effect and the call is captured again (Declined::Recapture), so
+// the failing call raises exactly as eager does. Any other branch on data, or one after a
+// write, an in-place op or a random draw, is a graph break (MB001).
+// The truth of `value` and where a POP_JUMP_IF_TRUE/FALSE on it goes (`taken`) and does not go,
+// or false if it has no truth value (a tensor of many elements: the jump raises, as eager does).
+static bool branch_sides(const py::Instruction& ins, PyObject* value, int& truth, int& taken,
+                         int& other) {
+    truth = PyObject_IsTrue(value);
+    if (truth < 0) {
+        PyErr_Clear();
+        return false;
+    }
+    bool if_true = ins.opcode == POP_JUMP_FORWARD_IF_TRUE || ins.opcode == POP_JUMP_BACKWARD_IF_TRUE;
+    bool jumps = if_true == (truth == 1);
+    taken = jumps ? py::jump_target(ins) : py::next_offset(ins);
+    other = jumps ? py::next_offset(ins) : py::jump_target(ins);
+    return true;
+}
+
+// The branch about to run takes a side that raises out of the call ([Note: calls that raise]).
+bool Monitor::branch_runs_into_raise(ShadowFrame& f, const py::Instruction& ins, int id) {
+    int truth, taken, other;
+    return !f.caller_in_try && branch_sides(ins, m_cap.v(id).real.get(), truth, taken, other) &&
+           py::code_runs_into_raise(f.code, taken);
+}
+
+bool Monitor::branch_to_raise_checked(ShadowFrame& f, const py::Instruction& ins, int id) {
+    const Value& v = m_cap.v(id);
+    if (!v.dyn_scalar && !(v.tensor && !m_cap.folds(id))) return false;
+    int truth, taken, other;
+    if (!branch_sides(ins, v.real.get(), truth, taken, other) ||
+        !py::code_runs_into_raise(f.code, other))
+        return false;
+    return m_cap.add_replay_check(id, truth ? Py_True : Py_False, kCheckTruth);
 }
 
 bool Monitor::truthiness_known(int id) {

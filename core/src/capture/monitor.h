@@ -35,6 +35,8 @@ public:
     int return_value() const { return m_return_value; }
     // The capture broke at a new site (recorded): the next capture ends a segment there.
     bool found_site() const { return m_found_site; }
+    // The call is on its way out with an exception of the user's ([Note: calls that raise]).
+    bool raising() const { return m_raising; }
     // The capture ended a segment at a known site: finish it with live_value() as its result.
     std::shared_ptr<const Continuation> continuation() const { return m_cont; }
     int live_value() const { return m_live; }
@@ -138,6 +140,7 @@ private:
     void on_exception(PyFrameObject* frame, PyObject* exc_info);
     bool raise_is_determined(ShadowFrame& f, PyObject* exc_type);
     void stop_tracing();
+    void drop_raising_call();
 
     // Segments (capture/segment.cpp).
     const void* callee_at(ShadowFrame& f, const py::Instruction& ins);
@@ -197,6 +200,8 @@ private:
     int binary(int op, int a, int b, PyObject* real);
     int item_of(int seq, Py_ssize_t i, PyObject* real);
     bool truthiness_known(int value);
+    bool branch_to_raise_checked(ShadowFrame& f, const py::Instruction& ins, int value);
+    bool branch_runs_into_raise(ShadowFrame& f, const py::Instruction& ins, int value);
     void expect_property_getter(ShadowFrame& f, PyObject* name);  // [Note: properties]
     bool prints_the_same(int value, int depth = 0);  // print(value) replayed ([Note: print])
     bool require_prints_the_same(const std::vector<int>& values, const std::string& what);
@@ -211,6 +216,8 @@ private:
     int record_sym_number(Pending& p, PyObject* result);
     void guard_all_strides();
     int modules_dict(int container);
+    long parameter_list_size(int list);
+    int parameter_list_item(int list, long i, PyObject* real);
     enum class DictView { Keys, Values, Items };
     int make_iter(int source, PyObject* real_iter);
     int input_iterator(int value);  // [Note: iterators passed in]; -1: not one of those
@@ -280,6 +287,7 @@ private:
     bool m_other_state_set = false;
     bool m_fullgraph = false;
     bool m_raised = false;
+    bool m_raising = false;
     bool m_root_returned = false;
     int m_return_value = -1;
     SegmentOptions m_seg;

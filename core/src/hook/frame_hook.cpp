@@ -131,7 +131,8 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     int result_value = cont ? mon.live_value() : mon.return_value();
     CaptureResult r = mon.root_returned() && !cap.failed() ? cap.finish(result_value)
                                                             : cap.finish_failed();
-    for (const BreakInfo& b : r.breaks) st.add_break(b);
+    if (result || !mon.raising())  // the user's exception is no break ([Note: calls that raise])
+        for (const BreakInfo& b : r.breaks) st.add_break(b);
     if (!mon.note().empty()) st.add_note(mon.note());
     progress("captured", st, {{"ok", r.ok ? 1 : 0},
                               {"ops", r.ok && r.plan ? static_cast<long long>(r.plan->graph_op_count()) : 0},
@@ -275,8 +276,9 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
     (reinterpret_cast<PyObject*>(code) == st.code.get() ? st.stats.misses : st.stats.resume_misses)++;
     if (last_own) {
         std::string why = relation_failed
-                              ? "a relation between sizes that the code relied on no longer "
-                                "holds (a replay check failed)"
+                              ? "a replay check failed: a relation between sizes that the code "
+                                "relied on no longer holds, or a tensor tested by a branch to a "
+                                "`raise` has the other truth value"
                               : last_own->guards->check_verbose(frame);
         if (PyErr_Occurred()) PyErr_Clear();
         // Automatic dynamic: sizes and numbers that changed since the last capture become

@@ -118,6 +118,31 @@ inline int jump_target(const Instruction& ins) {
     }
 }
 
+// The instruction at `offset` (code units, its first EXTENDED_ARG prefix if it has any), and the
+// offset of the one after it.
+inline Instruction code_instruction_at(PyCodeObject* co, int offset) {
+    const _Py_CODEUNIT* code = _PyCode_CODE(co);
+    Instruction ins;
+    int oparg = 0;
+    int op = magpy_opcode_deopt[_Py_OPCODE(code[offset])];
+    while (op == EXTENDED_ARG && offset + 1 < Py_SIZE(co)) {
+        oparg = (oparg | _Py_OPARG(code[offset])) << 8;
+        op = magpy_opcode_deopt[_Py_OPCODE(code[++offset])];
+    }
+    ins.opcode = op;
+    ins.oparg = oparg | _Py_OPARG(code[offset]);
+    ins.offset = offset;
+    return ins;
+}
+inline int next_offset(const Instruction& ins) {
+    return ins.offset + 1 + instruction_caches(ins.opcode);
+}
+
+// Whether the code from `offset` runs straight (no jump, loop, return or yield) into a `raise`
+// of an exception that no handler of this frame catches: the side of `if not ok: raise ...`
+// or of an `assert` that fails. At most `limit` instructions are looked at.
+inline bool code_runs_into_raise(PyCodeObject* co, int offset, int limit = 256);
+
 // Where an exception at `offset` (code units) goes in this frame: the handler's first
 // instruction, the stack depth it unwinds to, and whether the raising offset is pushed first.
 struct Handler {
@@ -181,6 +206,27 @@ inline bool code_offset_reaches_user_handler(PyCodeObject* co, int offset) {
         }
     }
     return true;
+}
+
+inline bool code_runs_into_raise(PyCodeObject* co, int offset, int limit) {
+    for (int k = 0; k < limit && offset >= 0 && offset < Py_SIZE(co); ++k) {
+        Instruction ins = code_instruction_at(co, offset);
+        switch (ins.opcode) {
+        case RAISE_VARARGS:
+            return ins.oparg >= 1 && !code_offset_reaches_user_handler(co, ins.offset);
+        case JUMP_FORWARD: case JUMP_BACKWARD: case JUMP_BACKWARD_NO_INTERRUPT:
+        case POP_JUMP_FORWARD_IF_TRUE: case POP_JUMP_FORWARD_IF_FALSE:
+        case POP_JUMP_BACKWARD_IF_TRUE: case POP_JUMP_BACKWARD_IF_FALSE:
+        case POP_JUMP_FORWARD_IF_NONE: case POP_JUMP_FORWARD_IF_NOT_NONE:
+        case POP_JUMP_BACKWARD_IF_NONE: case POP_JUMP_BACKWARD_IF_NOT_NONE:
+        case JUMP_IF_TRUE_OR_POP: case JUMP_IF_FALSE_OR_POP: case FOR_ITER: case SEND:
+        case RETURN_VALUE: case RERAISE: case YIELD_VALUE: case RETURN_GENERATOR:
+            return false;
+        default:
+            offset = next_offset(ins);
+        }
+    }
+    return false;
 }
 
 inline int code_line_of(PyCodeObject* co, int offset_units) {

@@ -35,6 +35,8 @@ bool init_torch_api() {
     api.module_dict_type = get_type(nn.get(), "ModuleDict");
     api.parameter_list_type = get_type(nn.get(), "ParameterList");
     if (!api.parameter_list_type) PyErr_Clear();
+    api.parameter_dict_type = get_type(nn.get(), "ParameterDict");
+    if (!api.parameter_dict_type) PyErr_Clear();
     if (!api.tensor_type || !api.size_type || !api.dtype_type || !api.device_type || !api.layout_type ||
         !api.parameter_type || !api.module_type || !api.sequential_type ||
         !api.module_list_type || !api.module_dict_type)

@@ -17,6 +17,7 @@ struct TorchApi {
     PyTypeObject* module_list_type = nullptr;
     PyTypeObject* module_dict_type = nullptr;
     PyTypeObject* parameter_list_type = nullptr;  // nn.ParameterList (optional)
+    PyTypeObject* parameter_dict_type = nullptr;  // nn.ParameterDict (optional)
     PyTypeObject* size_type = nullptr;    // torch.Size
     PyTypeObject* dtype_type = nullptr;   // torch.dtype
     PyTypeObject* device_type = nullptr;  // torch.device

@@ -290,9 +290,12 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
         case StepKind::Check: {
             PyObject* x = get(s.args[0]);
             int same;
-            if (s.op == 1) {
+            if (s.op == kCheckLength) {
                 Py_ssize_t n = PyObject_Length(x);
                 same = n < 0 ? -1 : n == PyLong_AsSsize_t(get(s.args[1]));
+            } else if (s.op == kCheckTruth) {
+                int truth = PyObject_IsTrue(x);
+                same = truth < 0 ? -1 : truth == (get(s.args[1]) == Py_True);
             } else {
                 same = PyObject_RichCompareBool(x, get(s.args[1]), Py_EQ);
             }
@@ -464,8 +467,10 @@ std::string Plan::render(const std::string& fn_name) const {
         case StepKind::SetItem: rhs = a(0) + "[" + a(1) + "] = " + a(2); break;
         case StepKind::CallEx: rhs = a(0) + "(*" + a(1) + ", **" + a(2) + ")"; break;
         case StepKind::Check:
-            rhs = "check(" + (s.op == 1 ? "len(" + a(0) + ")" : a(0)) + " == " + a(1) +
-                  ")  # else: capture again";
+            rhs = "check(" + (s.op == kCheckLength ? "len(" + a(0) + ")"
+                              : s.op == kCheckTruth ? "bool(" + a(0) + ")"
+                                                    : a(0)) +
+                  " == " + a(1) + ")  # else: capture again";
             break;
         }
         std::string line = "    " + lhs + rhs;

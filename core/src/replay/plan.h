@@ -35,9 +35,13 @@ enum class StepKind : uint8_t {
     SetAttr,     // setattr(args[0], name, args[1])
     SetItem,     // args[0][args[1]] = args[2]
     CallEx,      // out = args[0](*args[1], **args[2])   (args[2] may be None)
-    Check,       // args[0] == args[1] (op 1: len(args[0]) == args[1]), or the plan gives up:
-                 // a relation between sizes the capture relied on ([Note: dynamic shapes])
+    Check,       // args[0] == args[1] (op: CheckOp), or the plan gives up: a relation between
+                 // sizes the capture relied on ([Note: dynamic shapes]), or the truth of a
+                 // tensor a branch to a `raise` tested ([Note: branches to a raise])
 };
+
+// What a Check step compares with args[1].
+enum CheckOp : int { kCheckEqual = 0, kCheckLength = 1, kCheckTruth = 2 };
 
 // Why a plan gave up before any visible effect (Plan::run returned NULL with no error set).
 enum class Declined : uint8_t {
