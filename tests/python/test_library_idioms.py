@@ -338,3 +338,84 @@ def test_numpy_over_constants_is_folded_and_arrays_break():
     assert_stats(cf, graphs=1, breaks=0, hits=2)
     cf = check(g, [torch.randn(3) for _ in range(3)])
     assert "MB003" in break_ids(cf) and "not a number to fold" in str(magpy.explain(cf))
+
+
+def m_line(cls, text):
+    """The line of `cls`'s source that contains `text`."""
+    import inspect
+    lines, first = inspect.getsourcelines(cls)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+# torch.distributions: their methods are traced (they take the distribution object), their
+# argument checks become replay checks ([Note: branches to a raise]).
+D = torch.distributions
+
+
+class GaussianPolicy(nn.Module):
+    """A SAC-style actor: a Normal over actions, reparameterised and squashed with tanh."""
+
+    def __init__(self, validate=None):
+        super().__init__()
+        self.body = nn.Linear(5, 8)
+        self.mu = nn.Linear(8, 2)
+        self.log_std = nn.Linear(8, 2)
+        self.validate = validate
+
+    def forward(self, obs):
+        h = torch.relu(self.body(obs))
+        std = self.log_std(h).clamp(-5, 2).exp()
+        dist = D.Normal(self.mu(h), std, validate_args=self.validate)
+        prior = D.Normal(torch.zeros_like(std), torch.ones_like(std), validate_args=self.validate)
+        kl = D.kl_divergence(dist, prior).sum(-1)
+        u = dist.rsample()
+        logp = dist.log_prob(u).sum(-1) - (2 * (0.6931 - u - nn.functional.softplus(-2 * u))).sum(-1)
+        indep = D.Independent(D.Normal(u, 1.0, validate_args=False), 1)
+        return torch.tanh(u), logp, kl, dist.entropy().sum(-1), indep.log_prob(u)
+
+
+def test_normal_distribution_policy_is_one_graph():
+    m = GaussianPolicy(validate=False)
+    cf = check(m, [torch.randn(3, 5) for _ in range(3)], seed=7)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_normal_distribution_policy_validating_after_the_draw_breaks_there():
+    # The checks of Normal() and kl_divergence come before rsample() and stay in the graph;
+    # log_prob(u) validates its sample after the draw, which a replay check cannot follow.
+    m = GaussianPolicy(validate=None)
+    cf = check(m, [torch.randn(3, 5) for _ in range(3)], seed=7)
+    e = magpy.explain(cf)
+    assert break_ids(cf) == ["MB001"] and e.breaks[0].lineno == m_line(GaussianPolicy, "dist.log_prob(u)")
+
+
+def test_distribution_argument_check_raises_as_eager():
+    def f(loc, scale):
+        return D.Normal(loc, scale).log_prob(loc)
+
+    cf = check(f, [(torch.randn(3), torch.rand(3) + 0.1) for _ in range(2)])
+    with pytest.raises(ValueError) as eager:
+        f(torch.randn(3), -torch.ones(3))
+    with pytest.raises(ValueError) as compiled:
+        cf(torch.randn(3), -torch.ones(3))
+    assert str(compiled.value) == str(eager.value)
+    check(f, [(torch.randn(3), torch.rand(3) + 0.1)], compiled=cf)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_a_distribution_checked_after_a_random_draw_breaks():
+    def f(mu):
+        u = D.Normal(mu, 1.0).rsample()  # a draw: giving up after it would draw twice
+        return D.Normal(u, 1.0).log_prob(mu)
+
+    cf = check(f, [torch.randn(3) for _ in range(3)], seed=3)
+    assert break_ids(cf)  # the second Normal's argument check is no replay check
+
+
+def test_categorical_lazy_property_breaks_with_a_reason():
+    def f(logits):
+        d = D.Categorical(logits=logits)
+        return d.entropy()
+
+    cf = check(f, [torch.randn(4, 3) for _ in range(3)])
+    assert "MB007" in break_ids(cf)  # `probs` is a lazy_property: not followed yet

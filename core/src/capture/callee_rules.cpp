@@ -344,9 +344,11 @@ CalleeInfo classify_callee(PyObject* f) {
             info.kind = CallKind::RandomDraw;  // random.uniform(a, b), rng.randint(1, 6)
             info.name = "random." + info.op;
         } else if (starts_with(m, "torch.nn.modules") || m == "torch.nn.utils.weight_norm" ||
-                   m == "torch.nn.utils.spectral_norm") {
-            // module code (super().forward(x), a generator expression in a forward), and the
-            // hooks weight_norm and spectral_norm register
+                   m == "torch.nn.utils.spectral_norm" || starts_with(m, "torch.distributions") ||
+                   (m == "torch.overrides" && info.op == "is_tensor_like")) {
+            // module code (super().forward(x), a generator expression in a forward), the
+            // hooks weight_norm and spectral_norm register, distributions' methods (they take
+            // the distribution object, which an op cannot) and is_tensor_like (a type test)
             bool gen = info.code->co_flags & CO_GENERATOR;
             info.kind = gen ? CallKind::Generator : CallKind::InlineFunction;
         } else if (is_torch_module_name(m) && starts_with(m, "torch.") &&
@@ -439,8 +441,10 @@ CalleeInfo classify_callee(PyObject* f) {
         } else if (PyType_IsSubtype(owner, &PyDict_Type)) {
             info.kind = CallKind::DictMethod;
             info.name = py::str_of(PyDescr_NAME(f));
-        } else if (owner == &PyUnicode_Type || owner == &PyFloat_Type || owner == &PyLong_Type) {
-            info.kind = CallKind::PureBuiltin;  // "a,b".split(","), x.is_integer(), n.bit_length()
+        } else if (owner == &PyUnicode_Type || owner == &PyFloat_Type || owner == &PyLong_Type ||
+                   owner == api.size_type) {
+            // "a,b".split(","), x.is_integer(), n.bit_length(), shape.numel()
+            info.kind = CallKind::PureBuiltin;
         }
         return info;
     }

@@ -2251,9 +2251,16 @@ void Monitor::complete(ShadowFrame& f) {
         out(p.in[0]);
         out(load_attr(p.in[0], py::code_name(f.code, p.oparg), tos));
         return;
-    case LOAD_ATTR:
-        out(load_attr(p.in[0], py::code_name(f.code, p.oparg), tos));
+    case LOAD_ATTR: {
+        PyObject* name = py::code_name(f.code, p.oparg);
+        if (m_cap.v(p.in[0]).kind == ValueKind::FreshObject && str(name) == "__dict__" &&
+            py::frame_current_instruction(f.frame).opcode == CONTAINS_OP)
+            // `"loc" in obj.__dict__` (torch.distributions' argument checks) of an object made
+            // in the call: which attributes it has follows from the path, which the guards fix
+            return out(m_cap.const_value(tos));
+        out(load_attr(p.in[0], name, tos));
         return;
+    }
     case LOAD_METHOD: {
         PyObject* meth = real_stack(f, 1);
         PyObject* name = py::code_name(f.code, p.oparg);
