@@ -792,7 +792,8 @@ class ProgramGen:
                       (2, "for_dict"), (2, "while")]
         if loop:
             kinds += [(3, "break_continue")]
-        kinds += [(0.4, "raise"), (0.4, "assert"), (0.8, "pair"), (2, "containers_in"),
+        kinds += [(0.4, "raise"), (0.4, "assert"), (1.5, "data_check"), (0.8, "pair"),
+                  (2, "containers_in"),
                   (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try"), (1, "print"),
                   (0.8, "warn_log"),
                   (0.6, "data_sizes"), (0.6, "const_tensor"), (0.6, "iter_alias")]
@@ -1660,6 +1661,22 @@ class ProgramGen:
         if isinstance(d, int):
             return [f"assert {n}.shape[-1] == {d}, 'shape'"]
         return [f"assert {n}.dim() == {len(v.shape)}"]
+
+    def st_data_check(self, env, depth, loop):
+        # a check of tensor data whose failing side raises ([Note: branches to a raise]): a
+        # replay check while nothing visible has happened, a break after; some calls fail it
+        ts = self.tensors(env, lambda s: True)
+        if not ts:
+            return ["assert G_INT >= -100"]
+        n, _ = self.choice(ts)
+        k = self.choice(["2.0", "2.5", "3.0", "1e3"])
+        exc = self.choice(["ValueError", "RuntimeError"])
+        return self.choice([
+            [f"assert ({n}.abs() < {k}).all(), 'fuzz: large values'"],
+            [f"if torch.isnan({n}).any():", f"    raise {exc}('fuzz: NaN')"],
+            [f"if not ({n} < {k}).all():", f"    raise {exc}(f'fuzz: over {k} in {{{n}.shape}}')"],
+            [f"if {n}.sum().item() > {k} * {n}.numel():", f"    raise {exc}('fuzz: mean too big')"],
+        ])
 
     def st_pair(self, env, depth, loop):
         # an instance of a user class made inside the function
