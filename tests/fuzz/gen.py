@@ -1674,7 +1674,7 @@ class ProgramGen:
         return self.choice([
             [f"assert ({n}.abs() < {k}).all(), 'fuzz: large values'"],
             [f"if torch.isnan({n}).any():", f"    raise {exc}('fuzz: NaN')"],
-            [f"if not ({n} < {k}).all():", f"    raise {exc}(f'fuzz: over {k} in {{{n}.shape}}')"],
+            [f"if not ({n} < {k}).all():", f"    raise {exc}('fuzz: over {k} in %s' % (tuple({n}.shape),))"],
             [f"if {n}.sum().item() > {k} * {n}.numel():", f"    raise {exc}('fuzz: mean too big')"],
         ])
 
