@@ -3134,6 +3134,50 @@ def callback_step_inputs():
     return (x, torch.arange(6) % 5, make_smoothed_loss(0.1), make_jitter(1.5, x.mean(0)))
 
 
+class SACActor(nn.Module):
+    """A soft actor-critic policy: a Normal over actions from the state, a reparameterised
+    sample squashed with tanh, and its log-probability with the tanh correction (the form most
+    SAC implementations on GitHub use)."""
+
+    def __init__(self, obs_dim=11, act_dim=3, hidden=64, log_std_min=-20, log_std_max=2):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(obs_dim, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, hidden), nn.ReLU())
+        self.mu = nn.Linear(hidden, act_dim)
+        self.log_std = nn.Linear(hidden, act_dim)
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+
+    def forward(self, obs, deterministic=False):
+        h = self.net(obs)
+        mu = self.mu(h)
+        log_std = torch.clamp(self.log_std(h), self.log_std_min, self.log_std_max)
+        dist = torch.distributions.Normal(mu, log_std.exp())
+        u = mu if deterministic else dist.rsample()
+        log_prob = dist.log_prob(u).sum(dim=-1)
+        log_prob -= (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(dim=-1)
+        return torch.tanh(u), log_prob
+
+
+class DistributionVAE(nn.Module):
+    """A VAE written with torch.distributions: posterior and prior as Normal objects, the KL
+    term from kl_divergence, a reparameterised sample, and a Bernoulli likelihood."""
+
+    def __init__(self, dim=64, latent=8):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Linear(dim, 32), nn.ReLU(), nn.Linear(32, 2 * latent))
+        self.dec = nn.Sequential(nn.Linear(latent, 32), nn.ReLU(), nn.Linear(32, dim))
+
+    def forward(self, x):
+        mu, log_var = self.enc(x).chunk(2, dim=-1)
+        q = torch.distributions.Normal(mu, torch.exp(0.5 * log_var))
+        p = torch.distributions.Normal(torch.zeros_like(mu), torch.ones_like(mu))
+        kl = torch.distributions.kl_divergence(q, p).sum(-1)
+        z = q.rsample()
+        logits = self.dec(z)
+        recon = F.binary_cross_entropy_with_logits(logits, x, reduction="none").sum(-1)
+        return (recon + kl).mean(), {"recon": recon.mean(), "kl": kl.mean()}
+
+
 def programs():
     return [
         Program("prog/causal_transformer_block", CausalTransformerBlock,
@@ -3395,4 +3439,14 @@ def programs():
                 calls=4,
                 note="loss and transform callbacks made afresh by factories on every call "
                      "(guarded by their code; a closure tensor read at replay)"),
+        Program("prog/sac_actor_normal", SACActor, lambda: (torch.randn(5, 11),), train=True,
+                note="torch.distributions.Normal: rsample, then log_prob validates the sample "
+                     "(after a random draw, so its check breaks)"),
+        Program("prog/sac_actor_deterministic", SACActor,
+                lambda: Args(torch.randn(5, 11), deterministic=True),
+                note="the same actor at evaluation: log_prob of the mean, argument checks "
+                     "replayed as checks"),
+        Program("prog/vae_distributions_kl", DistributionVAE, lambda: (torch.rand(4, 64),),
+                train=True,
+                note="Normal posterior and prior, kl_divergence, rsample; checks before the draw"),
     ]
