@@ -170,10 +170,14 @@ def check(fn, calls, *, mutate=None, snapshot=None, restore=None, seed=None, pin
     return cf
 
 
-def assert_raises_like_eager(fn, make_args, exc_type, calls=2):
-    """Compile `fn` and check that each call raises `exc_type` with eager's message."""
-    magpy.reset()
-    cf = magpy.compile(fn)
+def assert_raises_like_eager(fn, make_args, exc_type, calls=2, compiled=None, **compile_kwargs):
+    """Compile `fn` (or use `compiled`) and check that each call raises `exc_type` with eager's
+    message."""
+    if compiled is None:
+        magpy.reset()
+        cf = magpy.compile(fn, **compile_kwargs)
+    else:
+        cf = compiled
     for _ in range(calls):
         with pytest.raises(exc_type) as eager:
             fn(*make_args())

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 import magpy
-from conftest import Call, assert_stats, check
+from conftest import Call, assert_raises_like_eager, assert_stats, check
 
 LOG = []
 
@@ -118,14 +118,7 @@ def checked_linear(x, w):
 @pytest.mark.parametrize("fullgraph", [False, True])
 def test_a_call_that_raises_raises_the_users_error_even_with_fullgraph(bad, exc, fullgraph):
     """[Note: calls that raise]: no GraphBreakError, no break reported, no break site left."""
-    magpy.reset()
-    cf = magpy.compile(checked_linear, fullgraph=fullgraph)
-    for _ in range(2):
-        with pytest.raises(exc) as eager:
-            checked_linear(*bad())
-        with pytest.raises(exc) as compiled:
-            cf(*bad())
-        assert str(compiled.value) == str(eager.value)
+    cf = assert_raises_like_eager(checked_linear, bad, exc, fullgraph=fullgraph)
     assert_stats(cf, breaks=0, entries=0)
     check(checked_linear, [(torch.randn(3, 4), torch.randn(4, 3))] * 2, compiled=cf)
     assert_stats(cf, graphs=1, breaks=0, hits=1)  # one whole graph, not segments
