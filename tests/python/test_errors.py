@@ -454,3 +454,39 @@ def test_keyboard_interrupt_during_capture_reaches_the_program():
     e = magpy.explain(cf)
     assert e.cache_hits == 1 and e.graph_count == 1
     assert any("interrupted" in b.reason for b in e.breaks)
+
+
+class Flag:
+    """A truth value with its own __bool__, which counts its calls."""
+
+    calls = 0
+
+    def __init__(self, on):
+        self.on = on
+
+    def __bool__(self):
+        Flag.calls += 1
+        return self.on
+
+
+def test_a_branch_into_a_raise_calls_a_users_bool_once_like_eager():
+    def f(x, flag):
+        if flag:
+            raise ValueError("flag set")
+        return x + 1
+
+    for on in (False, True):
+        magpy.reset()
+        cf = magpy.compile(f)
+        Flag.calls = 0
+        try:
+            f(torch.ones(2), Flag(on))
+        except ValueError:
+            pass
+        eager_calls = Flag.calls
+        Flag.calls = 0
+        try:
+            cf(torch.ones(2), Flag(on))
+        except ValueError:
+            pass
+        assert Flag.calls == eager_calls == 1

@@ -1079,8 +1079,7 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
             // Not stop_tracing(): an interrupt says nothing about the code, so it leaves no
             // break site for later captures.
             m->m_stopped = true;
-            for (ShadowFrame& sf : m->m_frames)
-                if (sf.frame_obj) py::frame_set_trace_opcodes(sf.frame_obj, false);
+            m->untrace_frames();
         }
         if (PyErr_Occurred()) PyErr_Clear();
         Py_XDECREF(et);
@@ -1119,14 +1118,17 @@ void Monitor::drop_raising_call() {
                "caught outside it", "code that raises (or catches) exceptions runs eagerly");
     m_raising = true;
     m_stopped = true;
-    for (ShadowFrame& f : m_frames)
-        if (f.frame_obj) py::frame_set_trace_opcodes(f.frame_obj, false);
+    untrace_frames();
 }
 
 void Monitor::stop_tracing() {
     if (!m_stopped) note_site();
     m_stopped = true;
     if (m_fullgraph) return;  // keep seeing the frames: see trace()
+    untrace_frames();
+}
+
+void Monitor::untrace_frames() {
     for (ShadowFrame& f : m_frames)
         if (f.frame_obj) py::frame_set_trace_opcodes(f.frame_obj, false);
 }
@@ -1963,8 +1965,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case POP_JUMP_FORWARD_IF_TRUE: case POP_JUMP_FORWARD_IF_FALSE:
     case POP_JUMP_BACKWARD_IF_TRUE: case POP_JUMP_BACKWARD_IF_FALSE: {
         int v = pop(f);
-        if (branch_runs_into_raise(f, ins, v)) return drop_raising_call();
-        if (!branch_to_raise_checked(f, ins, v)) truthiness_known(v);
+        if (!branch_to_raise(f, ins, v)) truthiness_known(v);
         return;
     }
     case POP_JUMP_FORWARD_IF_NONE: case POP_JUMP_FORWARD_IF_NOT_NONE:
@@ -5053,37 +5054,40 @@ bool Monitor::prints_the_same(int id, int depth) {
 // the plan gives up before any effect and the call is captured again (Declined::Recapture), so
 // the failing call raises exactly as eager does. Any other branch on data, or one after a
 // write, an in-place op or a random draw, is a graph break (MB001).
-// The truth of `value` and where a POP_JUMP_IF_TRUE/FALSE on it goes (`taken`) and does not go,
-// or false if it has no truth value (a tensor of many elements: the jump raises, as eager does).
-static bool branch_sides(const py::Instruction& ins, PyObject* value, int& truth, int& taken,
-                         int& other) {
-    truth = PyObject_IsTrue(value);
-    if (truth < 0) {
-        PyErr_Clear();
-        return false;
-    }
+// The truth of a value whose truth test runs no Python code of the user's (plain tensors,
+// numbers, strings, None, plain containers); -1 otherwise, or when it has none (a tensor of many
+// elements: the jump raises, as eager does).
+static int plain_truth(PyObject* o) {
+    const TorchApi& api = torch_api();
+    PyTypeObject* t = Py_TYPE(o);
+    bool plain = o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) ||
+                 PyUnicode_CheckExact(o) || PyList_CheckExact(o) || PyTuple_CheckExact(o) ||
+                 PyDict_CheckExact(o) || t == api.tensor_type || t == api.parameter_type;
+    int truth = plain ? PyObject_IsTrue(o) : -1;
+    if (truth < 0) PyErr_Clear();
+    return truth;
+}
+
+// A POP_JUMP_IF_TRUE/FALSE one of whose sides runs straight into an uncaught `raise`: if the
+// side taken does, the call is dropped ([Note: calls that raise]); if the other does and the
+// value comes from tensor data, a replay check ([Note: branches to a raise]). False: neither,
+// and the branch is handled as any other.
+bool Monitor::branch_to_raise(ShadowFrame& f, const py::Instruction& ins, int id) {
+    int jump = py::jump_target(ins), next = py::next_offset(ins);
+    bool jump_raises = py::code_runs_into_raise(f.code, jump);
+    if (!jump_raises && !py::code_runs_into_raise(f.code, next)) return false;
+    const Value& v = m_cap.v(id);
+    int truth = plain_truth(v.real.get());
+    if (truth < 0) return false;
     bool if_true = ins.opcode == POP_JUMP_FORWARD_IF_TRUE || ins.opcode == POP_JUMP_BACKWARD_IF_TRUE;
     bool jumps = if_true == (truth == 1);
-    taken = jumps ? py::jump_target(ins) : py::next_offset(ins);
-    other = jumps ? py::next_offset(ins) : py::jump_target(ins);
-    return true;
-}
-
-// The branch about to run takes a side that raises out of the call ([Note: calls that raise]).
-bool Monitor::branch_runs_into_raise(ShadowFrame& f, const py::Instruction& ins, int id) {
-    int truth, taken, other;
-    return !f.caller_in_try && branch_sides(ins, m_cap.v(id).real.get(), truth, taken, other) &&
-           py::code_runs_into_raise(f.code, taken);
-}
-
-bool Monitor::branch_to_raise_checked(ShadowFrame& f, const py::Instruction& ins, int id) {
-    const Value& v = m_cap.v(id);
-    if (!v.dyn_scalar && !(v.tensor && !m_cap.folds(id))) return false;
-    int truth, taken, other;
-    if (!branch_sides(ins, v.real.get(), truth, taken, other) ||
-        !py::code_runs_into_raise(f.code, other))
-        return false;
-    return m_cap.add_replay_check(id, truth ? Py_True : Py_False, kCheckTruth);
+    if (jumps == jump_raises) {  // the side taken raises
+        if (f.caller_in_try) return false;  // a caller's handler may catch it: followed as before
+        drop_raising_call();
+        return true;
+    }
+    bool data = v.dyn_scalar || (v.tensor && !m_cap.folds(id));
+    return data && m_cap.add_replay_check(id, truth ? Py_True : Py_False, kCheckTruth);
 }
 
 bool Monitor::truthiness_known(int id) {

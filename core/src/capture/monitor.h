@@ -141,6 +141,7 @@ private:
     bool raise_is_determined(ShadowFrame& f, PyObject* exc_type);
     void stop_tracing();
     void drop_raising_call();
+    void untrace_frames();  // no more opcode events from the traced frames
 
     // Segments (capture/segment.cpp).
     const void* callee_at(ShadowFrame& f, const py::Instruction& ins);
@@ -200,8 +201,7 @@ private:
     int binary(int op, int a, int b, PyObject* real);
     int item_of(int seq, Py_ssize_t i, PyObject* real);
     bool truthiness_known(int value);
-    bool branch_to_raise_checked(ShadowFrame& f, const py::Instruction& ins, int value);
-    bool branch_runs_into_raise(ShadowFrame& f, const py::Instruction& ins, int value);
+    bool branch_to_raise(ShadowFrame& f, const py::Instruction& ins, int value);
     void expect_property_getter(ShadowFrame& f, PyObject* name);  // [Note: properties]
     bool prints_the_same(int value, int depth = 0);  // print(value) replayed ([Note: print])
     bool require_prints_the_same(const std::vector<int>& values, const std::string& what);
