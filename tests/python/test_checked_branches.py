@@ -1,7 +1,10 @@
-"""Branches on tensor data whose other side only raises ([Note: branches to a raise]): argument
-checks and asserts stay in the graph as replay checks; a call whose data fails the check raises
-exactly what eager raises; any other branch on data, or one after a visible effect, still breaks
-(MB001). Every call is compared against eager.
+"""Branches on data that stay in the graph as replay checks. Branches on tensor data whose other
+side only raises ([Note: branches to a raise]): argument checks and asserts; a call whose data
+fails the check raises exactly what eager raises. Branches on the size of a tensor whose shape
+depends on data ([Note: speculated branches]): guessed to go the same way; once one goes the
+other way it is a graph break (or, with fullgraph=True, each side has an entry). Any other
+branch on data, or one after a visible effect, still breaks (MB001). Every call is compared
+against eager.
 
 PYTEST_DONT_REWRITE: the `assert` statements in the compiled functions must stay Python's own."""
 
@@ -9,7 +12,7 @@ import pytest
 import torch
 
 import magpy
-from conftest import assert_raises_like_eager, assert_stats, break_ids, check
+from conftest import assert_raises_like_eager, assert_stats, break_ids, check, stats
 
 
 def validated(x, w):
@@ -132,3 +135,125 @@ def test_a_number_from_data_checked_before_a_raise():
     cf = check(f, [(torch.rand(4), 10.0) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2)
     assert_raises_like_eager(f, lambda: (torch.full((4,), 5.0), 10.0), OverflowError)
+
+
+# [Note: speculated branches] ---------------------------------------------------------------------
+
+
+def keep_positive(x):
+    kept = x[x > 0]
+    if kept.numel() > 3:  # picks an algorithm, as torchvision's batched_nms does
+        return kept.sort().values * 2
+    return kept - 1
+
+
+def few(n=2):
+    return torch.cat([torch.rand(n) + 0.1, -torch.rand(5 - n)])
+
+
+def many():
+    return torch.rand(5) + 0.1
+
+
+def test_a_branch_on_a_data_dependent_size_is_guessed_and_checked():
+    cf = check(keep_positive, [few(), few(1), few(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, entries=1)
+    plan = "".join(magpy.explain(cf).replay_code())
+    assert "check(bool(" in plan and "capture again" in plan, plan
+
+
+def test_a_guess_that_goes_the_other_way_becomes_a_break():
+    cf = check(keep_positive, [few(), many(), few(), many(), few(1), many()])
+    e = magpy.explain(cf)
+    assert break_ids(cf) == ["MB001"]
+    assert "went the other way on an earlier call" in e.breaks[0].reason, e.breaks[0].reason
+    assert any("numel() > 3" in r and "graph break from now on" in r
+               for r in e.recompile_reasons), e.recompile_reasons
+    # after the flip, calls of either kind replay: the segment that ends at the break, then
+    # one resume entry per side
+    misses = stats(cf)[3]
+    check(keep_positive, [few(), many(), few(2), many()], compiled=cf)
+    assert stats(cf)[3] == misses, magpy.explain(cf)
+
+
+def test_with_fullgraph_each_side_of_a_guess_has_its_own_entry():
+    cf = check(keep_positive, [few(), many(), few(), many(), few(1)], fullgraph=True)
+    assert_stats(cf, graphs=2, breaks=0, hits=3, misses=2, entries=2)
+    assert any("each side gets a cache entry" in r for r in magpy.explain(cf).recompile_reasons)
+
+
+@pytest.mark.parametrize("test", ["not_shape", "truth", "and", "len_eq", "while"])
+def test_guessed_size_tests_of_every_form(test):
+    def f(x):
+        det = x[x[:, 0] > 0.5]
+        if test == "not_shape":
+            if not det.shape[0]:
+                return x.new_zeros(0, 3)
+        elif test == "truth":
+            if det.numel():
+                det = det * 2
+        elif test == "and":
+            if det.shape[0] > 1 and det.shape[0] < 4:
+                det = det.flip(0)
+        elif test == "len_eq":
+            if len(det) == 0:
+                return x.new_zeros(0, 3)
+        else:
+            while det.shape[0] > 2:
+                det = det[1:]
+        return det + 1
+
+    def rows(k):
+        x = torch.rand(5, 3) * 0.4
+        x[:k, 0] += 0.6
+        return x
+
+    cf = check(f, [rows(2), rows(2), rows(2)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    check(f, [rows(0), rows(5), rows(2), rows(0), rows(3)], compiled=cf)  # flips: right answers
+
+
+def test_a_guess_after_a_visible_effect_breaks():
+    def f(x, log):
+        log.append(x.sum())
+        kept = x[x > 0]
+        if kept.numel() > 3:
+            return kept * 2
+        return kept
+
+    cf = check(f, [(few(), []) for _ in range(3)])
+    assert break_ids(cf) == ["MB001"]
+    assert "after a visible effect" in magpy.explain(cf).breaks[0].reason
+
+
+def test_a_branch_on_tensor_values_is_not_guessed():
+    def f(x):
+        kept = x[x > 0]
+        if kept.sum() > 1:  # a value, not a size: decides what is computed
+            return kept * 2
+        return kept
+
+    cf = check(f, [few(), few(), few()])
+    assert break_ids(cf) == ["MB001"]
+    assert "a number read from tensor data" in magpy.explain(cf).breaks[0].reason \
+        or "values inside tensor" in magpy.explain(cf).breaks[0].reason
+
+
+def test_torchvision_batched_nms_after_score_filtering_is_one_graph():
+    torchvision = pytest.importorskip("torchvision")
+
+    def postprocess(boxes, scores, labels, thresh):
+        keep = scores > thresh
+        boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
+        keep = torchvision.ops.batched_nms(boxes, scores, labels, 0.5)[:10]
+        return boxes[keep], scores[keep], labels[keep]
+
+    def inputs(seed):
+        g = torch.Generator().manual_seed(seed)
+        xy = torch.rand(40, 2, generator=g) * 50
+        wh = torch.rand(40, 2, generator=g) * 20 + 1
+        return (torch.cat([xy, xy + wh], 1), torch.rand(40, generator=g),
+                torch.randint(0, 3, (40,), generator=g), 0.3)
+
+    cf = check(postprocess, [inputs(s) for s in range(4)])
+    assert_stats(cf, graphs=1, breaks=0, hits=3)

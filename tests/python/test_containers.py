@@ -551,3 +551,43 @@ def test_update_with_keywords_on_dicts_passed_in_and_made_in_the_call():
         cf(torch.ones(3), mine)
         update_both_ways(torch.ones(3), eager)
         assert list(mine) == list(eager)
+
+
+def test_container_methods_read_as_attributes():
+    # `push = out.append` (a common idiom) and `log.append(...)` compiled as LOAD_ATTR, which
+    # CPython 3.11 emits when the module imports a name `log`: the bound method of a list passed
+    # in is fresh on every read, so guarding it by identity missed the cache on every call.
+    import dis
+
+    src = (
+        "import math as log\n"
+        "def f(x, log, table):\n"
+        "    log.append(x.sum())\n"
+        "    out = []\n"
+        "    push = out.append\n"
+        "    for row in x:\n"
+        "        push(row * 2)\n"
+        "    get = table.get\n"
+        "    return out, get('scale', 1.0) * x, push\n"
+    )
+    ns = {}
+    exec(compile(src, "<imported_name>", "exec"), ns)
+    f = ns["f"]
+    ops = [(i.opname, i.argval) for i in dis.get_instructions(f)]
+    assert ("LOAD_ATTR", "append") in ops  # the quirk this test is about
+
+    def results(r):
+        out, scaled, push = r  # the bound method escapes: made again at replay, bound to `out`
+        assert push.__self__ is out
+        return out, scaled
+
+    magpy.reset()
+    cf = magpy.compile(f)
+    for i in range(3):
+        x = torch.randn(2, 3)
+        log_e, log_c = [torch.ones(1)], [torch.ones(1)]
+        expected = results(f(x, log_e, {"scale": 2.0}))
+        actual = results(cf(x, log_c, {"scale": 2.0}))
+        assert_same(actual, expected)
+        assert_same(log_c, log_e)
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)

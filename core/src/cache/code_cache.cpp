@@ -54,6 +54,7 @@ void clear_all_caches() {
         cc->sites.clear();
         cc->dynamic_dims.clear();
         cc->dynamic_numbers.clear();
+        cc->speculations.clear();
     }
 }
 

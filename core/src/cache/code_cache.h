@@ -57,6 +57,9 @@ struct CodeCache {
     // Automatic dynamic numbers: int and float inputs (by source) whose value changed between
     // captures; read at replay (guarded by type only) in later captures.
     std::set<std::string> dynamic_numbers;
+    // Branches on data-dependent sizes guessed by captures, by site ([Note: speculated
+    // branches]): one that went the other way at replay is a graph break in later captures.
+    std::map<std::string, std::shared_ptr<Speculation>> speculations;
     ~CodeCache();
 };
 

@@ -444,7 +444,7 @@ int Capture::size_of(int id, int dim, PyObject* real) {
     int r = record(std::move(s), real, label, false);
     Value& n = v(r);
     if (data) {  // read at replay, never guarded: a size that depends on tensor data
-        n.dyn_scalar = true;
+        n.dyn_scalar = n.data_size = true;
         n.sym = n.sym_all = false;
         n.sym_deps.clear();
         return r;
@@ -458,11 +458,13 @@ int Capture::size_of(int id, int dim, PyObject* real) {
 
 // The plan checks at replay that `value` is still `expected` (or has that length), and gives
 // up before anything visible happened if not (Declined::Recapture).
-bool Capture::add_replay_check(int id, PyObject* expected, CheckOp how) {
+bool Capture::add_replay_check(int id, PyObject* expected, CheckOp how,
+                               std::shared_ptr<Speculation> guess) {
     if (m_effects) return false;
     Step s;
     s.kind = StepKind::Check;
     s.op = how;
+    s.speculation = std::move(guess);
     Arg a;
     if (!arg_of(id, a)) return false;
     s.args = {a, Arg::value(expected)};
@@ -1007,6 +1009,19 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         m_built_slots[out.index] = id;
         return true;
     }
+    case ValueKind::BoundMethod: {
+        // taken again at replay from the object: getattr(obj, name)
+        Arg self;
+        if (!build_arg(val.items[1], self, escape, depth + 1)) return false;
+        Step s;
+        s.kind = StepKind::GetAttr;
+        s.name = py::Ref::borrow(PyDescr_NAME(v(val.items[0]).real.get()));
+        s.args = {self};
+        s.out = m_plan->add_slot();
+        out = Arg::slot(s.out);
+        add_step(std::move(s));
+        return true;
+    }
     case ValueKind::Iterator:
         if (!escape && val.iter_view) {
             // A dict view consumed by a call (sum(d.values())): a list of its items is the same
@@ -1119,8 +1134,8 @@ void set_graph_break_error(PyObject* type) {
 void Capture::describe_graph(CaptureResult& r) {
     static const char* kKinds[] = {"null",  "input",    "const", "op",      "list",    "tuple",
                                    "dict",  "object",   "iterator", "cell", "function",
-                                   "super", "partial"};
-    static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == static_cast<size_t>(ValueKind::Partial) + 1,
+                                   "super", "partial", "method"};
+    static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == static_cast<size_t>(ValueKind::BoundMethod) + 1,
                   "a name for every ValueKind");
     for (size_t i = 1; i < m_values.size(); ++i) {
         const Value& val = m_values[i];

@@ -56,6 +56,9 @@ enum class ValueKind : uint8_t {
     Super,       // the object super() made: `items` {the class it starts after, the object}
     Partial,     // a functools.partial made in the call: `items` {func, args..., keyword
                  // values...}, the keyword names those of `real`'s keywords ([Note: partials])
+    BoundMethod, // a list, dict, set or tuple method read as an attribute (`log.append` where
+                 // CPython emits LOAD_ATTR, not LOAD_METHOD): `items` {the method descriptor,
+                 // the object}; calling it calls the descriptor with the object first
 };
 
 enum class IterKind : uint8_t {
@@ -87,6 +90,8 @@ struct Value {
     bool dyn_shape = false; // tensor whose shape depends on data (nonzero, masks)
     bool dyn_scalar = false; // a float read from tensor data before a break (`.item()`):
                              // guarded by type only; arithmetic on it is replayed
+    bool data_size = false;  // a dyn_scalar that depends on tensor data only through the
+                             // sizes of tensors whose shape does (`boxes.numel() > 4000`)
     bool mutated = false;   // an Input the capture changed: a dict (reads after that are
                             // unsupported) or a list only appended to (`items`: the appended)
     bool shadow = false;    // an Input list/tuple whose items are tracked in `items` (guarded)
@@ -130,11 +135,13 @@ struct CaptureResult {
 
 class Monitor;
 
-// Which input dims are symbolic in a capture ([Note: dynamic shapes]).
+// What earlier captures of the code learnt: which input dims are symbolic ([Note: dynamic
+// shapes]), which guessed branches went the other way ([Note: speculated branches]).
 struct DynamicConfig {
     int mode = -1;  // -1 automatic (dims that changed between calls), 0 off, 1 every dim
     const std::map<std::string, uint64_t>* dims = nullptr;  // automatic: by accessor source
     const std::set<std::string>* numbers = nullptr;  // automatic: ints and floats read at replay
+    std::map<std::string, std::shared_ptr<Speculation>>* speculations = nullptr;  // by site
 };
 
 // magpy.GraphBreakError (set by the Python module at import). Borrowed.
@@ -214,6 +221,7 @@ public:
 
     // --- dynamic shapes -----------------------------------------------------------------
     void set_dynamic(DynamicConfig c) { m_dynamic = c; }
+    const DynamicConfig& dynamic() const { return m_dynamic; }
     // A tensor whose sizes may differ at replay.
     bool sym_tensor(int value);
     // Whether `value`, or an item of a container made in the call (or of an input list whose
@@ -231,7 +239,8 @@ public:
     void pin_number(int value);
     void fix_length(int tensor);  // Python reads len(tensor) (iteration, unpacking)
     void check_length(int op_result);
-    bool add_replay_check(int value, PyObject* expected, CheckOp how);
+    bool add_replay_check(int value, PyObject* expected, CheckOp how,
+                          std::shared_ptr<Speculation> guess = nullptr);
 
     // --- breaks -------------------------------------------------------------------------
     void fail(const char* reason_id, std::string reason, std::string hint);

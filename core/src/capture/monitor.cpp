@@ -1803,6 +1803,8 @@ void Monitor::on_opcode(PyFrameObject* fo) {
         return stop_tracing();
     }
     py::Instruction ins = py::frame_current_instruction(f.frame);
+    m_at_code = f.code;
+    m_at_offset = ins.offset;
     f.in_try = f.caller_in_try || py::code_offset_reaches_user_handler(f.code, ins.offset);
     m_cap.set_in_try(f.in_try);
     if (!f.library_code) {
@@ -2322,8 +2324,7 @@ void Monitor::complete(ShadowFrame& f) {
             std::string label = op_label(a.label, compare_symbol(p.oparg), b.label);
             int r = m_cap.record(std::move(s), tos, label, !scalar);
             if (scalar) {
-                m_cap.v(r).dyn_scalar = m_cap.v(p.in[0]).dyn_scalar || m_cap.v(p.in[1]).dyn_scalar;
-                sym_number_from(r, {p.in[0], p.in[1]});
+                number_from(r, {p.in[0], p.in[1]});
             }
             out(r);
             return;
@@ -2406,12 +2407,8 @@ void Monitor::complete(ShadowFrame& f) {
             s.args = {x};
             static const char* kUnary[] = {"-", "+", "~"};
             std::string label = op_label("", kUnary[s.op], a.label);
-            bool data = a.dyn_scalar;
             int r = m_cap.record(std::move(s), tos, label, !number);
-            if (number) {
-                m_cap.v(r).dyn_scalar = data;
-                sym_number_from(r, {p.in[0]});
-            }
+            if (number) number_from(r, {p.in[0]});
             out(r);
             return;
         }
@@ -2765,6 +2762,11 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         int func, self;
         if (!split_method(callable, func, self)) return;
         args.insert(args.begin(), self);
+        return dispatch_call(f, func, std::move(args), kwnames);
+    }
+    if (c.kind == ValueKind::BoundMethod) {  // log.append(x): list.append(log, x)
+        int func = c.items[0];
+        args.insert(args.begin(), c.items[1]);
         return dispatch_call(f, func, std::move(args), kwnames);
     }
     if ((c.kind == ValueKind::Input && Py_TYPE(fn) == functools_partial_type()) ||
@@ -4492,6 +4494,27 @@ int Monitor::load_deref(ShadowFrame& f, int index) {
     return -1;
 }
 
+// `log.append` read as an attribute of a list, dict, set or tuple (passed in or made in the call):
+// the method with its object (ValueKind::BoundMethod), called as LOAD_METHOD's form would be.
+// CPython 3.11 emits LOAD_ATTR for `x.append(...)` when the module imports a name `x`, and
+// `append = out.append` is a common idiom. 0 when `real` is not such a method.
+int Monitor::container_method(int obj, PyObject* name, PyObject* real) {
+    const Value& o = m_cap.v(obj);
+    PyObject* self = o.real.get();
+    if (o.tensor || !self || !real || !PyCFunction_Check(real) || PyCFunction_GET_SELF(real) != self)
+        return 0;
+    PyTypeObject* t = Py_TYPE(self);
+    bool container = t == &PyList_Type || t == &PyDict_Type || t == &PySet_Type || t == &PyTuple_Type;
+    bool value = o.kind == ValueKind::Input || o.kind == ValueKind::FreshList ||
+                 o.kind == ValueKind::FreshDict || o.kind == ValueKind::FreshTuple;
+    PyObject* descr = container && value ? _PyType_Lookup(t, name) : nullptr;
+    if (!descr || Py_TYPE(descr) != &PyMethodDescr_Type) return 0;
+    int m = m_cap.new_value(ValueKind::BoundMethod, real, o.label + "." + str(name));
+    int d = m_cap.const_value(descr, std::string(t->tp_name) + "." + str(name));
+    m_cap.v(m).items = {d, obj};
+    return m;
+}
+
 int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
     std::string n = str(name);
     auto it = m_cap.overlay().find({obj, n});
@@ -4505,6 +4528,7 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
             return item_of(obj, idx, real);
         }
     }
+    if (int m = container_method(obj, name, real); m != 0) return m;
     const char* cname = PyUnicode_AsUTF8(name);
     if (o.tensor) {
         if (is_metadata_attribute(cname)) {
@@ -4768,8 +4792,7 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         bool graph_op = x.tensor || y.tensor;
         int r = m_cap.record(std::move(s), real, label, graph_op);
         if (text) return r;  // a string, not a number
-        m_cap.v(r).dyn_scalar = !graph_op && (m_cap.v(a).dyn_scalar || m_cap.v(b).dyn_scalar);
-        if (!graph_op) sym_number_from(r, {a, b});
+        if (!graph_op) number_from(r, {a, b});
         return r;
     }
     if (x.kind == ValueKind::Const && y.kind == ValueKind::Const) return m_cap.const_value(real);
@@ -4881,18 +4904,23 @@ int Monitor::symbolic_query(const Pending& p, int t, PyObject* result) {
 
 // The result `r` of arithmetic on numbers: symbolic when an operand is (its dims are the
 // union of theirs).
-void Monitor::sym_number_from(int r, const std::vector<int>& operands) {
+void Monitor::number_from(int r, const std::vector<int>& operands) {
     Value& out = m_cap.v(r);
     out.sym = false;
     out.sym_all = false;
     out.sym_deps.clear();
+    out.dyn_scalar = false;
+    out.data_size = true;
     for (int id : operands) {
         const Value& in = m_cap.v(id);
+        out.dyn_scalar = out.dyn_scalar || in.dyn_scalar;
+        out.data_size = out.data_size && (!in.dyn_scalar || in.data_size);
         if (!in.sym || in.tensor) continue;
         out.sym = true;
         out.sym_all = out.sym_all || in.sym_all;
         out.sym_deps.insert(out.sym_deps.end(), in.sym_deps.begin(), in.sym_deps.end());
     }
+    out.data_size = out.data_size && out.dyn_scalar;
 }
 
 // A builtin that computes a number from numbers only, one of them symbolic (a dynamic number
@@ -4916,7 +4944,7 @@ bool Monitor::sym_number_call(const Pending& p, PyObject* result) {
 
 int Monitor::record_sym_number(Pending& p, PyObject* result) {
     int r = record_call(p, result, false, false);
-    if (r >= 0) sym_number_from(r, p.in);
+    if (r >= 0) number_from(r, p.in);
     return r;
 }
 
@@ -5090,12 +5118,49 @@ bool Monitor::branch_to_raise(ShadowFrame& f, const py::Instruction& ins, int id
     return data && m_cap.add_replay_check(id, truth ? Py_True : Py_False, kCheckTruth);
 }
 
+// [Note: speculated branches] A branch on the size of a tensor whose shape depends on data
+// (`if boxes.numel() > 4000` in torchvision's batched_nms after score filtering, `if not
+// det.shape[0]`) usually goes the same way call after call: it picks an algorithm or skips an
+// empty case. While nothing visible has happened in the segment, the capture follows the side
+// it took and the plan checks at replay that the test has the same truth value (a Check step,
+// kCheckTruth, carrying the Speculation). When it does not, the plan gives up before any effect
+// (Declined::Recapture), the Speculation is marked failed, and the next capture makes the
+// branch a graph break (MB001), so a branch that flips costs one recapture, not a wasted graph
+// run per call. With fullgraph=True there are no breaks: each side gets an entry of its own.
+// Branches on tensor values or numbers read from them (`.item()`) are graph breaks as before,
+// since those decide what the program computes.
+bool Monitor::speculate_branch(int id, std::string& why_not) {
+    const Value& v = m_cap.v(id);
+    auto* guesses = m_cap.dynamic().speculations;
+    if (!v.data_size || !guesses || !m_at_code) return false;
+    std::string site = str(m_at_code->co_filename) + ":" + std::to_string(m_at_code->co_firstlineno) +
+                       "@" + std::to_string(m_at_offset);
+    std::shared_ptr<Speculation>& guess = (*guesses)[site];
+    if (!guess) {
+        guess = std::make_shared<Speculation>();
+        guess->what = "`" + v.label + "` (line " + std::to_string(m_cap.line()) + ")";
+    }
+    if (guess->failed && !m_fullgraph) {
+        why_not = " (it went the other way on an earlier call, so it is no longer guessed)";
+        return false;
+    }
+    int truth = plain_truth(v.real.get());
+    if (truth >= 0 && m_cap.add_replay_check(id, truth ? Py_True : Py_False, kCheckTruth, guess))
+        return true;
+    why_not = " (after a visible effect, so a guess could not be undone)";
+    return false;
+}
+
 bool Monitor::truthiness_known(int id) {
     Value& v = m_cap.v(id);
     if (v.dyn_scalar) {
+        std::string why_not;
+        if (speculate_branch(id, why_not)) return true;
         m_cap.fail(breaks::kDataDependentBranch,
-                   "a branch depends on " + v.label + ", a number read from tensor data or "
-                   "drawn at random",
+                   "a branch depends on " + v.label +
+                       (v.data_size ? ", the size of a tensor whose shape depends on its data" +
+                                          why_not
+                                    : ", a number read from tensor data or drawn at random"),
                    "use torch.where / masking instead of `if`, or move the decision outside the "
                    "compiled function");
         return false;

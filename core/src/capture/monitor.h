@@ -202,6 +202,8 @@ private:
     int item_of(int seq, Py_ssize_t i, PyObject* real);
     bool truthiness_known(int value);
     bool branch_to_raise(ShadowFrame& f, const py::Instruction& ins, int value);
+    bool speculate_branch(int value, std::string& why_not);
+    int container_method(int obj, PyObject* name, PyObject* real);
     void expect_property_getter(ShadowFrame& f, PyObject* name);  // [Note: properties]
     bool prints_the_same(int value, int depth = 0);  // print(value) replayed ([Note: print])
     bool require_prints_the_same(const std::vector<int>& values, const std::string& what);
@@ -211,7 +213,9 @@ private:
     // Dynamic shapes (capture.h, [Note: dynamic shapes]).
     int shape_of(int tensor, PyObject* real_size);
     int symbolic_query(const Pending& p, int tensor, PyObject* result);
-    void sym_number_from(int r, const std::vector<int>& operands);
+    // A number computed from `operands`: read at replay when any of them is (symbolic, or read
+    // from tensor data), and then which.
+    void number_from(int r, const std::vector<int>& operands);
     bool sym_number_call(const Pending& p, PyObject* result);
     int record_sym_number(Pending& p, PyObject* result);
     void guard_all_strides();
@@ -286,6 +290,8 @@ private:
     bool m_grad_state_set = false;
     bool m_other_state_set = false;
     bool m_fullgraph = false;
+    PyCodeObject* m_at_code = nullptr;  // the instruction being traced (speculated branches)
+    int m_at_offset = -1;
     bool m_raised = false;
     bool m_raising = false;
     bool m_root_returned = false;

@@ -114,7 +114,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     progress("capture", st, {});
     int64_t t0 = now_ns();
     Capture cap(py::frame_function(frame));
-    cap.set_dynamic({st.options.dynamic, &cc.dynamic_dims, &cc.dynamic_numbers});
+    cap.set_dynamic({st.options.dynamic, &cc.dynamic_dims, &cc.dynamic_numbers, &cc.speculations});
     SegmentOptions seg;
     seg.sites = &cc.sites;
     seg.origin = cc.shift ? cc.origin : py::frame_code(frame);  // a resume code continues origin
@@ -211,6 +211,20 @@ PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, Py
     return PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr);
 }
 
+// Why an entry whose guards passed declined at a Check step.
+std::string failed_check_reason(CodeCache& cc, bool fullgraph) {
+    for (auto& [site, guess] : cc.speculations)
+        if (guess->failed && !guess->reported) {
+            guess->reported = true;
+            return "the branch on the data-dependent size " + guess->what +
+                   " went the other way; " +
+                   (fullgraph ? "each side gets a cache entry of its own (fullgraph=True)"
+                              : "it is a graph break from now on");
+        }
+    return "a replay check failed: a relation between sizes that the code relied on no longer "
+           "holds, or a tensor tested by a branch to a `raise` has the other truth value";
+}
+
 PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) {
     PyCodeObject* code = py::frame_code(frame);
     CodeCache* cc = code_cache(code, true);
@@ -275,11 +289,8 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
     st.stats.guard_ns += now_ns() - guard_start;
     (reinterpret_cast<PyObject*>(code) == st.code.get() ? st.stats.misses : st.stats.resume_misses)++;
     if (last_own) {
-        std::string why = relation_failed
-                              ? "a replay check failed: a relation between sizes that the code "
-                                "relied on no longer holds, or a tensor tested by a branch to a "
-                                "`raise` has the other truth value"
-                              : last_own->guards->check_verbose(frame);
+        std::string why = relation_failed ? failed_check_reason(*cc, st.options.fullgraph)
+                                          : last_own->guards->check_verbose(frame);
         if (PyErr_Occurred()) PyErr_Clear();
         // Automatic dynamic: sizes and numbers that changed since the last capture become
         // symbolic in the next one ([Note: dynamic shapes]).

@@ -301,6 +301,7 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
             }
             if (same < 0) return fail(s);
             if (!same) {
+                if (s.speculation) s.speculation->failed = true;
                 declined = Declined::Recapture;
                 return fail(s);
             }

@@ -6,6 +6,7 @@
 
 #include "python/py_ref.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,14 @@ enum class StepKind : uint8_t {
                  // tensor a branch to a `raise` tested ([Note: branches to a raise])
 };
 
+// A branch the capture followed on a guess ([Note: speculated branches] in monitor.cpp). Its
+// Check step marks it when the guess fails at replay; later captures break there instead.
+struct Speculation {
+    std::string what;       // the test and where it is, for recompile reasons
+    bool failed = false;
+    bool reported = false;  // the failure is in a recompile reason
+};
+
 // What a Check step compares with args[1].
 enum CheckOp : int { kCheckEqual = 0, kCheckLength = 1, kCheckTruth = 2 };
 
@@ -69,6 +78,7 @@ struct Step {
     // The innermost `with` block open while this step runs (Plan::contexts()), or -1. A step
     // that raises at replay leaves through that block's __exit__ and its parents'.
     int16_t ctx = -1;
+    std::shared_ptr<Speculation> speculation;  // Check: the guess it verifies, or null
     int line = 0;           // source line of the user's code, for messages
     int loc = -1;           // Plan::location(): the file and function of that line
 };
