@@ -257,3 +257,59 @@ def test_torchvision_batched_nms_after_score_filtering_is_one_graph():
 
     cf = check(postprocess, [inputs(s) for s in range(4)])
     assert_stats(cf, graphs=1, breaks=0, hits=3)
+
+
+# [Note: memory made in the call] -------------------------------------------------------------------
+
+
+def batch_images(images):
+    # torchvision's GeneralizedRCNNTransform.batch_images, then a check on the batch
+    h = max(img.shape[1] for img in images)
+    w = max(img.shape[2] for img in images)
+    batched = images[0].new_full((len(images), 3, h, w), 0)
+    for i, img in enumerate(images):
+        batched[i, :, : img.shape[1], : img.shape[2]].copy_(img)
+    batched[:, :, 0, 0] = 0.5  # a write into the new memory (STORE_SUBSCR)
+    if not torch.isfinite(batched).all():
+        raise ValueError("non-finite pixels")
+    return batched * 2
+
+
+def test_in_place_changes_of_memory_made_in_the_call_are_not_effects():
+    imgs = lambda: [torch.rand(3, 4, 5), torch.rand(3, 5, 3)]
+    cf = check(batch_images, [imgs() for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    bad = lambda: ([torch.rand(3, 4, 5), torch.full((3, 5, 3), float("inf"))],)
+    assert_raises_like_eager(batch_images, bad, ValueError, compiled=cf)
+
+
+@pytest.mark.parametrize("alias", ["view", "dropout_eval", "contiguous", "data", "identity", "out"])
+def test_in_place_changes_of_an_inputs_memory_are_effects(alias):
+    drop = torch.nn.Dropout(0.5).eval()
+    ident = torch.nn.Identity()
+
+    def f(x, y):
+        if alias == "view":
+            t = x.view(-1)
+        elif alias == "dropout_eval":
+            t = torch.nn.functional.dropout(x, 0.5, training=False)
+        elif alias == "contiguous":
+            t = drop(x).contiguous()
+        elif alias == "data":
+            t = x.data
+        elif alias == "identity":
+            t = ident(x)
+        else:
+            t = torch.add(y, 1, out=x)
+        t.mul_(2)  # changes x: visible, so the check below cannot give up after it
+        if (x > 100).any():
+            raise ValueError("too large")
+        return x + 1
+
+    cf = check(f, [(torch.rand(2, 3), torch.rand(2, 3)) for _ in range(3)])
+    assert break_ids(cf) == ["MB001"], magpy.explain(cf)
+    xs = torch.full((2, 3), 60.0)
+    with pytest.raises(ValueError):
+        cf(xs, torch.full((2, 3), 60.0))
+    changed = 122.0 if alias == "out" else 120.0
+    assert torch.equal(xs, torch.full((2, 3), changed))  # changed once, as eager does

@@ -5,6 +5,7 @@
 #include "capture/callee_rules.h"
 #include "python/compat.h"
 #include "python/torch_api.h"
+#include "guards/tensor_check.h"
 
 #include <algorithm>
 
@@ -399,6 +400,13 @@ bool Capture::arg_sym(const Arg& a) {
     return true;
 }
 
+bool Capture::arg_made_in_call(const Arg& a) {
+    if (a.kind != Arg::Kind::Slot) return false;
+    size_t s = static_cast<size_t>(a.index);
+    int id = s < m_slot_values.size() ? m_slot_values[s] : -1;
+    return id >= 0 && v(id).own_storage;
+}
+
 bool Capture::arg_data_shaped(const Arg& a) {
     if (a.kind != Arg::Kind::Slot) return false;  // inputs and constants have their shapes
     size_t s = static_cast<size_t>(a.index);
@@ -671,6 +679,70 @@ static uint8_t result_kind_of(PyObject* o) {
     return n > 0 ? 2 : 0;
 }
 
+// [Note: memory made in the call] A tensor op's result whose memory no tensor argument from
+// outside the call shares (torch.zeros, x * 2, x[mask], a view of any of these) is memory the
+// call made: nothing outside has seen it, so changing it in place (torchvision's
+// `batched[i, :h, :w].copy_(img)`, `torch.empty(n).normal_()`) is not a visible effect, and a
+// plan may still give up after it ([Note: branches to a raise], [Note: speculated branches]).
+// Making it visible is an effect of its own (a write to an object passed in, a global) or
+// happens at the return. A result that shares memory with an argument from outside (x.view(),
+// x.data, F.dropout(x, training=False), out=x) is that argument's memory. Only the tensor ops
+// of the graph are judged: other calls (an lru_cache function's) may return memory kept
+// elsewhere.
+
+// The memories of `o`, a tensor or a list or tuple of tensors; false when one has none.
+static bool storages_of(PyObject* o, std::vector<const void*>& out) {
+    if (is_tensor(o)) {
+        const void* s = tensor_storage(o);
+        if (s) out.push_back(s);
+        return s != nullptr;
+    }
+    if (!PyList_Check(o) && !PyTuple_Check(o)) return true;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
+        PyObject* item = PySequence_Fast_GET_ITEM(o, i);
+        if (is_tensor(item) && !storages_of(item, out)) return false;
+    }
+    return true;
+}
+
+bool Capture::made_in_call(const Step& step, PyObject* result) {
+    std::vector<const void*> made, outside;
+    if (!result || !storages_of(result, made) || made.empty()) return false;
+    auto from_outside = [&](int id) {  // the memories of value `id` unless the call made them
+        const Value& val = v(id);
+        if (val.own_storage) return true;
+        if (val.kind == ValueKind::FreshList || val.kind == ValueKind::FreshTuple) {
+            for (int item : val.items)
+                if (!v(item).own_storage && !storages_of(v(item).real.get(), outside)) return false;
+            return true;
+        }
+        PyObject* o = val.real.get();
+        if (o && PyCFunction_Check(o) && PyCFunction_GET_SELF(o) && !storages_of(PyCFunction_GET_SELF(o), outside))
+            return false;  // a bound tensor method: its tensor
+        return !o || storages_of(o, outside);
+    };
+    for (const Arg& a : step.args) {
+        int id = -1;
+        if (a.kind == Arg::Kind::Slot) {
+            size_t s = static_cast<size_t>(a.index);
+            id = s < m_slot_values.size() ? m_slot_values[s] : -1;
+            if (id < 0) {
+                auto built = m_built_slots.find(a.index);
+                id = built == m_built_slots.end() ? -1 : built->second;
+            }
+        } else if (a.kind == Arg::Kind::Input) {
+            auto it = m_node_values.find(a.index);
+            id = it == m_node_values.end() ? -1 : it->second;
+        } else if (!storages_of(a.constant.get(), outside)) {
+            return false;
+        }
+        if (a.kind != Arg::Kind::Const && (id < 0 || !from_outside(id))) return false;
+    }
+    for (const void* m : made)
+        if (std::find(outside.begin(), outside.end(), m) != outside.end()) return false;
+    return true;
+}
+
 int Capture::record(Step step, PyObject* real_result, const std::string& label, bool graph_op) {
     step.out = m_plan->add_slot();
     step.graph_op = graph_op;
@@ -689,6 +761,7 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
     v(id).slot = step.out;
     v(id).dyn_shape = data_shape && real_result && !PyLong_Check(real_result) &&
                       !PyFloat_Check(real_result) && !PyComplex_Check(real_result);
+    v(id).own_storage = graph_op && made_in_call(step, real_result);
     if (folds) {
         v(id).const_data = true;
         v(id).const_version = data_version(real_result);
@@ -738,7 +811,10 @@ void Capture::add_step(Step step) {
                     "the call records more than " + std::to_string(kMaxPlanSteps) +
                         " operations (a long loop unrolled)",
                     "compile the loop's body as its own function, or loop fewer times per call");
-    m_effects = m_effects || step.effect;
+    // an in-place change of memory the call made is not visible ([Note: memory made in the call])
+    bool invisible = step.mutates >= 0 && static_cast<size_t>(step.mutates) < step.args.size() &&
+                     arg_made_in_call(step.args[static_cast<size_t>(step.mutates)]);
+    m_effects = m_effects || (step.effect && !invisible);
     if (m_code) {
         auto it = m_locations.find(m_code);
         if (it == m_locations.end())

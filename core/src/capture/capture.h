@@ -90,6 +90,8 @@ struct Value {
     bool dyn_shape = false; // tensor whose shape depends on data (nonzero, masks)
     bool dyn_scalar = false; // a float read from tensor data before a break (`.item()`):
                              // guarded by type only; arithmetic on it is replayed
+    bool own_storage = false;  // an op result in memory the call made ([Note: memory made in
+                               // the call]): changing it in place is not a visible effect
     bool data_size = false;  // a dyn_scalar that depends on tensor data only through the
                              // sizes of tensors whose shape does (`boxes.numel() > 4000`)
     bool mutated = false;   // an Input the capture changed: a dict (reads after that are
@@ -331,6 +333,8 @@ private:
     uint64_t dynamic_dims_for(int node, PyObject* tensor);
     bool arg_sym(const Arg& a);
     bool arg_data_shaped(const Arg& a);
+    bool arg_made_in_call(const Arg& a);
+    bool made_in_call(const Step& step, PyObject* result);
     PyCodeObject* m_code = nullptr;
     int m_line = 0;
     size_t m_graph_ops = 0;

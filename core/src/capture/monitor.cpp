@@ -2014,6 +2014,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
             if (!m_cap.arg_of(cont, a) || !m_cap.arg_of(key, b) || !m_cap.arg_of(val, d)) return;
             s.args = {a, b, d};
             s.effect = true;
+            s.mutates = 0;
             m_cap.record(std::move(s), Py_None, "setitem", true);
             return;
         }

@@ -31,6 +31,12 @@ void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides) {
 }
 
 bool tensor_is_nested(PyObject* t) { return THPVariable_Unpack(t).is_nested(); }
+
+const void* tensor_storage(PyObject* t) {
+    const at::Tensor& x = THPVariable_Unpack(t);
+    if (x.is_nested() || !x.has_storage()) return nullptr;
+    return x.storage().unsafeGetStorageImpl();
+}
 int64_t tensor_dim(PyObject* t) { return THPVariable_Unpack(t).dim(); }
 
 bool tensor_key_matches(PyObject* t, const TensorKey& key) {

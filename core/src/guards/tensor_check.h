@@ -30,6 +30,9 @@ int64_t tensor_dim(PyObject* t);
 // Fills `key`; `t` is not nested.
 void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides);
 bool tensor_key_matches(PyObject* t, const TensorKey& key);
+// Which memory the tensor's elements live in (its StorageImpl; views share it with their base);
+// null when it has none (sparse, nested, meta-less). Compared, never dereferenced.
+const void* tensor_storage(PyObject* t);
 // torch.is_grad_enabled() for this thread, read in C++.
 bool grad_mode_enabled();
 
