@@ -313,3 +313,51 @@ def test_in_place_changes_of_an_inputs_memory_are_effects(alias):
         cf(xs, torch.full((2, 3), 60.0))
     changed = 122.0 if alias == "out" else 120.0
     assert torch.equal(xs, torch.full((2, 3), changed))  # changed once, as eager does
+
+
+# [Note: draws before a check] ----------------------------------------------------------------------
+
+
+def noisy(x):
+    import random
+
+    y = x + torch.randn(3) * random.random()
+    buf = torch.empty(3).normal_()  # memory the call made, filled at random
+    if not (y < 5).all():
+        raise ValueError("too large")
+    return y * 2 + buf
+
+
+@pytest.mark.parametrize("data", ["good", "bad"])
+def test_a_check_after_draws_gives_up_with_the_generators_put_back(data):
+    import random
+
+    cf = check(noisy, [torch.rand(3) for _ in range(3)], seed=0, snapshot=random.getstate,
+               restore=random.setstate)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    x = torch.rand(3) if data == "good" else torch.full((3,), 50.0)
+    states = []
+    for fn in (noisy, cf):
+        torch.manual_seed(5)
+        random.seed(5)
+        try:
+            out = fn(x)
+        except ValueError as e:
+            out = str(e)
+        states.append((out, torch.get_rng_state(), random.getstate()))
+    (a, ta, ra), (b, tb, rb) = states
+    assert (torch.equal(a, b) if data == "good" else a == b)
+    assert torch.equal(ta, tb) and ra == rb  # drawn once, as eager does
+
+
+def test_a_draw_from_the_users_generator_is_an_effect():
+    def f(x, g):
+        y = x + torch.randn(3, generator=g)
+        if not (y < 5).all():
+            raise ValueError("too large")
+        return y
+
+    g = torch.Generator().manual_seed(0)
+    cf = check(f, [(torch.rand(3), g) for i in range(3)], pin=(g,), snapshot=g.get_state,
+               restore=g.set_state)
+    assert break_ids(cf) == ["MB001"]

@@ -393,7 +393,7 @@ def test_op_raising_at_replay_outside_try_raises_after_earlier_writes():
     assert not _try_note(cf)
 
 
-@pytest.mark.parametrize("write", ["append", "inplace", "setattr", "random"])
+@pytest.mark.parametrize("write", ["append", "inplace", "setattr", "own_generator"])
 def test_op_inside_try_after_a_visible_write_is_not_captured(write):
     class Box:
         pass
@@ -405,25 +405,28 @@ def test_op_inside_try_after_a_visible_write_is_not_captured(write):
             x.add_(1)
         elif write == "setattr":
             box.n = 1
-        else:
-            x = x + torch.rand(4)
+        else:  # a generator of the user's: its state is theirs to see
+            x = x + torch.rand(4, generator=box.gen)
         try:
             return x[idx]
         except IndexError:
             return x.sum()
 
     box_e, box_c = Box(), Box()
+    box_e.gen = torch.Generator().manual_seed(0)
     x = torch.arange(4.0)
+    gen_state = (lambda: box_e.gen.get_state(), lambda s: box_e.gen.set_state(s))
     cf = check(f, [(x, torch.tensor([1]), [], box_e), (x, torch.tensor([8]), [], box_e)],
-               pin=(box_e,), seed=0)
+               pin=(box_e,), seed=0, snapshot=gen_state[0], restore=gen_state[1])
     assert "MB014" in [b.reason_id for b in magpy.explain(cf).breaks], str(magpy.explain(cf))
     b = next(b for b in magpy.explain(cf).breaks if b.reason_id == "MB014")
     assert "try block" in b.reason and b.hint
     # the compiled callable still gives eager's answers, with the handler's write order
     log = []
-    bx = Box()
+    bx, be = Box(), Box()
+    bx.gen, be.gen = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
     y = cf(x.clone(), torch.tensor([9]), log, bx)
-    assert torch.equal(y, f(x.clone(), torch.tensor([9]), [], Box())) or write == "random"
+    assert torch.equal(y, f(x.clone(), torch.tensor([9]), [], be))
     assert log == ([1] if write == "append" else [])
     del box_c
 
@@ -490,3 +493,24 @@ def test_a_branch_into_a_raise_calls_a_users_bool_once_like_eager():
         except ValueError:
             pass
         assert Flag.calls == eager_calls == 1
+
+
+def test_op_inside_try_after_a_global_draw_is_captured_and_the_handler_draws_as_eager():
+    # [Note: draws before a check]: the plan gives up when x[idx] raises, puts the generators
+    # back, and the frame that runs again draws the same numbers eager draws.
+    import random
+
+    def f(x, idx):
+        x = x + torch.rand(4) + random.random()
+        try:
+            return x[idx]
+        except IndexError:
+            return x.sum() + torch.rand(1)
+
+    x = torch.arange(4.0)
+    calls = [(x, torch.tensor([1])), (x, torch.tensor([2])), (x, torch.tensor([8])),
+             (x, torch.tensor([3])), (x, torch.tensor([9]))]
+    cf = check(f, calls, seed=0, snapshot=lambda: random.getstate(),
+               restore=lambda s: random.setstate(s))
+    assert "MB014" not in [b.reason_id for b in magpy.explain(cf).breaks], str(magpy.explain(cf))
+    assert _try_note(cf)  # the handler ran eagerly after the plan declined

@@ -104,6 +104,70 @@ bool has_data_dependent_shape(const std::string& n, size_t nargs) {
     return kDyn.count(n) != 0;
 }
 
+// Ops that draw from the generator, by name without a trailing `_` (normal, normal_).
+static bool is_random_op(const std::string& base) {
+    static const std::unordered_set<std::string> kRandom = {
+        "uniform", "normal", "bernoulli", "random", "exponential", "geometric", "cauchy",
+        "log_normal", "dropout", "alpha_dropout", "feature_alpha_dropout", "rrelu",
+        "dropout1d", "dropout2d", "dropout3d", "rand", "randn", "randint", "rand_like",
+        "randn_like", "randint_like", "randperm", "multinomial", "poisson", "gumbel_softmax",
+        "fractional_max_pool2d", "fractional_max_pool3d"};
+    return kRandom.count(base) != 0;
+}
+
+// F.batch_norm(training=True) and F.instance_norm update the running statistics they are given.
+static bool updates_statistics(const std::string& base) {
+    return base == "batch_norm" || base == "instance_norm";
+}
+
+static std::string without_inplace_suffix(const std::string& n) {
+    bool trailing = n.size() > 1 && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0;
+    return trailing ? n.substr(0, n.size() - 1) : n;
+}
+
+// A leaf module's boolean attribute (training, inplace ...); false when it has none.
+static bool module_flag(PyObject* module, const char* name) {
+    PyObject* v = PyObject_GetAttrString(module, name);
+    if (!v) {
+        PyErr_Clear();
+        return false;
+    }
+    bool on = PyObject_IsTrue(v) == 1;
+    Py_DECREF(v);
+    PyErr_Clear();
+    return on;
+}
+
+static bool draws_like_dropout(PyObject* module) {
+    std::string type = Py_TYPE(module)->tp_name;
+    return type.find("Dropout") != std::string::npos || type.find("RReLU") != std::string::npos;
+}
+
+bool op_draws(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
+              PyObject* const* kwvalues) {
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; ++i) {
+        std::string k = py::str_of(PyTuple_GET_ITEM(kwnames, i));
+        if ((k == "out" || k == "generator") && kwvalues[i] != Py_None) return false;
+    }
+    if (c.kind == CallKind::RandomDraw) {  // the `random` module's generator, not one of the user's
+        static PyObject* shared = [] {
+            PyObject* m = PyImport_ImportModule("random");
+            PyObject* inst = m ? PyObject_GetAttrString(m, "_inst") : nullptr;
+            Py_XDECREF(m);
+            PyErr_Clear();
+            return inst;  // kept for the process
+        }();
+        PyObject* self = PyMethod_Check(callable)      ? PyMethod_GET_SELF(callable)
+                         : PyCFunction_Check(callable) ? PyCFunction_GET_SELF(callable)
+                                                       : nullptr;
+        return shared && self == shared;
+    }
+    if (c.kind == CallKind::LeafModule)
+        return module_flag(callable, "training") && draws_like_dropout(callable);
+    return c.kind == CallKind::TorchOp && is_random_op(without_inplace_suffix(c.op));
+}
+
 bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
                     PyObject* const* kwvalues) {
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
@@ -114,35 +178,16 @@ bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
         if (k == "generator" && kwvalues[i] != Py_None) return true;
     }
     if (c.kind == CallKind::LeafModule) {
-        auto flag = [&](const char* name) {
-            PyObject* v = PyObject_GetAttrString(callable, name);
-            if (!v) {
-                PyErr_Clear();
-                return false;
-            }
-            bool on = PyObject_IsTrue(v) == 1;
-            Py_DECREF(v);
-            return on;
-        };
-        if (flag("inplace")) return true;
-        if (!flag("training")) return false;
-        std::string type = Py_TYPE(callable)->tp_name;
-        return flag("track_running_stats") || type.find("Dropout") != std::string::npos ||
-               type.find("RReLU") != std::string::npos;
+        if (module_flag(callable, "inplace")) return true;
+        if (!module_flag(callable, "training")) return false;
+        return module_flag(callable, "track_running_stats") || draws_like_dropout(callable);
     }
     if (c.kind == CallKind::Print || c.kind == CallKind::Warn || c.kind == CallKind::Log)
         return true;  // output the user sees
     if (c.kind == CallKind::RandomDraw) return true;  // advances the generator's state
     const std::string& n = c.op;
-    if (n.size() > 1 && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0) return true;
-    static const std::unordered_set<std::string> kStateful = {
-        "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm",
-        "bernoulli", "multinomial", "normal", "poisson", "dropout", "alpha_dropout",
-        "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d", "rrelu",
-        "gumbel_softmax", "fractional_max_pool2d", "fractional_max_pool3d", "batch_norm",
-        "instance_norm"};
-    // batch_norm / instance_norm: F.batch_norm(training=True) updates the running statistics.
-    return kStateful.count(n) != 0;
+    if (without_inplace_suffix(n) != n) return true;
+    return is_random_op(n) || updates_statistics(n);
 }
 
 int op_inplace_target(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
@@ -157,32 +202,15 @@ int op_inplace_target(const CalleeInfo& c, PyObject* callable, PyObject* kwnames
         inplace_kw = inplace_kw || (k == "inplace" && PyObject_IsTrue(kwvalues[i]) == 1);
     }
     if (c.kind == CallKind::LeafModule) {
-        PyObject* tr = PyObject_GetAttrString(callable, "training");
-        bool training = tr && PyObject_IsTrue(tr) == 1;
-        Py_XDECREF(tr);
-        PyErr_Clear();
         std::string type = Py_TYPE(callable)->tp_name;
-        bool stateful = type.find("Dropout") != std::string::npos ||
-                        type.find("RReLU") != std::string::npos ||
-                        type.find("Norm") != std::string::npos;
-        if (training && stateful) return -1;
-        PyObject* ip = PyObject_GetAttrString(callable, "inplace");
-        bool inplace = ip && PyObject_IsTrue(ip) == 1;
-        Py_XDECREF(ip);
-        PyErr_Clear();
-        return inplace ? 0 : -1;
+        if (module_flag(callable, "training") && type.find("Norm") != std::string::npos)
+            return -1;  // running statistics
+        return module_flag(callable, "inplace") ? 0 : -1;
     }
     if (c.kind != CallKind::TorchOp) return -1;
-    std::string n = c.op;
-    bool trailing = n.size() > 1 && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0;
-    std::string base = trailing ? n.substr(0, n.size() - 1) : n;
-    static const std::unordered_set<std::string> kRandom = {
-        "uniform", "normal", "bernoulli", "random", "exponential", "geometric", "cauchy",
-        "log_normal", "dropout", "alpha_dropout", "feature_alpha_dropout", "rrelu",
-        "dropout1d", "dropout2d", "dropout3d", "batch_norm", "instance_norm", "rand", "randn",
-        "randint", "randperm", "multinomial", "poisson"};
-    if (kRandom.count(base)) return -1;
-    return trailing || inplace_kw ? 0 : -1;
+    std::string base = without_inplace_suffix(c.op);
+    if (updates_statistics(base)) return -1;
+    return base != c.op || inplace_kw ? 0 : -1;
 }
 
 bool is_metadata_attribute(const char* n) {

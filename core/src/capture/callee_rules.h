@@ -102,11 +102,18 @@ bool has_data_dependent_shape(const std::string& op, size_t nargs);
 bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
                     PyObject* const* kwvalues);
 // Which positional argument (0: the first after the callee) an op with effects changes in place
-// when that is all it does: `t.add_(u)`, `torch.relu_(t)`, `F.relu(t, inplace=True)`, a leaf
-// module with inplace=True. -1 when it also draws from the RNG, updates module state, writes an
-// `out=` tensor, or is not an in-place op (compiling backends keep such ops out of graphs).
+// when that is all it does besides drawing random numbers (op_draws): `t.add_(u)`,
+// `torch.relu_(t)`, `F.relu(t, inplace=True)`, `t.normal_()`, a leaf module with inplace=True.
+// -1 when it updates module state, writes an `out=` tensor, or is not an in-place op.
 int op_inplace_target(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
                       PyObject* const* kwvalues, size_t npos);
+// A recorded op that draws from the global generators (torch's default ones, the `random`
+// module's) and changes nothing else, or nothing but its in-place tensor (op_inplace_target):
+// torch.randn, F.dropout, t.normal_(), a training Dropout module, random.random(). Not one
+// given a generator= or out=, nor a module that also updates its buffers (compiling backends
+// keep such ops out of graphs; a plan that gives up after one puts the generators back).
+bool op_draws(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
+              PyObject* const* kwvalues);
 
 // Tensor attributes that are metadata (x.shape) and those that are ops (x.T).
 bool is_metadata_attribute(const char* name);

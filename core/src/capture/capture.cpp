@@ -469,6 +469,7 @@ int Capture::size_of(int id, int dim, PyObject* real) {
 bool Capture::add_replay_check(int id, PyObject* expected, CheckOp how,
                                std::shared_ptr<Speculation> guess) {
     if (m_effects) return false;
+    if (m_draws) m_plan->set_restores_generators();
     Step s;
     s.kind = StepKind::Check;
     s.op = how;
@@ -811,10 +812,16 @@ void Capture::add_step(Step step) {
                     "the call records more than " + std::to_string(kMaxPlanSteps) +
                         " operations (a long loop unrolled)",
                     "compile the loop's body as its own function, or loop fewer times per call");
-    // an in-place change of memory the call made is not visible ([Note: memory made in the call])
-    bool invisible = step.mutates >= 0 && static_cast<size_t>(step.mutates) < step.args.size() &&
-                     arg_made_in_call(step.args[static_cast<size_t>(step.mutates)]);
+    // Changing memory the call made is not visible ([Note: memory made in the call]), nor is
+    // drawing random numbers while the plan can put the generators back ([Note: draws before a
+    // check]).
+    bool invisible = step.mutates >= 0
+                         ? static_cast<size_t>(step.mutates) < step.args.size() &&
+                               arg_made_in_call(step.args[static_cast<size_t>(step.mutates)])
+                         : step.draws;
     m_effects = m_effects || (step.effect && !invisible);
+    m_draws = m_draws || step.draws;
+    if (m_draws && step.in_try) m_plan->set_restores_generators();
     if (m_code) {
         auto it = m_locations.find(m_code);
         if (it == m_locations.end())

@@ -322,7 +322,9 @@ private:
     bool m_failed = false;
     bool m_internal = false;
     bool m_writes = false;  // an effect was recorded
-    bool m_effects = false; // a step with Step::effect was recorded (writes, in-place ops, RNG)
+    bool m_effects = false; // a step with a visible effect was recorded (writes, in-place ops
+                            // on memory from outside, draws from a generator of the user's)
+    bool m_draws = false;   // a step drew from the global generators (Step::draws)
     bool m_in_try = false;
     int m_ctx = -1;                     // innermost open `with` block (Plan::contexts())
     DynamicConfig m_dynamic;

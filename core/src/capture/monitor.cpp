@@ -3718,6 +3718,8 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
             kwvalues.push_back(m_cap.v(p.in[i]).real.get());
         s.effect = op_has_effects(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
                                   kwvalues.data());
+        s.draws = s.effect && op_draws(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
+                                       kwvalues.data());
         if (s.effect) {
             int t = op_inplace_target(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
                                       kwvalues.data(), p.in.size() - kwvalues.size());

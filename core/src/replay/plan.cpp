@@ -97,8 +97,81 @@ PyObject* Plan::add_user_frame(const Step& s) const {
 // A failed step: the user's exception with the user's frame added, or, inside a try block, a
 // request to run the frame eagerly (see run()). Only Exception subclasses are handed back:
 // KeyboardInterrupt and SystemExit go on as they are.
+// [Note: draws before a check] A plan may give up (decline) only before anything visible has
+// happened, so that the frame can run again as eager would. Drawing from the global generators
+// (torch.randn, dropout, `t.normal_()` on memory the call made, random.random()) changes only
+// their state, and that can be put back: such a plan saves the states on entry (torch's CPU
+// generator, the CUDA ones once CUDA is initialised, the `random` module's) and restores them
+// when it declines, so the frame that runs again draws exactly the numbers eager draws. This
+// lets torch.distributions' `log_prob` validation follow an `rsample()`. A draw from a
+// generator of the user's (generator=, a random.Random of their own) is a visible effect.
+namespace {
+struct GeneratorFns {
+    py::Ref torch_get, torch_set, cuda_initialized, cuda_get, cuda_set, random_get, random_set;
+};
+const GeneratorFns* generator_fns() {
+    static GeneratorFns* fns = [] {
+        auto* f = new GeneratorFns;  // lives for the process
+        auto attr = [](const char* module, const char* name) {
+            py::Ref m = py::Ref::steal(PyImport_ImportModule(module));
+            py::Ref a = m ? py::Ref::steal(PyObject_GetAttrString(m.get(), name)) : py::Ref();
+            PyErr_Clear();
+            return a;
+        };
+        f->torch_get = attr("torch.random", "get_rng_state");
+        f->torch_set = attr("torch.random", "set_rng_state");
+        f->cuda_initialized = attr("torch.cuda", "is_initialized");
+        f->cuda_get = attr("torch.cuda", "get_rng_state_all");
+        f->cuda_set = attr("torch.cuda", "set_rng_state_all");
+        f->random_get = attr("random", "getstate");
+        f->random_set = attr("random", "setstate");
+        return f;
+    }();
+    return fns;
+}
+}  // namespace
+
+bool Plan::OnEntry::save(const Plan& plan) {
+    if (plan.m_changes_grad) {
+        grad = py::Ref::steal(PyObject_CallNoArgs(torch_api().is_grad_enabled.get()));
+        if (!grad) return false;
+    }
+    if (!plan.m_restores_generators) return true;
+    const GeneratorFns* g = generator_fns();
+    if (!g->torch_get || !g->torch_set || !g->random_get || !g->random_set) {
+        PyErr_SetString(PyExc_RuntimeError, "magpy: cannot save the random generators' state");
+        return false;
+    }
+    py::Ref cuda_on = g->cuda_initialized ? py::Ref::steal(PyObject_CallNoArgs(g->cuda_initialized.get()))
+                                          : py::Ref::borrow(Py_False);
+    if (!cuda_on) return false;
+    py::Ref t = py::Ref::steal(PyObject_CallNoArgs(g->torch_get.get()));
+    py::Ref r = t ? py::Ref::steal(PyObject_CallNoArgs(g->random_get.get())) : py::Ref();
+    py::Ref c = r && cuda_on.get() == Py_True && g->cuda_get
+                    ? py::Ref::steal(PyObject_CallNoArgs(g->cuda_get.get()))
+                    : py::Ref::borrow(Py_None);
+    if (!t || !r || !c) return false;
+    generators = py::Ref::steal(PyTuple_Pack(3, t.get(), r.get(), c.get()));
+    return generators.get() != nullptr;
+}
+
+void Plan::OnEntry::restore() const {
+    auto call = [](const py::Ref& fn, PyObject* arg) {
+        PyObject* r = fn ? PyObject_CallOneArg(fn.get(), arg) : nullptr;
+        if (r) Py_DECREF(r);
+        else if (PyErr_Occurred()) PyErr_WriteUnraisable(fn.get());
+    };
+    if (grad) call(torch_api().set_grad_enabled_fn, grad.get());
+    if (!generators) return;
+    const GeneratorFns* g = generator_fns();
+    call(g->torch_set, PyTuple_GET_ITEM(generators.get(), 0));
+    call(g->random_set, PyTuple_GET_ITEM(generators.get(), 1));
+    if (PyTuple_GET_ITEM(generators.get(), 2) != Py_None)
+        call(g->cuda_set, PyTuple_GET_ITEM(generators.get(), 2));
+}
+
 PyObject* Plan::fail(const Step& s, Declined& declined, PyObject** slots,
-                     PyObject* grad_on_entry) const {
+                     const OnEntry& entry) const {
     if (!PyErr_Occurred() && declined == Declined::No) {
         PyErr_SetString(PyExc_SystemError, "magpy: a replayed step failed without an error");
         return add_user_frame(s);
@@ -109,12 +182,7 @@ PyObject* Plan::fail(const Step& s, Declined& declined, PyObject** slots,
     }
     if (declined == Declined::No) add_user_frame(s);
     unwind(s.ctx, slots, declined != Declined::No);
-    if (declined != Declined::No && grad_on_entry) {
-        // The frame runs again from its start: grad mode as it found it.
-        PyObject* r = PyObject_CallOneArg(torch_api().set_grad_enabled_fn.get(), grad_on_entry);
-        if (r) Py_DECREF(r);
-        else PyErr_WriteUnraisable(nullptr);
-    }
+    if (declined != Declined::No) entry.restore();  // the frame runs again from its start
     return nullptr;
 }
 
@@ -178,14 +246,9 @@ const std::vector<std::vector<int>>& Plan::releases() const {
 PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
     declined = Declined::No;
     Slots slots(m_num_slots);
-    py::Ref grad_on_entry;
-    if (m_changes_grad) {
-        grad_on_entry = py::Ref::steal(PyObject_CallNoArgs(torch_api().is_grad_enabled.get()));
-        if (!grad_on_entry) return nullptr;
-    }
-    auto fail = [&](const Step& s) {
-        return this->fail(s, declined, slots.v, grad_on_entry.get());
-    };
+    OnEntry entry;
+    if ((m_changes_grad || m_restores_generators) && !entry.save(*this)) return nullptr;
+    auto fail = [&](const Step& s) { return this->fail(s, declined, slots.v, entry); };
     auto get = [&](const Arg& a) -> PyObject* {  // borrowed
         switch (a.kind) {
         case Arg::Kind::Input: return inputs[a.index];

@@ -68,12 +68,14 @@ struct Step {
     py::Ref name;     // GetAttr / SetAttr
     bool graph_op = false;  // part of the operator graph (tensor computation)
     bool effect = false;    // changes state the caller can see: a write, an in-place op, the RNG
+    bool draws = false;     // draws from the global generators, and changes nothing else but
+                            // args[mutates] (op_draws)
     bool in_try = false;    // an exception here would reach a handler of the captured code
     // What the step produced during the capture (compiling backends only take tensor results
     // into a graph): 0 anything else, 1 a tensor, 2 a tuple or list of tensors.
     uint8_t result_kind = 0;
     // An in-place tensor op: the index in `args` of the tensor it changes, when changing it is
-    // the step's only effect (not the RNG, not module state); -1 otherwise.
+    // the step's only effect besides drawing (`draws`), not module state; -1 otherwise.
     int8_t mutates = -1;
     // The innermost `with` block open while this step runs (Plan::contexts()), or -1. A step
     // that raises at replay leaves through that block's __exit__ and its parents'.
@@ -114,6 +116,10 @@ public:
     // The plan changes grad mode (a `with torch.no_grad()` block, set_grad_enabled): when it
     // declines, grad mode goes back to what it was when the run started.
     void set_changes_grad_mode() { m_changes_grad = true; }
+    // The plan may give up after drawing random numbers (a Check, or a step inside try, after a
+    // draw): it saves the generators' state on entry and puts it back when it declines, so the
+    // frame that runs again draws what eager draws.
+    void set_restores_generators() { m_restores_generators = true; }
     // Input names for rendering, one per guard node (the accessor's source text).
     void set_input_names(std::vector<std::string> names) { m_input_names = std::move(names); }
 
@@ -147,8 +153,16 @@ private:
     // Per step: the slots read there for the last time (freed after it). Made on first run.
     const std::vector<std::vector<int>>& releases() const;
     mutable std::vector<std::vector<int>> m_release;
+    // What a run that declines puts back as it found it (Plan::run): grad mode, and the
+    // generators' state ([Note: draws before a check]).
+    struct OnEntry {
+        py::Ref grad;
+        py::Ref generators;  // a tuple of the states saved, or null
+        bool save(const Plan& plan);  // false with a Python error set
+        void restore() const;
+    };
     PyObject* fail(const Step& s, Declined& declined, PyObject** slots,
-                   PyObject* grad_on_entry) const;  // always NULL
+                   const OnEntry& entry) const;  // always NULL
     // Leaves the `with` blocks open at a failing step, innermost first, as the unwinding
     // frame would: __exit__ gets the pending exception (or None when the plan declines).
     void unwind(int ctx, PyObject** slots, bool declined) const;
@@ -159,6 +173,7 @@ private:
     std::vector<SourceLocation> m_locations;
     std::vector<PlanContext> m_contexts;
     bool m_changes_grad = false;
+    bool m_restores_generators = false;
 };
 
 // Python spelling of a Binary / Compare step's operator ("+", "<=").
