@@ -1100,12 +1100,22 @@ class ProgramGen:
 
     def st_data_sizes(self, env, depth, loop):
         """A size that depends on data reached through a container (torch.cat of a list that
-        holds a masked selection, a dict of them, a generator over them): a branch on it must
-        break, never be specialised to the size this call happened to have. Each condition
-        compares the data-dependent count with half the elements, so it goes both ways."""
+        holds a masked selection, a dict of them, a generator over them): a branch on it is
+        guessed and checked at replay, and breaks once it went the other way ([Note: speculated
+        branches]); never specialised to the size one call happened to have. Each condition
+        compares the data-dependent count with half the elements, so it goes both ways. Before
+        it, sometimes a draw and a write into memory the call made: the plan may still give up
+        at the check, putting the generators back ([Note: draws before a check])."""
         self.features.add("data_sizes")
-        a, b = self.leaf(env).code, self.leaf(env).code
+        leaf_b = self.leaf(env)
+        a, b = self.leaf(env).code, leaf_b.code
         parts = self.name("parts")
+        before = []
+        if self.r.randrange(3) == 0:
+            noise, buf = self.name("t"), self.name("t")
+            before = [f"{noise} = torch.randn_like({b})", f"{buf} = torch.zeros_like({b})",
+                      f"{buf}[0] = 1.0", f"{noise} = {noise} + {buf}"]
+            env[noise] = V("t", leaf_b.shape, True)
         half = f"{a}.numel() // 2"
         g = self.r.randrange(5)
         if g == 4:
@@ -1116,7 +1126,7 @@ class ProgramGen:
                 e = self.op_unary(env, e, depth)
             size = self.choice(["{u}.size(0)", "len({u})", "{u}.shape[0]", "{u}.numel()",
                                 "tuple({u}.unsqueeze(0).shape)", "{u}.view(-1, 1).size(0)"])
-            return [f"G_LOG.append({size.format(u=e.code)})"]
+            return before + [f"G_LOG.append({size.format(u=e.code)})"]
         if g == 0:
             lines = [f"{parts} = [{a}[{a} > 0], {b}.flatten()]",
                      f"if torch.cat({parts}).numel() > {b}.numel() + {half}:"]
@@ -1131,7 +1141,7 @@ class ProgramGen:
                      f"{parts}.append({a}[{a} > 0])",
                      f"if torch.stack([{parts}[0].sum(), {b}.sum()]).numel() == 2 and "
                      f"torch.cat({parts}).shape[0] < {half}:"]
-        return lines + ["    print('many')", "else:", "    print('few')"]
+        return before + lines + ["    print('many')", "else:", "    print('few')"]
 
     def st_iter_alias(self, env, depth, loop):
         """A loop over an iterator a local also names, a graph break inside it (a branch on data,
