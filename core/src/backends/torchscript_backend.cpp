@@ -65,8 +65,8 @@ bool reads_data(const Step& s) {
 }
 
 bool graph_step(const Step& s) {
-    return s.graph_op && !reads_data(s) && (!s.effect || s.mutates >= 0) && !s.draws && s.out >= 0 &&
-           s.result_kind != 0 &&
+    return s.graph_op && !reads_data(s) && (!s.effect || s.mutates >= 0) && !s.draws &&
+           s.out >= 0 && s.result_kind != 0 &&
            (s.kind == StepKind::Call || s.kind == StepKind::CallEx ||
             s.kind == StepKind::Binary || s.kind == StepKind::Unary ||
             s.kind == StepKind::Compare || s.kind == StepKind::GetItem ||

@@ -718,8 +718,8 @@ bool Capture::made_in_call(const Step& step, PyObject* result) {
             return true;
         }
         PyObject* o = val.real.get();
-        if (o && PyCFunction_Check(o) && PyCFunction_GET_SELF(o) && !storages_of(PyCFunction_GET_SELF(o), outside))
-            return false;  // a bound tensor method: its tensor
+        PyObject* bound = o && PyCFunction_Check(o) ? PyCFunction_GET_SELF(o) : nullptr;
+        if (bound && !storages_of(bound, outside)) return false;  // a bound tensor method's tensor
         return !o || storages_of(o, outside);
     };
     for (const Arg& a : step.args) {
@@ -1218,7 +1218,8 @@ void Capture::describe_graph(CaptureResult& r) {
     static const char* kKinds[] = {"null",  "input",    "const", "op",      "list",    "tuple",
                                    "dict",  "object",   "iterator", "cell", "function",
                                    "super", "partial", "method"};
-    static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == static_cast<size_t>(ValueKind::BoundMethod) + 1,
+    static_assert(sizeof(kKinds) / sizeof(kKinds[0]) ==
+                      static_cast<size_t>(ValueKind::BoundMethod) + 1,
                   "a name for every ValueKind");
     for (size_t i = 1; i < m_values.size(); ++i) {
         const Value& val = m_values[i];

@@ -4504,10 +4504,12 @@ int Monitor::load_deref(ShadowFrame& f, int index) {
 int Monitor::container_method(int obj, PyObject* name, PyObject* real) {
     const Value& o = m_cap.v(obj);
     PyObject* self = o.real.get();
-    if (o.tensor || !self || !real || !PyCFunction_Check(real) || PyCFunction_GET_SELF(real) != self)
+    if (o.tensor || !self || !real || !PyCFunction_Check(real) ||
+        PyCFunction_GET_SELF(real) != self)
         return 0;
     PyTypeObject* t = Py_TYPE(self);
-    bool container = t == &PyList_Type || t == &PyDict_Type || t == &PySet_Type || t == &PyTuple_Type;
+    bool container = t == &PyList_Type || t == &PyDict_Type || t == &PySet_Type ||
+                     t == &PyTuple_Type;
     bool value = o.kind == ValueKind::Input || o.kind == ValueKind::FreshList ||
                  o.kind == ValueKind::FreshDict || o.kind == ValueKind::FreshTuple;
     PyObject* descr = container && value ? _PyType_Lookup(t, name) : nullptr;
@@ -5136,8 +5138,9 @@ bool Monitor::speculate_branch(int id, std::string& why_not) {
     const Value& v = m_cap.v(id);
     auto* guesses = m_cap.dynamic().speculations;
     if (!v.data_size || !guesses || !m_at_code) return false;
-    std::string site = str(m_at_code->co_filename) + ":" + std::to_string(m_at_code->co_firstlineno) +
-                       "@" + std::to_string(m_at_offset);
+    std::string site = str(m_at_code->co_filename) + ":" +
+                       std::to_string(m_at_code->co_firstlineno) + "@" +
+                       std::to_string(m_at_offset);
     std::shared_ptr<Speculation>& guess = (*guesses)[site];
     if (!guess) {
         guess = std::make_shared<Speculation>();

@@ -142,8 +142,9 @@ bool Plan::OnEntry::save(const Plan& plan) {
         PyErr_SetString(PyExc_RuntimeError, "magpy: cannot save the random generators' state");
         return false;
     }
-    py::Ref cuda_on = g->cuda_initialized ? py::Ref::steal(PyObject_CallNoArgs(g->cuda_initialized.get()))
-                                          : py::Ref::borrow(Py_False);
+    py::Ref cuda_on = g->cuda_initialized
+                          ? py::Ref::steal(PyObject_CallNoArgs(g->cuda_initialized.get()))
+                          : py::Ref::borrow(Py_False);
     if (!cuda_on) return false;
     py::Ref t = py::Ref::steal(PyObject_CallNoArgs(g->torch_get.get()));
     py::Ref r = t ? py::Ref::steal(PyObject_CallNoArgs(g->random_get.get())) : py::Ref();
