@@ -5,7 +5,9 @@
 namespace magpy::breaks {
 
 constexpr const char* kDataDependentBranch = "MB001";   // if/while on a tensor's values, or on a
-                                                         // number read from one or drawn by random
+                                                         // number read from one or drawn by random;
+                                                         // on a data-dependent size once its guess
+                                                         // failed, or after a visible effect
 constexpr const char* kTensorToPython = "MB002";        // .item(), bool(t), int(t), .tolist()
 constexpr const char* kUnsupportedCallee = "MB003";     // a function with no rule
 constexpr const char* kUnsupportedOpcode = "MB004";     // a bytecode construct not handled yet
