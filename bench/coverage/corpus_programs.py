@@ -3280,7 +3280,7 @@ def programs():
                          torch.rand(1, 2, 16, 16)),
                 note="max-pool NMS, topk over C*H*W, // and % index arithmetic, gather"),
         Program("prog/yolo_conf_filter", YOLOPostprocess, lambda: (torch.randn(1, 16, 6, 6),),
-                note="det[det[..., 4] > conf] per image (data-dependent shape, on purpose)"),
+                note="det[det[..., 4] > conf] per image (data-dependent shape; `if not det.shape[0]` guessed)"),
         Program("prog/retinanet_postprocess_nonzero", RetinaNetPostprocess, retinanet_inputs,
                 note="torch.nonzero of the score mask, min(k, n) top-k (sizes read at replay)"),
 
