@@ -400,21 +400,21 @@ bool Capture::arg_sym(const Arg& a) {
     return true;
 }
 
-bool Capture::arg_made_in_call(const Arg& a) {
-    if (a.kind != Arg::Kind::Slot) return false;
+int Capture::slot_value(const Arg& a) const {
+    if (a.kind != Arg::Kind::Slot) return -1;
     size_t s = static_cast<size_t>(a.index);
-    int id = s < m_slot_values.size() ? m_slot_values[s] : -1;
+    if (s < m_slot_values.size() && m_slot_values[s] >= 0) return m_slot_values[s];
+    auto built = m_built_slots.find(a.index);
+    return built == m_built_slots.end() ? -1 : built->second;
+}
+
+bool Capture::arg_made_in_call(const Arg& a) {
+    int id = slot_value(a);
     return id >= 0 && v(id).own_storage;
 }
 
 bool Capture::arg_data_shaped(const Arg& a) {
-    if (a.kind != Arg::Kind::Slot) return false;  // inputs and constants have their shapes
-    size_t s = static_cast<size_t>(a.index);
-    int id = s < m_slot_values.size() ? m_slot_values[s] : -1;
-    if (id < 0) {
-        auto built = m_built_slots.find(a.index);
-        id = built == m_built_slots.end() ? -1 : built->second;
-    }
+    int id = slot_value(a);  // inputs and constants have their shapes
     return id >= 0 && holds(id, &Value::dyn_shape);
 }
 
@@ -625,13 +625,6 @@ bool Capture::step_folds(const Step& step, PyObject* real) {
         break;
     default: return false;
     }
-    auto arg_value = [&](const Arg& a) -> int {
-        if (a.kind != Arg::Kind::Slot) return -1;
-        size_t s = static_cast<size_t>(a.index);
-        if (s < m_slot_values.size() && m_slot_values[s] >= 0) return m_slot_values[s];
-        auto it = m_built_slots.find(a.index);
-        return it == m_built_slots.end() ? -1 : it->second;
-    };
     bool call = step.kind == StepKind::Call || step.kind == StepKind::CallEx;
     for (const Arg& a : step.args) {
         if (a.kind == Arg::Kind::Input) {
@@ -646,13 +639,13 @@ bool Capture::step_folds(const Step& step, PyObject* real) {
             if (a.constant && is_tensor(a.constant.get())) return false;
             continue;
         }
-        int id = arg_value(a);
+        int id = slot_value(a);
         if (id < 0 || !folds(id)) return false;
     }
     if (call) {
         if (step.args.empty()) return false;
         const Arg& c = step.args[0];
-        int cv = c.kind == Arg::Kind::Input ? m_node_values[c.index] : arg_value(c);
+        int cv = c.kind == Arg::Kind::Input ? m_node_values[c.index] : slot_value(c);
         PyObject* callee = c.kind == Arg::Kind::Const ? c.constant.get()
                            : cv >= 0                   ? v(cv).real.get()
                                                        : nullptr;
@@ -723,18 +716,11 @@ bool Capture::made_in_call(const Step& step, PyObject* result) {
         return !o || storages_of(o, outside);
     };
     for (const Arg& a : step.args) {
-        int id = -1;
-        if (a.kind == Arg::Kind::Slot) {
-            size_t s = static_cast<size_t>(a.index);
-            id = s < m_slot_values.size() ? m_slot_values[s] : -1;
-            if (id < 0) {
-                auto built = m_built_slots.find(a.index);
-                id = built == m_built_slots.end() ? -1 : built->second;
-            }
-        } else if (a.kind == Arg::Kind::Input) {
+        int id = slot_value(a);
+        if (a.kind == Arg::Kind::Input) {
             auto it = m_node_values.find(a.index);
             id = it == m_node_values.end() ? -1 : it->second;
-        } else if (!storages_of(a.constant.get(), outside)) {
+        } else if (a.kind == Arg::Kind::Const && !storages_of(a.constant.get(), outside)) {
             return false;
         }
         if (a.kind != Arg::Kind::Const && (id < 0 || !from_outside(id))) return false;

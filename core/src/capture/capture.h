@@ -334,6 +334,9 @@ private:
     std::unordered_map<int, int> m_built_slots;  // plan slot -> the fresh container built there
     uint64_t dynamic_dims_for(int node, PyObject* tensor);
     bool arg_sym(const Arg& a);
+    // The value a Slot argument holds (an op result, or a container built there); -1 for
+    // inputs and constants.
+    int slot_value(const Arg& a) const;
     bool arg_data_shaped(const Arg& a);
     bool arg_made_in_call(const Arg& a);
     bool made_in_call(const Step& step, PyObject* result);
