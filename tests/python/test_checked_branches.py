@@ -3,8 +3,9 @@ side only raises ([Note: branches to a raise]): argument checks and asserts; a c
 fails the check raises exactly what eager raises. Branches on the size of a tensor whose shape
 depends on data ([Note: speculated branches]): guessed to go the same way; once one goes the
 other way it is a graph break (or, with fullgraph=True, each side has an entry). Any other
-branch on data, or one after a visible effect, still breaks (MB001). Every call is compared
-against eager.
+branch on data, or one after a visible effect, still breaks (MB001). Writes the plan can undo
+(attributes set the plain way, items of plain dicts, globals) do not count as visible effects
+([Note: writes undone]). Every call is compared against eager.
 
 PYTEST_DONT_REWRITE: the `assert` statements in the compiled functions must stay Python's own."""
 
@@ -12,7 +13,8 @@ import pytest
 import torch
 
 import magpy
-from conftest import assert_raises_like_eager, assert_stats, break_ids, check, stats
+from conftest import (assert_raises_like_eager, assert_stats, break_ids, check, module_state,
+                      restore_module, stats)
 
 
 def validated(x, w):
@@ -361,3 +363,130 @@ def test_a_draw_from_the_users_generator_is_an_effect():
     cf = check(f, [(torch.rand(3), g) for i in range(3)], pin=(g,), snapshot=g.get_state,
                restore=g.set_state)
     assert break_ids(cf) == ["MB001"]
+
+
+# [Note: writes undone] -----------------------------------------------------------------------------
+
+
+class Counting(torch.nn.Module):
+    """Writes its own state on every call (a step counter, a list of per-call tensors, a buffer),
+    then takes a guessed branch, as torchvision's AnchorGenerator and batched_nms do."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = torch.zeros((), dtype=torch.long)
+        self.anchors = [torch.ones(2)]
+        self.register_buffer("last", torch.zeros(1))
+
+    def forward(self, x):
+        self.calls = self.calls + 1
+        self.anchors = [a.to(x.dtype) for a in self.anchors]
+        self.last = x.sum().reshape(1)
+        return keep_positive(x) + self.anchors[0].sum()
+
+
+def test_module_attribute_writes_before_a_guess_are_undone_when_it_fails():
+    m = Counting()
+    state = dict(snapshot=lambda: module_state(m), restore=lambda s: restore_module(m, s))
+    cf = check(m, [few(), few(1), few(3)], **state)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    calls = int(m.calls)
+    # the guess fails on many(): the plan gives up after the writes and eager runs the frame
+    # again; undone first, each write happens once (the counter goes up by one per call)
+    check(m, [many(), few(), many(), few(2)], compiled=cf, **state)
+    assert int(m.calls) == calls + 4
+    assert isinstance(m._buffers["last"], torch.Tensor) and "last" not in vars(m)
+    assert any("went the other way" in r for r in magpy.explain(cf).recompile_reasons)
+
+
+COUNTER = 0
+
+
+def global_and_dict_writes(x, stats):
+    global COUNTER
+    COUNTER += 1
+    stats["calls"] = stats["calls"] + 1
+    stats["new"] = x.shape[0]  # absent at entry: undone by removing it
+    return keep_positive(x)
+
+
+def test_global_and_dict_item_writes_before_a_guess_are_undone():
+    stats = {"calls": 0}
+
+    def snapshot():
+        return COUNTER, dict(stats)
+
+    def restore(s):
+        global COUNTER
+        COUNTER = s[0]
+        stats.clear()
+        stats.update(s[1])
+
+    def calls(kinds):
+        return [(k(), stats) for k in kinds]
+
+    cf = check(global_and_dict_writes, calls([few, few, few]), pin=(stats,), snapshot=snapshot,
+               restore=restore)
+    assert_stats(cf, breaks=0, hits=1)  # the counters become dynamic after one recompile
+    stats.pop("new")
+    before = COUNTER, stats["calls"]
+    check(global_and_dict_writes, calls([many, few, many]), pin=(stats,), snapshot=snapshot,
+          restore=restore, compiled=cf)
+    assert (COUNTER, stats["calls"]) == (before[0] + 3, before[1] + 3)
+    assert list(stats) == ["calls", "new"]  # the key added again, where eager adds it
+
+
+class Solver:
+    def __init__(self):
+        self.attempts = 0
+
+
+def test_an_attribute_write_before_a_try_is_undone_when_the_handler_must_run():
+    def f(a, solver):
+        solver.attempts = solver.attempts + 1
+        try:
+            y = torch.linalg.cholesky(a)
+        except RuntimeError:
+            y = torch.zeros_like(a)
+        return y * 2
+
+    solver = Solver()
+    pd = torch.eye(3) * 2
+    state = dict(pin=(solver,), snapshot=lambda: solver.attempts,
+                 restore=lambda n: setattr(solver, "attempts", n))
+    cf = check(f, [(pd, solver)] * 3, **state)
+    assert_stats(cf, breaks=0, hits=1)  # captured (was MB014); the counter dynamic after one
+    n = solver.attempts
+    check(f, [(-pd, solver), (pd, solver)], compiled=cf, **state)  # -pd: the handler runs
+    assert solver.attempts == n + 2
+
+
+class Slotted:
+    __slots__ = ("seen",)
+
+    def __init__(self):
+        self.seen = 0
+
+
+def test_writes_that_cannot_be_undone_still_come_before_guesses_as_effects():
+    def slot_write(x, o):
+        o.seen = o.seen + 1  # a slot: not a dict entry
+        return keep_positive(x)
+
+    def parameter_write(x, m):
+        m.w = torch.nn.Parameter(x.clone())  # registers a parameter
+        return keep_positive(x)
+
+    o = Slotted()
+    cf = check(slot_write, [(few(), o)] * 3, pin=(o,), snapshot=lambda: o.seen,
+               restore=lambda n: setattr(o, "seen", n))
+    assert break_ids(cf) == ["MB001"]
+    assert "after a visible effect" in magpy.explain(cf).breaks[0].reason
+    m = torch.nn.Module()
+    magpy.reset()
+    cf = magpy.compile(parameter_write)
+    for _ in range(3):
+        cf(few(), m)
+    # (the Parameter constructor breaks first, MB003; the write opens the next segment)
+    guess = [b for b in magpy.explain(cf).breaks if b.reason_id == "MB001"]
+    assert guess and "after a visible effect" in guess[0].reason, magpy.explain(cf)

@@ -464,12 +464,19 @@ int Capture::size_of(int id, int dim, PyObject* real) {
     return r;
 }
 
+// The plan may give up at the step being recorded: it must put back what it changed that can
+// be put back (the generators, undoable writes) when it does.
+void Capture::may_decline() {
+    if (m_draws) m_plan->set_restores_generators();
+    if (m_undoable_writes) m_plan->set_undoes_writes();
+}
+
 // The plan checks at replay that `value` is still `expected` (or has that length), and gives
 // up before anything visible happened if not (Declined::Recapture).
 bool Capture::add_replay_check(int id, PyObject* expected, CheckOp how,
                                std::shared_ptr<Speculation> guess) {
     if (m_effects) return false;
-    if (m_draws) m_plan->set_restores_generators();
+    may_decline();
     Step s;
     s.kind = StepKind::Check;
     s.op = how;
@@ -800,14 +807,15 @@ void Capture::add_step(Step step) {
                     "compile the loop's body as its own function, or loop fewer times per call");
     // Changing memory the call made is not visible ([Note: memory made in the call]), nor is
     // drawing random numbers while the plan can put the generators back ([Note: draws before a
-    // check]).
+    // check]), nor writes the plan can undo ([Note: writes undone]).
     bool invisible = step.mutates >= 0
                          ? static_cast<size_t>(step.mutates) < step.args.size() &&
                                arg_made_in_call(step.args[static_cast<size_t>(step.mutates)])
-                         : step.draws;
+                         : step.draws || step.undoable;
     m_effects = m_effects || (step.effect && !invisible);
     m_draws = m_draws || step.draws;
-    if (m_draws && step.in_try) m_plan->set_restores_generators();
+    m_undoable_writes = m_undoable_writes || step.undoable;
+    if (step.in_try) may_decline();
     if (m_code) {
         auto it = m_locations.find(m_code);
         if (it == m_locations.end())
@@ -838,6 +846,31 @@ void Capture::exit_context() {
     if (m_ctx >= 0) m_ctx = m_plan->contexts()[static_cast<size_t>(m_ctx)].parent;
 }
 
+// Whether the write `step` (its target and key among `values`) changes dict entries only, so a
+// plan that declines after it can put them back ([Note: writes undone] in plan.cpp): an item of
+// a plain dict, or an attribute set the plain way (object.__setattr__ or nn.Module's, with no
+// data descriptor of that name on the class) on an object with a __dict__. A module's attribute
+// set to a Parameter or a module also runs registration code: not undone.
+bool Capture::undoable_write(const Step& step, const std::vector<int>& values) {
+    PyObject* target = values.empty() ? nullptr : v(values[0]).real.get();
+    if (!target || !exists_at_replay(values[0])) return false;
+    if (step.kind == StepKind::SetItem) return PyDict_CheckExact(target);
+    if (step.kind != StepKind::SetAttr || values.size() != 2) return false;
+    PyTypeObject* type = Py_TYPE(target);
+    PyTypeObject* module = torch_api().module_type;
+    bool is_module = module && PyObject_TypeCheck(target, module);
+    static PyObject* setattr_name = PyUnicode_InternFromString("__setattr__");
+    bool plain = type->tp_setattro == PyObject_GenericSetAttr ||
+                 (is_module && _PyType_Lookup(type, setattr_name) ==
+                                   _PyType_Lookup(module, setattr_name));
+    PyObject* descr = _PyType_Lookup(type, step.name.get());
+    PyObject* val = v(values[1]).real.get();
+    bool registers = is_module && val &&
+                     (PyObject_TypeCheck(val, module) ||
+                      PyObject_TypeCheck(val, torch_api().parameter_type));
+    return plain && !registers && !(descr && Py_TYPE(descr)->tp_descr_set) && py::has_instance_dict(type);
+}
+
 void Capture::record_effect(Step step, const std::vector<int>& values) {
     // The RefGraph gets a write edge: target -> new value, with a version per written place.
     if (values.size() >= 2) {
@@ -857,6 +890,7 @@ void Capture::record_effect(Step step, const std::vector<int>& values) {
         step.args.push_back(std::move(a));
     }
     step.effect = true;
+    step.undoable = undoable_write(step, values);
     add_step(std::move(step));
     m_writes = true;
 }

@@ -297,6 +297,8 @@ private:
     bool build_arg(int value, Arg& out, bool escape, int depth);
     bool guard_contents(int value, int depth);
     void add_step(Step step);
+    void may_decline();
+    bool undoable_write(const Step& step, const std::vector<int>& values);
     bool step_folds(const Step& step, PyObject* real_result);
     int register_input(int node, PyObject* real, bool by_type = false);
     void describe_graph(CaptureResult& r);
@@ -325,6 +327,7 @@ private:
     bool m_effects = false; // a step with a visible effect was recorded (writes, in-place ops
                             // on memory from outside, draws from a generator of the user's)
     bool m_draws = false;   // a step drew from the global generators (Step::draws)
+    bool m_undoable_writes = false;  // a write the plan can undo was recorded (Step::undoable)
     bool m_in_try = false;
     int m_ctx = -1;                     // innermost open `with` block (Plan::contexts())
     DynamicConfig m_dynamic;

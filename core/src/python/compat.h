@@ -57,6 +57,10 @@ inline PyObject* frame_local_value(IFrame* f, PyCodeObject* co, int i) {
     if (o && (code_local_kind(co, i) & kLocalKindCell)) o = PyCell_GET(o);
     return o;
 }
+// Whether instances of `type` keep their attributes in a __dict__ (a managed one from 3.11 on).
+inline bool has_instance_dict(PyTypeObject* type) {
+    return (type->tp_flags & Py_TPFLAGS_MANAGED_DICT) || type->tp_dictoffset != 0;
+}
 inline PyObject* code_const(PyCodeObject* co, int i) { return PyTuple_GET_ITEM(co->co_consts, i); }
 inline PyObject* code_name(PyCodeObject* co, int i) { return PyTuple_GET_ITEM(co->co_names, i); }
 

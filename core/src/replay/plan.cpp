@@ -156,7 +156,45 @@ bool Plan::OnEntry::save(const Plan& plan) {
     return generators.get() != nullptr;
 }
 
+// [Note: writes undone] A write to an attribute of an object passed in (AnchorGenerator's
+// `self.cell_anchors = [...]` on every call, a step counter), to an item of a dict passed in, or
+// to a global changes dict entries and nothing else when the object's class sets attributes the
+// plain way (object.__setattr__, or nn.Module's, which also keeps _parameters, _buffers and
+// _modules) and has no data descriptor of that name. Such a write (Step::undoable, decided at
+// capture by Capture::undoable_write) does not stop a plan from giving up later: before it runs,
+// the plan notes the entries it may change (the key in the instance __dict__, and for a module
+// in its three registries too; the key in the dict), and when the plan declines it puts them
+// back, last write first, so the frame that runs again starts from what the caller had. Only
+// plans that may decline after such a write keep the notes (Plan::set_undoes_writes).
+bool Plan::OnEntry::note_write(const Step& s, PyObject* target, PyObject* key) {
+    auto note = [&](PyObject* map) {
+        PyObject* old = PyDict_GetItemWithError(map, key);  // borrowed
+        if (!old && PyErr_Occurred()) return false;
+        writes.push_back({py::Ref::borrow(map), py::Ref::borrow(key), py::Ref::borrow(old)});
+        return true;
+    };
+    if (s.kind == StepKind::SetItem) return PyDict_Check(target) && note(target);
+    py::Ref dict = py::Ref::steal(PyObject_GenericGetDict(target, nullptr));
+    if (!dict || !note(dict.get())) return false;
+    if (!PyObject_TypeCheck(target, torch_api().module_type)) return true;
+    for (const char* name : {"_parameters", "_buffers", "_modules"}) {
+        PyObject* registry = PyDict_GetItemString(dict.get(), name);  // borrowed
+        if (registry && PyDict_Check(registry) && !note(registry)) return false;
+    }
+    return true;
+}
+
 void Plan::OnEntry::restore() const {
+    for (auto w = writes.rbegin(); w != writes.rend(); ++w) {
+        int rc = 0;
+        if (w->old) {
+            rc = PyObject_SetItem(w->map.get(), w->key.get(), w->old.get());
+        } else {
+            int has = PyDict_Contains(w->map.get(), w->key.get());
+            rc = has > 0 ? PyObject_DelItem(w->map.get(), w->key.get()) : has;
+        }
+        if (rc < 0) PyErr_WriteUnraisable(w->map.get());
+    }
     auto call = [](const py::Ref& fn, PyObject* arg) {
         PyObject* r = fn ? PyObject_CallOneArg(fn.get(), arg) : nullptr;
         if (r) Py_DECREF(r);
@@ -344,11 +382,15 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
                             s.args.size() > 2 ? get(s.args[2]) : nullptr);
             break;
         case StepKind::SetAttr:
-            if (PyObject_SetAttr(get(s.args[0]), s.name.get(), get(s.args[1])) < 0)
+            if ((s.undoable && m_undoes_writes &&
+                 !entry.note_write(s, get(s.args[0]), s.name.get())) ||
+                PyObject_SetAttr(get(s.args[0]), s.name.get(), get(s.args[1])) < 0)
                 return fail(s);
             continue;
         case StepKind::SetItem:
-            if (PyObject_SetItem(get(s.args[0]), get(s.args[1]), get(s.args[2])) < 0)
+            if ((s.undoable && m_undoes_writes &&
+                 !entry.note_write(s, get(s.args[0]), get(s.args[1]))) ||
+                PyObject_SetItem(get(s.args[0]), get(s.args[1]), get(s.args[2])) < 0)
                 return fail(s);
             continue;
         case StepKind::Check: {

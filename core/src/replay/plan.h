@@ -70,6 +70,8 @@ struct Step {
     bool effect = false;    // changes state the caller can see: a write, an in-place op, the RNG
     bool draws = false;     // draws from the global generators, and changes nothing else but
                             // args[mutates] (op_draws)
+    bool undoable = false;  // a SetAttr or SetItem whose old state the plan can put back when
+                            // it declines: it changes dict entries only ([Note: writes undone])
     bool in_try = false;    // an exception here would reach a handler of the captured code
     // What the step produced during the capture (compiling backends only take tensor results
     // into a graph): 0 anything else, 1 a tensor, 2 a tuple or list of tensors.
@@ -120,6 +122,9 @@ public:
     // draw): it saves the generators' state on entry and puts it back when it declines, so the
     // frame that runs again draws what eager draws.
     void set_restores_generators() { m_restores_generators = true; }
+    // The plan may give up after an undoable write: it notes the old dict entries before each
+    // such write and puts them back when it declines ([Note: writes undone]).
+    void set_undoes_writes() { m_undoes_writes = true; }
     // Input names for rendering, one per guard node (the accessor's source text).
     void set_input_names(std::vector<std::string> names) { m_input_names = std::move(names); }
 
@@ -153,12 +158,18 @@ private:
     // Per step: the slots read there for the last time (freed after it). Made on first run.
     const std::vector<std::vector<int>>& releases() const;
     mutable std::vector<std::vector<int>> m_release;
-    // What a run that declines puts back as it found it (Plan::run): grad mode, and the
-    // generators' state ([Note: draws before a check]).
+    // What a run that declines puts back as it found it (Plan::run): grad mode, the
+    // generators' state ([Note: draws before a check]), the entries undoable writes changed.
     struct OnEntry {
         py::Ref grad;
         py::Ref generators;  // a tuple of the states saved, or null
+        struct Entry {
+            py::Ref map, key, old;  // old: null when the key was absent
+        };
+        std::vector<Entry> writes;  // in the order written
         bool save(const Plan& plan);  // false with a Python error set
+        // Before an undoable write: the entries it may change. False with an error set.
+        bool note_write(const Step& s, PyObject* target, PyObject* key);
         void restore() const;
     };
     PyObject* fail(const Step& s, Declined& declined, PyObject** slots,
@@ -174,6 +185,7 @@ private:
     std::vector<PlanContext> m_contexts;
     bool m_changes_grad = false;
     bool m_restores_generators = false;
+    bool m_undoes_writes = false;
 };
 
 // Python spelling of a Binary / Compare step's operator ("+", "<=").
