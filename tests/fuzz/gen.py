@@ -1104,8 +1104,9 @@ class ProgramGen:
         guessed and checked at replay, and breaks once it went the other way ([Note: speculated
         branches]); never specialised to the size one call happened to have. Each condition
         compares the data-dependent count with half the elements, so it goes both ways. Before
-        it, sometimes a draw and a write into memory the call made: the plan may still give up
-        at the check, putting the generators back ([Note: draws before a check])."""
+        it, sometimes a draw and a write into memory the call made, or a write of an attribute,
+        a dict item or a global: the plan may still give up at the check, putting the generators
+        back ([Note: draws before a check]) and the writes ([Note: writes undone])."""
         self.features.add("data_sizes")
         leaf_b = self.leaf(env)
         a, b = self.leaf(env).code, leaf_b.code
@@ -1116,6 +1117,15 @@ class ProgramGen:
             before = [f"{noise} = torch.randn_like({b})", f"{buf} = torch.zeros_like({b})",
                       f"{buf}[0] = 1.0", f"{noise} = {noise} + {buf}"]
             env[noise] = V("t", leaf_b.shape, True)
+        w = self.r.randrange(6)
+        if w == 0:
+            o = self.choice([n for n, v in env.items() if v.kind == "obj"] + ["OBJ"])
+            before.append(f"{o}.tag = getattr({o}, 'tag', 0) + {b}.sum()")
+        elif w == 1:
+            before.append(f"G_CACHE['seen'] = G_CACHE.get('seen', 0) + {b}.sum()")
+        elif w == 2:
+            self.global_writes.add("G_T")
+            before.append("G_T = G_T + 1")
         half = f"{a}.numel() // 2"
         g = self.r.randrange(5)
         if g == 4:
