@@ -181,7 +181,7 @@ def test_a_guess_that_goes_the_other_way_becomes_a_break():
 def test_with_fullgraph_each_side_of_a_guess_has_its_own_entry():
     cf = check(keep_positive, [few(), many(), few(), many(), few(1)], fullgraph=True)
     assert_stats(cf, graphs=2, breaks=0, hits=3, misses=2, entries=2)
-    assert any("each side gets a cache entry" in r for r in magpy.explain(cf).recompile_reasons)
+    assert any("cache entry of its own" in r for r in magpy.explain(cf).recompile_reasons)
 
 
 @pytest.mark.parametrize("test", ["not_shape", "truth", "and", "len_eq", "while"])
@@ -241,6 +241,33 @@ def test_a_branch_on_tensor_values_is_not_guessed():
         or "values inside tensor" in magpy.explain(cf).breaks[0].reason
 
 
+def nonzero_rows(x):
+    out = x.sum()
+    for row in x.nonzero():  # the trip count depends on data
+        out = out + row.sum()
+    return out
+
+
+def test_a_loop_over_a_data_dependent_length_is_guessed_then_breaks():
+    three = [torch.tensor([1.5, -2.0, 3.0]), torch.tensor([-4.0, 0.5, -0.25])]
+    cf = check(nonzero_rows, three + three)
+    assert_stats(cf, graphs=1, breaks=0, hits=3)
+    plan = "".join(magpy.explain(cf).replay_code())
+    assert "check(len(" in plan, plan
+    check(nonzero_rows, [torch.tensor([0.0, 2.0, 0.0])] + three + [torch.zeros(3)], compiled=cf)
+    e = magpy.explain(cf)
+    assert break_ids(cf) == ["MB010"]
+    assert "its length changed on an earlier call" in e.breaks[0].reason, e.breaks[0].reason
+    assert any("ran a different number of times" in r and "graph break from now on" in r
+               for r in e.recompile_reasons), e.recompile_reasons
+
+
+def test_with_fullgraph_each_length_of_a_guessed_loop_has_its_own_entry():
+    xs = [torch.tensor([1.5, -2.0, 3.0]), torch.tensor([0.0, 2.0, 0.0])]
+    cf = check(nonzero_rows, xs + xs, fullgraph=True)
+    assert_stats(cf, graphs=2, breaks=0, hits=2, entries=2)
+
+
 def test_torchvision_batched_nms_after_score_filtering_is_one_graph():
     torchvision = pytest.importorskip("torchvision")
 
@@ -259,6 +286,30 @@ def test_torchvision_batched_nms_after_score_filtering_is_one_graph():
 
     cf = check(postprocess, [inputs(s) for s in range(4)])
     assert_stats(cf, graphs=1, breaks=0, hits=3)
+
+
+def test_torchvision_vanilla_batched_nms_loop_over_unique_labels_is_one_graph():
+    # more than 4000 coordinates take _batched_nms_vanilla: `for class_id in torch.unique(idxs)`
+    torchvision = pytest.importorskip("torchvision")
+
+    def postprocess(boxes, scores, labels):
+        keep = scores > 0.05
+        boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
+        return torchvision.ops.batched_nms(boxes, scores, labels, 0.5)[:100]
+
+    def inputs(seed, classes=4):
+        g = torch.Generator().manual_seed(seed)
+        xy = torch.rand(1200, 2, generator=g) * 200
+        wh = torch.rand(1200, 2, generator=g) * 30 + 1
+        return (torch.cat([xy, xy + wh], 1), torch.rand(1200, generator=g),
+                torch.randint(0, classes, (1200,), generator=g))
+
+    cf = check(postprocess, [inputs(s) for s in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    plan = "".join(magpy.explain(cf).replay_code())
+    assert "unique" in plan and "check(len(" in plan, plan
+    check(postprocess, [inputs(7, classes=2), inputs(8)], compiled=cf)  # fewer labels: breaks
+    assert break_ids(cf) == ["MB010"]
 
 
 # [Note: memory made in the call] -------------------------------------------------------------------

@@ -4023,12 +4023,14 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
         }
         kind = IterKind::Flat;
     } else if (s.tensor || s.kind == ValueKind::OpResult) {
-        if (s.dyn_shape) {
-            m_cap.fail(breaks::kDynamicShape, "iteration over a tensor whose length depends on data",
-                       "iterate over a fixed-size tensor");
+        std::string why_not;
+        if (s.dyn_shape && !speculate_length(src, why_not)) {
+            m_cap.fail(breaks::kDynamicShape,
+                       "iteration over `" + s.label + "`, whose length depends on data" + why_not,
+                       "iterate over a fixed-size tensor, or loop over a range of a bound and mask");
             return -1;
         }
-        m_cap.fix_length(src);  // the trip count is the length: fixed again
+        if (!s.dyn_shape) m_cap.fix_length(src);  // the trip count is the length: fixed again
         kind = IterKind::OpSeq;
     } else if (s.kind == ValueKind::FreshDict || (s.kind == ValueKind::Input && PyDict_Check(s.real.get()))) {
         if (!dict_view(src, DictView::Keys, flat)) return -1;  // for k in d: its keys
@@ -5136,25 +5138,52 @@ bool Monitor::branch_to_raise(ShadowFrame& f, const py::Instruction& ins, int id
 // since those decide what the program computes.
 bool Monitor::speculate_branch(int id, std::string& why_not) {
     const Value& v = m_cap.v(id);
+    if (!v.data_size) return false;
+    auto guess = guess_here("the branch on the data-dependent size `" + v.label + "` (line " +
+                                std::to_string(m_cap.line()) + ") went the other way",
+                            " (it went the other way on an earlier call, so it is no longer guessed)",
+                            why_not);
+    int truth = guess ? plain_truth(v.real.get()) : -1;
+    return truth >= 0 &&
+           m_cap.add_replay_check(id, truth ? Py_True : Py_False, kCheckTruth, std::move(guess));
+}
+
+// A loop over a tensor whose length depends on data (`for c in torch.unique(labels)` in
+// torchvision's _batched_nms_vanilla) is unrolled on the same guess: its length is checked at
+// replay, and once it differs the loop is a graph break.
+bool Monitor::speculate_length(int id, std::string& why_not) {
+    const Value& v = m_cap.v(id);
+    auto guess = guess_here("the loop over `" + v.label + "` (line " + std::to_string(m_cap.line()) +
+                                "), whose length depends on data, ran a different number of times",
+                            " (its length changed on an earlier call, so it is no longer guessed)",
+                            why_not);
+    Py_ssize_t n = guess ? PyObject_Length(v.real.get()) : -1;
+    py::Ref len = py::Ref::steal(n < 0 ? nullptr : PyLong_FromSsize_t(n));
+    PyErr_Clear();
+    return len && m_cap.add_replay_check(id, len.get(), kCheckLength, std::move(guess));
+}
+
+// The guess at the instruction being traced, made on first use with `what` (for the recompile
+// reason once it fails); null when guesses are off, or when it failed before and fullgraph is off
+// (why_not then says so, as `failed` does). A guess that cannot be checked also says why.
+std::shared_ptr<Speculation> Monitor::guess_here(const std::string& what, const char* failed,
+                                                 std::string& why_not) {
     auto* guesses = m_cap.dynamic().speculations;
-    if (!v.data_size || !guesses || !m_at_code) return false;
+    if (!guesses || !m_at_code) return nullptr;
     std::string site = str(m_at_code->co_filename) + ":" +
                        std::to_string(m_at_code->co_firstlineno) + "@" +
                        std::to_string(m_at_offset);
     std::shared_ptr<Speculation>& guess = (*guesses)[site];
     if (!guess) {
         guess = std::make_shared<Speculation>();
-        guess->what = "`" + v.label + "` (line " + std::to_string(m_cap.line()) + ")";
+        guess->what = what;
     }
     if (guess->failed && !m_fullgraph) {
-        why_not = " (it went the other way on an earlier call, so it is no longer guessed)";
-        return false;
+        why_not = failed;
+        return nullptr;
     }
-    int truth = plain_truth(v.real.get());
-    if (truth >= 0 && m_cap.add_replay_check(id, truth ? Py_True : Py_False, kCheckTruth, guess))
-        return true;
     why_not = " (after a visible effect, so a guess could not be undone)";
-    return false;
+    return guess;
 }
 
 bool Monitor::truthiness_known(int id) {

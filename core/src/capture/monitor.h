@@ -203,6 +203,9 @@ private:
     bool truthiness_known(int value);
     bool branch_to_raise(ShadowFrame& f, const py::Instruction& ins, int value);
     bool speculate_branch(int value, std::string& why_not);
+    bool speculate_length(int value, std::string& why_not);
+    std::shared_ptr<Speculation> guess_here(const std::string& what, const char* failed,
+                                            std::string& why_not);
     int container_method(int obj, PyObject* name, PyObject* real);
     void expect_property_getter(ShadowFrame& f, PyObject* name);  // [Note: properties]
     bool prints_the_same(int value, int depth = 0);  // print(value) replayed ([Note: print])

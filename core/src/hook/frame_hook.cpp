@@ -216,9 +216,8 @@ std::string failed_check_reason(CodeCache& cc, bool fullgraph) {
     for (auto& [site, guess] : cc.speculations)
         if (guess->failed && !guess->reported) {
             guess->reported = true;
-            return "the branch on the data-dependent size " + guess->what +
-                   " went the other way; " +
-                   (fullgraph ? "each side gets a cache entry of its own (fullgraph=True)"
+            return guess->what + "; " +
+                   (fullgraph ? "each outcome gets a cache entry of its own (fullgraph=True)"
                               : "it is a graph break from now on");
         }
     return "a replay check failed: a relation between sizes that the code relied on no longer "

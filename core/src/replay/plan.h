@@ -44,7 +44,7 @@ enum class StepKind : uint8_t {
 // A branch the capture followed on a guess ([Note: speculated branches] in monitor.cpp). Its
 // Check step marks it when the guess fails at replay; later captures break there instead.
 struct Speculation {
-    std::string what;       // the test and where it is, for recompile reasons
+    std::string what;       // what went otherwise and where, for recompile reasons
     bool failed = false;
     bool reported = false;  // the failure is in a recompile reason
 };
