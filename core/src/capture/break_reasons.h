@@ -16,7 +16,8 @@ constexpr const char* kException = "MB006";             // an exception raised i
 constexpr const char* kUnsupportedAttribute = "MB007";  // property, __getattr__, tensor attribute
 constexpr const char* kMutatedThenRead = "MB008";       // a caller's container read after a write
 constexpr const char* kEscapingObject = "MB009";        // an object we cannot rebuild escapes
-constexpr const char* kDynamicShape = "MB010";          // strides of, or a loop over, a mask result
+constexpr const char* kDynamicShape = "MB010";          // strides of a mask result, or a loop over
+                                                         // one whose guessed length changed
 constexpr const char* kNoPythonCode = "MB011";          // compile() of a callable with no Python code
 constexpr const char* kTracerActive = "MB012";          // another tracer (debugger, coverage) is on
 constexpr const char* kCacheLimit = "MB013";            // recompiled too often; running eagerly
