@@ -1127,7 +1127,16 @@ class ProgramGen:
             self.global_writes.add("G_T")
             before.append("G_T = G_T + 1")
         half = f"{a}.numel() // 2"
-        g = self.r.randrange(5)
+        g = self.r.randrange(6)
+        if g == 5:
+            # a loop over a masked selection: unrolled on a guess of its length, checked at
+            # replay, a break once it changed (torchvision's loop over torch.unique(labels))
+            acc, row = self.name("t"), self.name("u")
+            env[acc] = V("t", (), True)
+            src = self.choice([f"{a}[{a} > 0]", f"torch.unique(({a} * 2).round())",
+                               f"{a}.flatten().nonzero()"])
+            return before + [f"{acc} = {b}.sum() * 0", f"for {row} in {src}:",
+                             f"    {acc} = {acc} + {row}.sum()"]
         if g == 4:
             # ops on a masked selection keep a length that depends on data: every size read
             # from the result is the one of this call (fuzz seed 113647: `-x[x > 0]`)
