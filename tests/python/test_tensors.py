@@ -177,6 +177,17 @@ def test_mask_inside_an_index_tuple_makes_a_data_dependent_shape():
     assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
 
 
+def test_indexing_with_the_tuple_torch_where_returns():
+    def f(x, scores):
+        picked = x[torch.where(x > 0)]             # the whole tuple as the index
+        rows = scores[torch.where(scores > 0.5)]  # 1-D: a tuple of one
+        return picked * 2, rows.sum(), picked.shape[0]
+
+    calls = [(torch.randn(3, 4), torch.rand(6)) for _ in range(3)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
 def test_autograd_through_replay_matches_eager():
     def f(x, w):
         return (torch.sigmoid(x @ w) ** 2).sum()

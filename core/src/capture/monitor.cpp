@@ -4646,6 +4646,12 @@ Monitor::IndexKey Monitor::index_key(int key, int depth) {
         if (!dt) PyErr_Clear();
         return {true, d == "torch.bool" || d == "torch.uint8" || k.dyn_shape};
     }
+    if (k.kind == ValueKind::OpResult && k.real && PyTuple_CheckExact(k.real.get()) &&
+        PyTuple_GET_SIZE(k.real.get()) > 0) {  // x[torch.where(mask)]: a tuple of index tensors
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(k.real.get()); ++i)
+            if (!is_tensor(PyTuple_GET_ITEM(k.real.get(), i))) return {false, false};
+        return {true, k.dyn_shape};
+    }
     if ((k.kind == ValueKind::FreshTuple || k.kind == ValueKind::FreshList) && depth < 4) {
         IndexKey all{true, false};
         std::vector<int> items = k.items;
