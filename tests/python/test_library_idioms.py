@@ -421,3 +421,36 @@ def test_categorical_lazy_property_breaks_with_a_reason():
 
     cf = check(f, [torch.randn(4, 3) for _ in range(3)])
     assert "MB007" in break_ids(cf)  # `probs` is a lazy_property: not followed yet
+
+
+def test_clock_reads_are_read_again_at_replay():
+    import time
+
+    def timed(x):
+        t0 = time.perf_counter()
+        y = torch.tanh(x @ x.T)
+        return y, time.perf_counter() - t0, time.time()
+
+    magpy.reset()
+    cf = magpy.compile(timed)
+    x = torch.randn(4, 3)
+    stamps = []
+    for _ in range(3):
+        before = time.time()
+        y, dt, now = cf(x)
+        assert torch.equal(y, timed(x)[0])
+        assert dt >= 0 and before <= now <= time.time()  # this call's clock, not the capture's
+        stamps.append(now)
+    assert stamps == sorted(stamps) and len(set(stamps)) == 3
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    assert ".perf_counter()" in "".join(magpy.explain(cf).replay_code())
+
+    def budget(x):
+        t0 = time.monotonic()
+        y = x * 2
+        if time.monotonic() - t0 > 10.0:  # decides on the clock: a break, as on tensor data
+            return y
+        return y + 1
+
+    cf = check(budget, [torch.randn(3) for _ in range(3)])
+    assert break_ids(cf) == ["MB001"] and "read from the clock" in str(magpy.explain(cf))

@@ -429,6 +429,14 @@ CalleeInfo classify_callee(PyObject* f) {
             info.name = "warnings.warn";
             return info;
         }
+        static const std::unordered_set<std::string> kClocks = {
+            "time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns",
+            "process_time", "process_time_ns", "thread_time", "thread_time_ns"};
+        if (m == "time" && kClocks.count(info.name)) {
+            info.kind = CallKind::ClockRead;
+            info.name = "time." + info.name;
+            return info;
+        }
         if (m.empty() && self && PyType_Check(self))
             m = module_of(self);  // torch._C._VariableFunctions methods
         if (is_torch_module_name(m)) {

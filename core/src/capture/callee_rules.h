@@ -45,6 +45,8 @@ enum class CallKind : uint8_t {
                      // partials] in monitor.cpp)
     RandomDraw,      // a draw from Python's random (random.random(), and random.uniform,
                      // randint & co through it): replayed in order, a number known at run time
+    ClockRead,       // time.time(), perf_counter() & co: read again at replay, a number known
+                     // at run time (timing code: `dt = time.time() - t0`)
     AutogradApply,   // MyFunction.apply(...) of a torch.autograd.Function: one step at replay
     CachedCall,      // a functools.lru_cache / cache wrapper: called at replay, where its cache
                      // decides what runs, as in eager; what it returns flows on

@@ -3052,7 +3052,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                  p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::UserClass ||
                  p.callee.kind == CallKind::Print || p.callee.kind == CallKind::Warn ||
                  p.callee.kind == CallKind::Log || p.callee.kind == CallKind::AutogradApply ||
-                 p.callee.kind == CallKind::CachedCall || p.callee.kind == CallKind::RandomDraw;
+                 p.callee.kind == CallKind::CachedCall || p.callee.kind == CallKind::RandomDraw ||
+                 p.callee.kind == CallKind::ClockRead;
     if (sym_number_call(p, result))  // min(decay, (1 + step) / (10 + step)) with step dynamic
         return push_out(record_sym_number(p, result));
     if (!flows)  // builtins and the like compute with the number itself
@@ -3453,8 +3454,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         push_out(r);
         return;
     }
-    case CallKind::RandomDraw: {
-        // drawn again at replay, in order with the other effects: like a number read from
+    case CallKind::RandomDraw:
+    case CallKind::ClockRead: {
+        // drawn (read) again at replay, in order with the other steps: like a number read from
         // tensor data, arithmetic on it is replayed and a branch on it breaks
         int r = record_call(p, result, false, false);
         if (r >= 0) m_cap.v(r).dyn_scalar = true;
@@ -5002,7 +5004,7 @@ bool Monitor::require_const(const std::vector<int>& values, const std::string& w
         if (m_cap.holds(id, &Value::dyn_scalar))
             return m_cap.fail(breaks::kTensorToPython,
                               what + " needs the value of " + v.label +
-                                  ", a number read from tensor data or drawn at random",
+                                  ", a number read from tensor data, drawn at random or read from the clock",
                               "keep the value in a tensor, or use it outside the compiled "
                               "function"),
                    false;
@@ -5201,7 +5203,7 @@ bool Monitor::truthiness_known(int id) {
                    "a branch depends on " + v.label +
                        (v.data_size ? ", the size of a tensor whose shape depends on its data" +
                                           why_not
-                                    : ", a number read from tensor data or drawn at random"),
+                                    : ", a number read from tensor data, drawn at random or read from the clock"),
                    "use torch.where / masking instead of `if`, or move the decision outside the "
                    "compiled function");
         return false;
