@@ -414,13 +414,38 @@ def test_a_distribution_made_from_a_draw_breaks_in_broadcast_all():
     assert break_ids(cf) == ["MB004"]
 
 
-def test_categorical_lazy_property_breaks_with_a_reason():
-    def f(logits):
-        d = D.Categorical(logits=logits)
-        return d.entropy()
+def policy_step(logits, values):
+    # an actor-critic step (PPO, A2C): sample, log-prob, entropy of a Categorical on logits;
+    # entropy() reads `probs`, a lazy_property computed from the logits and cached on d
+    d = D.Categorical(logits=logits)
+    action = d.sample()
+    return action, d.log_prob(action), d.entropy().mean(), d.probs.max(-1).values, values * 2
 
-    cf = check(f, [torch.randn(4, 3) for _ in range(3)])
-    assert "MB007" in break_ids(cf)  # `probs` is a lazy_property: not followed yet
+
+def test_lazy_properties_of_distributions_are_traced():
+    cf = check(policy_step, [(torch.randn(4, 3), torch.randn(4)) for _ in range(3)], seed=0)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+    def bernoulli(p):
+        d = D.Bernoulli(probs=p)
+        return d.logits, d.entropy(), d.logits is d.logits  # computed once, then cached
+
+    cf = check(bernoulli, [torch.rand(5) * 0.8 + 0.1 for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_a_lazy_property_of_a_distribution_passed_in_is_cached_as_eager_caches_it():
+    def f(d):
+        return d.probs * 2, d.logits.sum()
+
+    def fresh():
+        d = D.Categorical(logits=torch.randn(4, 3))
+        if torch.rand(()) < 0.5:
+            d.probs  # read before the call: cached already
+        return d
+
+    # check() compares each argument's state after the call with eager's (probs cached on it)
+    check(f, [fresh() for _ in range(6)])
 
 
 def test_clock_reads_are_read_again_at_replay():

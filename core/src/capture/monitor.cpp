@@ -905,8 +905,13 @@ int Monitor::index_items(const std::vector<int>& items, PyObject* key, ValueKind
 // [Note: properties] `obj.name` where the class has a property whose getter is a Python
 // function: the getter's frame (entered from C by LOAD_ATTR) is traced like a callee with
 // `obj` as its argument, and the attribute is what it returned. The property and its getter
-// are guarded through the class, so replacing either recompiles. Other data descriptors, and
-// properties on values whose class we do not follow, break in load_attr (MB007).
+// are guarded through the class, so replacing either recompiles. Property subclasses that keep
+// property's own __get__ (torch.distributions' dependent_property) are properties too. On an
+// object made in the call, a non-data descriptor whose class defines __get__ in Python
+// (torch.distributions' lazy_property: Categorical(logits=l).probs computes, caches on the
+// instance and returns) is traced the same way: __get__(descriptor, obj, type(obj)), guarded
+// through both classes. Other data descriptors, and properties on values whose class we do
+// not follow, break in load_attr (MB007).
 void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
     Pending& p = f.pending;
     if (p.in.size() != 1) return;
@@ -917,8 +922,18 @@ void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
         !(o.kind == ValueKind::Input || o.kind == ValueKind::FreshObject))
         return;
     PyObject* prop = _PyType_Lookup(Py_TYPE(target), name);
-    if (!prop || Py_TYPE(prop) != &PyProperty_Type) return;
-    py::Ref fget = py::Ref::steal(PyObject_GetAttrString(prop, "fget"));
+    if (!prop) return;
+    bool property = PyObject_TypeCheck(prop, &PyProperty_Type) &&
+                    Py_TYPE(prop)->tp_descr_get == PyProperty_Type.tp_descr_get;
+    PyObject* lazy_get = nullptr;  // borrowed: the Python __get__ of a non-data descriptor
+    if (!property && o.kind == ValueKind::FreshObject && !Py_TYPE(prop)->tp_descr_set &&
+        fresh_dict_slot(obj, name) < 0) {
+        lazy_get = _PyType_Lookup(Py_TYPE(prop), interned("__get__"));
+        if (!lazy_get || !PyFunction_Check(lazy_get)) return;
+    }
+    if (!property && !lazy_get) return;
+    py::Ref fget = property ? py::Ref::steal(PyObject_GetAttrString(prop, "fget"))
+                            : py::Ref::borrow(lazy_get);
     if (!fget) PyErr_Clear();
     if (!fget || !PyFunction_Check(fget.get())) return;
     int prop_value = -1;
@@ -929,8 +944,18 @@ void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
                                        prop);
     }
     if (prop_value < 0) return;  // load_attr then says why
-    int fn = m_cap.input_child(prop_value, AccessKind::Attr, 0, interned("fget"), ".fget",
+    int fn = -1;
+    if (property) {
+        fn = m_cap.input_child(prop_value, AccessKind::Attr, 0, interned("fget"), ".fget",
                                fget.get());
+    } else {
+        int descr_type = m_cap.input_child(prop_value, AccessKind::TypeOf, 0, nullptr,
+                                           ".__class__", reinterpret_cast<PyObject*>(Py_TYPE(prop)));
+        fn = descr_type < 0 ? -1
+                            : m_cap.input_child(descr_type, AccessKind::TypeLookup, 0,
+                                                interned("__get__"), ".__get__", lazy_get);
+        p.in = {prop_value, obj, o.cls};  // __get__(descriptor, instance, owner)
+    }
     if (fn < 0) return;
     p.callee = CalleeInfo{};
     p.callee.kind = CallKind::InlineFunction;
