@@ -3158,6 +3158,27 @@ class SACActor(nn.Module):
         return torch.tanh(u), log_prob
 
 
+class PPOActorCritic(nn.Module):
+    """A PPO / A2C actor-critic: a Categorical over discrete actions from the policy logits, the
+    sampled (or replayed) action, its log-probability, the entropy bonus and the value estimate
+    (the shape of CleanRL-style agents' get_action_and_value). entropy() reads `probs`, a
+    lazy_property of the distribution."""
+
+    def __init__(self, obs_dim=8, n_actions=4, hidden=64):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(obs_dim, hidden), nn.Tanh(),
+                                  nn.Linear(hidden, hidden), nn.Tanh())
+        self.actor = nn.Linear(hidden, n_actions)
+        self.critic = nn.Linear(hidden, 1)
+
+    def forward(self, obs, action=None):
+        h = self.body(obs)
+        dist = torch.distributions.Categorical(logits=self.actor(h))
+        if action is None:
+            action = dist.sample()
+        return action, dist.log_prob(action), dist.entropy(), self.critic(h).squeeze(-1)
+
+
 class DistributionVAE(nn.Module):
     """A VAE written with torch.distributions: posterior and prior as Normal objects, the KL
     term from kl_divergence, a reparameterised sample, and a Bernoulli likelihood."""
@@ -3441,7 +3462,13 @@ def programs():
                      "(guarded by their code; a closure tensor read at replay)"),
         Program("prog/sac_actor_normal", SACActor, lambda: (torch.randn(5, 11),), train=True,
                 note="torch.distributions.Normal: rsample, then log_prob validates the sample "
-                     "(after a random draw, so its check breaks)"),
+                     "(a check after a draw: the generators are put back if it fails)"),
+        Program("prog/ppo_actor_critic_sample", PPOActorCritic, lambda: (torch.randn(6, 8),),
+                train=True,
+                note="Categorical(logits=...): sample, log_prob, entropy (a lazy_property)"),
+        Program("prog/ppo_actor_critic_evaluate", PPOActorCritic,
+                lambda: (torch.randn(6, 8), torch.randint(0, 4, (6,))), train=True,
+                note="the PPO update: log_prob and entropy of stored actions (validated)"),
         Program("prog/sac_actor_deterministic", SACActor,
                 lambda: Args(torch.randn(5, 11), deterministic=True),
                 note="the same actor at evaluation: log_prob of the mean, argument checks "
