@@ -95,6 +95,25 @@ def test_short_circuit_consumer_sees_what_was_yielded():
     assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)
 
 
+def doubled(t):
+    return (v * 2 for v in t)
+
+
+def test_generators_of_one_expression_alive_together():
+    # the frame resumed is matched to its generator object: all() leaves the first of each
+    # expression half-consumed before the second is made (torch.distributions' broadcast_all,
+    # run twice), and zip() interleaves two of one expression
+    def f(xs, ys):
+        first = all(isinstance(v, torch.Tensor) for v in (xs[0], 1.0, xs[1]))
+        again = all(isinstance(v, torch.Tensor) for v in (ys[0], ys[1]))
+        pairs = [a + b for a, b in zip(doubled(xs), doubled(ys))]
+        return first, again, pairs
+
+    cf = check(f, [([torch.randn(2), torch.randn(2)], [torch.randn(2), torch.randn(2)])
+                   for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
 def test_exception_inside_a_generator_is_raised_like_eager():
     def f(xs):
         return sum(x.view(5) for x in xs)

@@ -1240,16 +1240,13 @@ void Monitor::enter_callee(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co, P
 // on its first resume, its shadow frame restored on later ones (with the None that resuming
 // pushes). False: not one of ours (it runs untraced).
 bool Monitor::resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co) {
+    // The record of the generator object that owns the frame: several of one expression may be
+    // alive at once (one that all() left half-consumed, and a new one from the next call).
+    PyObject* gen = py::frame_generator(f);
     GenRecord* g = nullptr;
     int index = -1;
-    for (size_t i = 0; i < m_gens.size(); ++i) {
-        if (m_gens[i].code != co || m_gens[i].done) continue;
-        if (g) {  // two live generators of one code: which one runs is not known
-            m_cap.fail(breaks::kUnsupportedOpcode, "two generators of one expression are "
-                       "consumed together", "make a list of the first before using the second");
-            stop_tracing();
-            return true;
-        }
+    for (size_t i = 0; i < m_gens.size() && !g; ++i) {
+        if (m_gens[i].code != co || m_gens[i].done || m_gens[i].object != gen) continue;
         g = &m_gens[i];
         index = static_cast<int>(i);
     }

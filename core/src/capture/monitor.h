@@ -94,7 +94,7 @@ private:
         bool done = false;
         ShadowFrame frame;    // between yields
         std::vector<int> yielded;
-        PyObject* object = nullptr;  // borrowed: the consumer holds it while it runs
+        PyObject* object = nullptr;  // borrowed: its iterator value holds it for the capture
     };
     std::vector<GenRecord> m_gens;
     GenRecord* generator_of(int value);

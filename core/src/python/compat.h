@@ -44,6 +44,12 @@ inline PyObject* frame_builtins(IFrame* f) { return f->f_builtins; }
 inline PyObject* frame_local(IFrame* f, int i) { return f->localsplus[i]; }
 // The frame that was running when `f` was entered (C calls in between make no frames).
 inline IFrame* frame_previous(IFrame* f) { return f->previous; }
+// The generator (or coroutine) object whose frame `f` is, or null for a function's frame.
+inline PyObject* frame_generator(IFrame* f) {
+    return f->owner == FRAME_OWNED_BY_GENERATOR
+               ? reinterpret_cast<PyObject*>(_PyFrame_GetGenerator(f))
+               : nullptr;
+}
 inline int code_nlocalsplus(PyCodeObject* co) { return co->co_nlocalsplus; }
 inline PyObject* code_localsplus_name(PyCodeObject* co, int i) {
     return PyTuple_GET_ITEM(co->co_localsplusnames, i);
