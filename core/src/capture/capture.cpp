@@ -868,7 +868,8 @@ bool Capture::undoable_write(const Step& step, const std::vector<int>& values) {
     bool registers = is_module && val &&
                      (PyObject_TypeCheck(val, module) ||
                       PyObject_TypeCheck(val, torch_api().parameter_type));
-    return plain && !registers && !(descr && Py_TYPE(descr)->tp_descr_set) && py::has_instance_dict(type);
+    return plain && !registers && !(descr && Py_TYPE(descr)->tp_descr_set) &&
+           py::has_instance_dict(type);
 }
 
 void Capture::record_effect(Step step, const std::vector<int>& values) {

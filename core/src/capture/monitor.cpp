@@ -949,8 +949,9 @@ void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
         fn = m_cap.input_child(prop_value, AccessKind::Attr, 0, interned("fget"), ".fget",
                                fget.get());
     } else {
+        PyObject* descr_class = reinterpret_cast<PyObject*>(Py_TYPE(prop));
         int descr_type = m_cap.input_child(prop_value, AccessKind::TypeOf, 0, nullptr,
-                                           ".__class__", reinterpret_cast<PyObject*>(Py_TYPE(prop)));
+                                           ".__class__", descr_class);
         fn = descr_type < 0 ? -1
                             : m_cap.input_child(descr_type, AccessKind::TypeLookup, 0,
                                                 interned("__get__"), ".__get__", lazy_get);
@@ -4051,7 +4052,8 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
         if (s.dyn_shape && !speculate_length(src, why_not)) {
             m_cap.fail(breaks::kDynamicShape,
                        "iteration over `" + s.label + "`, whose length depends on data" + why_not,
-                       "iterate over a fixed-size tensor, or loop over a range of a bound and mask");
+                       "iterate over a fixed-size tensor, or over a range of a bound with a "
+                       "mask");
             return -1;
         }
         if (!s.dyn_shape) m_cap.fix_length(src);  // the trip count is the length: fixed again
@@ -5020,13 +5022,16 @@ bool Monitor::known(int id, int depth) {
     return false;
 }
 
+// How a break names a number Python needs that is only known when the call runs.
+static const char* const kRunTimeNumber =
+    ", a number read from tensor data, drawn at random or read from the clock";
+
 bool Monitor::require_const(const std::vector<int>& values, const std::string& what) {
     for (int id : values) {
         Value& v = m_cap.v(id);
         if (m_cap.holds(id, &Value::dyn_scalar))
             return m_cap.fail(breaks::kTensorToPython,
-                              what + " needs the value of " + v.label +
-                                  ", a number read from tensor data, drawn at random or read from the clock",
+                              what + " needs the value of " + v.label + kRunTimeNumber,
                               "keep the value in a tensor, or use it outside the compiled "
                               "function"),
                    false;
@@ -5171,7 +5176,8 @@ bool Monitor::speculate_branch(int id, std::string& why_not) {
     if (!v.data_size) return false;
     auto guess = guess_here("the branch on the data-dependent size `" + v.label + "` (line " +
                                 std::to_string(m_cap.line()) + ") went the other way",
-                            " (it went the other way on an earlier call, so it is no longer guessed)",
+                            " (it went the other way on an earlier call, so it is no longer "
+                            "guessed)",
                             why_not);
     int truth = guess ? plain_truth(v.real.get()) : -1;
     return truth >= 0 &&
@@ -5183,7 +5189,8 @@ bool Monitor::speculate_branch(int id, std::string& why_not) {
 // replay, and once it differs the loop is a graph break.
 bool Monitor::speculate_length(int id, std::string& why_not) {
     const Value& v = m_cap.v(id);
-    auto guess = guess_here("the loop over `" + v.label + "` (line " + std::to_string(m_cap.line()) +
+    auto guess = guess_here("the loop over `" + v.label + "` (line " +
+                                std::to_string(m_cap.line()) +
                                 "), whose length depends on data, ran a different number of times",
                             " (its length changed on an earlier call, so it is no longer guessed)",
                             why_not);
@@ -5225,7 +5232,7 @@ bool Monitor::truthiness_known(int id) {
                    "a branch depends on " + v.label +
                        (v.data_size ? ", the size of a tensor whose shape depends on its data" +
                                           why_not
-                                    : ", a number read from tensor data, drawn at random or read from the clock"),
+                                    : kRunTimeNumber),
                    "use torch.where / masking instead of `if`, or move the decision outside the "
                    "compiled function");
         return false;
