@@ -342,6 +342,25 @@ def test_a_warning_once_per_line_stays_once_across_traces():
     assert shown(magpy.compile(warns_between_regions, backend="torchscript")) == ["once per line"]
 
 
+# Fuzz seed 465556 (torchscript): `t / s` with a float argument that had become dynamic gave
+# -inf where eager gives inf once `s` went from -0.0 to 0.0. A trace bakes the number in, and
+# the backend looked a trace up by `==` on such numbers, for which -0.0 == 0.0. Traces (and
+# guards) now compare constants with `same_constant`: floats by their bits, NaN equal to NaN.
+def divide_by(x, s=0.5):
+    return G_ROWS / s, x + 1
+
+
+G_ROWS = torch.randn(2, 4)
+
+
+@pytest.mark.parametrize("backend", ["eager", "torchscript"])
+def test_a_dynamic_float_that_changes_sign_of_zero_is_not_the_same_constant(backend):
+    cf = check(divide_by, [(torch.randn(3), s) for s in
+                           (0.5, -0.0, -0.0, 0.0, 0.0, -0.0, float("nan"), float("nan"))],
+               backend=backend)
+    assert magpy.explain(cf).break_count == 0
+
+
 # Fuzz seed 330913 (both backends, open): a warning that an op's C++ code files
 # (`masked_fill_` on an expanded tensor: "Use of masked_fill_ on expanded tensors is
 # deprecated") names the caller of the compiled function at replay, not the user's line. The

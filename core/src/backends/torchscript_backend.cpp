@@ -406,13 +406,7 @@ struct Spec {
                 if (k.object.get() != g.others[i]) return false;
                 continue;
             }
-            PyObject* a = k.value.get();
-            PyObject* b = g.others[i];
-            if (a == b) continue;
-            if (Py_TYPE(a) != Py_TYPE(b)) return false;
-            int eq = PyObject_RichCompareBool(a, b, Py_EQ);
-            if (eq < 0) PyErr_Clear();
-            if (eq != 1) return false;
+            if (!same_constant(k.value.get(), g.others[i])) return false;  // -0.0 is not 0.0
         }
         return true;
     }

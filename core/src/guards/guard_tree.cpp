@@ -393,23 +393,35 @@ static std::string ints_str(const std::vector<int64_t>& v) {
     return s + "]";
 }
 
-static bool same_float_bits(PyObject* a, PyObject* b) {
-    double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
-    return std::memcmp(&x, &y, sizeof x) == 0;
-}
+static bool same_bits(double x, double y) { return std::memcmp(&x, &y, sizeof x) == 0; }
 
-static bool equals_value(PyObject* expected, PyObject* v) {
+// Equality that tells apart what a program can: -0.0 from 0.0 (1 / x differs), and NaN equals
+// itself, in floats and complex numbers and inside tuples, lists and slices.
+bool same_constant(PyObject* expected, PyObject* v) {
     if (expected == v) return true;
     // a set of constants is guarded against a frozen copy of it
-    if (Py_TYPE(expected) != Py_TYPE(v) && !(PyFrozenSet_CheckExact(expected) && PySet_CheckExact(v)))
+    if (Py_TYPE(expected) != Py_TYPE(v) &&
+        !(PyFrozenSet_CheckExact(expected) && PySet_CheckExact(v)))
         return false;
-    if (PyFloat_CheckExact(v)) return same_float_bits(expected, v);
-    if (PyTuple_CheckExact(v)) {
-        Py_ssize_t n = PyTuple_GET_SIZE(v);
-        if (n != PyTuple_GET_SIZE(expected)) return false;
+    if (PyFloat_CheckExact(v)) return same_bits(PyFloat_AS_DOUBLE(expected), PyFloat_AS_DOUBLE(v));
+    if (PyComplex_CheckExact(v)) {
+        Py_complex a = PyComplex_AsCComplex(expected), b = PyComplex_AsCComplex(v);
+        return same_bits(a.real, b.real) && same_bits(a.imag, b.imag);
+    }
+    if (PyTuple_CheckExact(v) || PyList_CheckExact(v)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+        if (n != PySequence_Fast_GET_SIZE(expected)) return false;
         for (Py_ssize_t i = 0; i < n; ++i)
-            if (!equals_value(PyTuple_GET_ITEM(expected, i), PyTuple_GET_ITEM(v, i))) return false;
+            if (!same_constant(PySequence_Fast_GET_ITEM(expected, i),
+                               PySequence_Fast_GET_ITEM(v, i)))
+                return false;
         return true;
+    }
+    if (PySlice_Check(v)) {
+        auto* a = reinterpret_cast<PySliceObject*>(expected);
+        auto* b = reinterpret_cast<PySliceObject*>(v);
+        return same_constant(a->start, b->start) && same_constant(a->stop, b->stop) &&
+               same_constant(a->step, b->step);
     }
     int eq = PyObject_RichCompareBool(expected, v, Py_EQ);
     if (eq < 0) {
@@ -433,7 +445,7 @@ static bool tensor_matches(const TensorMeta& want, PyObject* v, std::string* why
                    ", got " + py::str_of(got.dtype.get());
         return false;
     }
-    if (!equals_value(want.device.get(), got.device.get())) {
+    if (!same_constant(want.device.get(), got.device.get())) {
         if (why)
             *why = "tensor `" + src + "` device: expected " + py::str_of(want.device.get()) +
                    ", got " + py::str_of(got.device.get());
@@ -534,7 +546,7 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
             break;
         }
         case CheckKind::Equals:
-            ok = equals_value(c.value.get(), v);
+            ok = same_constant(c.value.get(), v);
             if (!ok && why)
                 *why = "`" + src + "`: expected " + py::repr_string(c.value.get()) + ", got " +
                        py::repr_string(v);

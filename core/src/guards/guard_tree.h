@@ -158,5 +158,8 @@ std::string describe_check(const Check& c, const std::string& source);
 bool tensor_meta_of(PyObject* t, TensorMeta& out, bool with_strides);  // false: not a tensor
 bool module_has_no_hooks(PyObject* m);  // CheckKind::NoHooks
 bool is_tensor(PyObject* o);
+// `v` is the constant `expected` as far as a program can tell: floats by their bits (-0.0 is
+// not 0.0, NaN is NaN), tuples, lists and slices item by item, anything else by ==.
+bool same_constant(PyObject* expected, PyObject* v);
 
 }  // namespace magpy
