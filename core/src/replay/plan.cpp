@@ -382,17 +382,16 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
                             s.args.size() > 2 ? get(s.args[2]) : nullptr);
             break;
         case StepKind::SetAttr:
-            if ((s.undoable && m_undoes_writes &&
-                 !entry.note_write(s, get(s.args[0]), s.name.get())) ||
-                PyObject_SetAttr(get(s.args[0]), s.name.get(), get(s.args[1])) < 0)
+        case StepKind::SetItem: {
+            PyObject* target = get(s.args[0]);
+            PyObject* key = s.kind == StepKind::SetAttr ? s.name.get() : get(s.args[1]);
+            if (s.undoable && m_undoes_writes && !entry.note_write(s, target, key))
                 return fail(s);
+            int rc = s.kind == StepKind::SetAttr ? PyObject_SetAttr(target, key, get(s.args[1]))
+                                                 : PyObject_SetItem(target, key, get(s.args[2]));
+            if (rc < 0) return fail(s);
             continue;
-        case StepKind::SetItem:
-            if ((s.undoable && m_undoes_writes &&
-                 !entry.note_write(s, get(s.args[0]), get(s.args[1]))) ||
-                PyObject_SetItem(get(s.args[0]), get(s.args[1]), get(s.args[2])) < 0)
-                return fail(s);
-            continue;
+        }
         case StepKind::Check: {
             PyObject* x = get(s.args[0]);
             int same;
