@@ -211,6 +211,7 @@ class ProgramGen:
                 c.append((4, lambda n=n: n))
             if v.kind == "obj":
                 c.append((2, lambda n=n: f"{n}.scale"))
+                c.append((0.5, lambda n=n: f"{n}.doubled"))
         for n, v in self.ints(env):
             c.append((1, lambda n=n: f"({n} * 0.5)"))
         code = self.wchoice(c)()
@@ -796,7 +797,8 @@ class ProgramGen:
                   (2, "containers_in"),
                   (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try"), (1, "print"),
                   (0.8, "warn_log"),
-                  (0.6, "data_sizes"), (0.6, "const_tensor"), (0.6, "iter_alias")]
+                  (0.6, "data_sizes"), (0.6, "const_tensor"), (0.6, "iter_alias"),
+                  (1, "generators"), (0.6, "props")]
         if depth < 2:
             kinds += [(1, "block")]
         if self.p(self.break_rate * 2):
@@ -1186,6 +1188,73 @@ class ProgramGen:
                 "        break",
                 f"for {y} in {it}:",
                 f"    {t} = {t} * 0.5 + ({item.replace(x, y)}).sum()"]
+
+    def st_generators(self, env, depth, loop):
+        """Python generators: consumed by a loop, sum, list, zip of two, a comprehension, or
+        partly by next(); some write to G_LOG or OBJ as they go, print, or break inside
+        ([Note: generators])."""
+        self.features.add("generators")
+        e = self.leaf(env)
+        n = self.name("t")
+        gen = self.wchoice([(4, "gen_scaled"), (2, "gen_logged"), (2, "gen_from"),
+                            (1, "gen_printing"), (1, "gen_bump"),
+                            (self.break_rate * 20, "gen_item")])
+        k = self.small_int(env, 3)
+        g = self.r.randrange(7)
+        if g == 6:  # a generator made early and read after more statements
+            it = self.name("it")
+            body = self.gen_block(env, self.r.randint(1, 2), depth + 1, loop)
+            env[n] = V("t", e.shape, True)
+            return [f"{it} = {gen}({e.code}, {k})"] + body + [
+                f"{n} = {e.code} + sum(v.sum() for v in {it})"]
+        env[n] = V("t", e.shape, True)
+        if g == 0:
+            u = self.name("u")
+            return [f"{n} = {e.code} * 0",
+                    f"for {u} in {gen}({e.code}, {k}):",
+                    f"    {n} = {n} + {u}"]
+        if g == 1:
+            return [f"{n} = sum({gen}({e.code}, {k}), torch.zeros_like({e.code}))"]
+        if g == 2:
+            return [f"{n} = torch.stack(list({gen}({e.code}, {k})) + [{e.code}]).sum(0)"]
+        if g == 3:
+            other = self.gen_t_exact(env, e.shape, 1) or e
+            a, b = self.name("u"), self.name("u")
+            return [f"{n} = {e.code} * 1",
+                    f"for {a}, {b} in zip({gen}({e.code}, {k}), "
+                    f"gen_scaled({other.code}, {self.small_int(env, 3)})):",
+                    f"    {n} = {n} + {a} * {b}"]
+        if g == 4:
+            it = self.name("it")
+            return [f"{it} = {gen}({e.code}, {k})",
+                    f"{n} = next({it}, {e.code})",
+                    f"{n} = {n} + next({it}, {e.code} * 2)"]
+        u = self.name("u")
+        cond = self.choice(["True", f"{u}.sum() > 0", f"{u}.dim() > 0"])
+        return [f"{n} = torch.stack([{u}.relu() for {u} in {gen}({e.code}, {k}) "
+                f"if {cond}] + [{e.code}]).mean(0)"]
+
+    def st_props(self, env, depth, loop):
+        """Properties of user classes: a getter on an object passed in or OBJ, a setter, and a
+        functools.cached_property on an object made in the call (read twice)."""
+        self.features.add("props")
+        objs = [m for m, v in env.items() if v.kind == "obj"] + ["OBJ"]
+        o = self.choice(objs)
+        g = self.r.randrange(4)
+        if g == 0:
+            s = self.name("s")
+            env[s] = V("float")
+            return [f"{s} = {o}.doubled + {o}.level"]
+        if g == 1:
+            return [f"{o}.level = {o}.level + {self.small_int(env, 2)}"]
+        e = self.leaf(env)
+        st, n = self.name("st"), self.name("t")
+        env[n] = V("t", e.shape, True)
+        lines = [f"{st} = Stats({e.code})",
+                 f"{n} = {e.code} * {st}.total + {st}.total"]
+        if g == 3:
+            lines.append(f"{n} = {n} + {st}.total * 0.5 if {st}.total > 0 else {n}")
+        return lines
 
     def st_const_tensor(self, env, depth, loop):
         """Tensors computed from constants (shapes, ints): Python reading their data folds to a
@@ -2113,6 +2182,27 @@ class Obj:
         self.count += 1
         return self.count
 
+    @property
+    def doubled(self):
+        return self.scale * 2
+
+    @property
+    def level(self):
+        return self.count
+
+    @level.setter
+    def level(self, v):
+        self.count = v
+
+
+class Stats:
+    def __init__(self, t):
+        self.t = t
+
+    @functools.cached_property
+    def total(self):
+        return self.t.sum() * 0.5
+
 
 class Pair:
     def __init__(self, first, second):
@@ -2184,6 +2274,38 @@ def helper_branch(t):
     if t.sum() > 0:
         return t * 2
     return t - 1
+
+
+def gen_scaled(t, k):
+    for i in range(k):
+        yield t * (i + 1)
+
+
+def gen_logged(t, k):
+    for i in range(k):
+        G_LOG.append(i)
+        yield t - i
+
+
+def gen_from(t, k):
+    yield t
+    yield from gen_scaled(t, k)
+
+
+def gen_printing(t, k):
+    for i in range(k):
+        print("gen", i, file=_SINK)
+        yield t + i
+
+
+def gen_bump(t, k):
+    for _ in range(k):
+        yield t * OBJ.bump()
+
+
+def gen_item(t, k):
+    for i in range(k):
+        yield t * float(t.sum().item() > 0) + i
 
 
 def helper_rec(t, k):

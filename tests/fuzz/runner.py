@@ -18,6 +18,7 @@ or allclose with rtol=1e-6, atol=1e-7: the eager backend replays the same kernel
 """
 
 import contextlib
+import functools
 import io
 import linecache
 import math
@@ -291,6 +292,10 @@ class Comparer:
             if math.isclose(a, b, rel_tol=RTOL, abs_tol=ATOL):
                 return
             return self.diff(path, f"{a!r} (eager) vs {b!r} (compiled)")
+        if isinstance(a, property):  # a class's dict: the same accessors
+            return self.walk((a.fget, a.fset, a.fdel), (b.fget, b.fset, b.fdel), path)
+        if isinstance(a, functools.cached_property):
+            return self.walk((a.func, a.attrname), (b.func, b.attrname), path)
         if isinstance(a, types.FunctionType):
             if a.__qualname__ != b.__qualname__:
                 self.diff(path, f"function {a.__qualname__} vs {b.__qualname__}")

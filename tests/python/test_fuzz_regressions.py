@@ -105,6 +105,42 @@ def test_unbound_local_read_is_not_an_internal_engine_error():
     assert not any("engine error" in n for n in e.notes), str(e)
 
 
+# The same for a closure cell read before it is assigned (fuzz seeds 500419, 500431, 501031,
+# 501108 with a generator over a tensor named only later in the function): in the compiled
+# frame's own cell (UnboundLocalError) and in a cell an inner function reads (NameError).
+def reads_own_cell_early(x, flag):
+    if flag:
+        u = x * 2
+    y = u + x  # noqa: F821 (UnboundLocalError when flag is false, in eager too)
+    h = lambda: u  # noqa: E731 (makes u a cell)
+    return y, h()
+
+
+def reads_free_cell_early(x, flag):
+    def h():
+        return u * 3  # NameError until u is assigned below
+    if flag:
+        u = x + 1  # noqa: F841
+    return h()
+
+
+@pytest.mark.parametrize("fn, exc", [(reads_own_cell_early, UnboundLocalError),
+                                     (reads_free_cell_early, NameError)])
+def test_empty_closure_cell_read_is_not_an_internal_engine_error(fn, exc):
+    magpy.reset()
+    cf = magpy.compile(fn)
+    for _ in range(2):
+        with pytest.raises(exc):
+            fn(torch.ones(2), False)
+        with pytest.raises(exc):
+            cf(torch.ones(2), False)
+        check(fn, [(torch.ones(2), True)], compiled=cf)
+    e = magpy.explain(cf)
+    assert "MB099" not in break_ids(cf), str(e)
+    assert "MB006" in break_ids(cf), str(e)
+    assert any("`u` is read before it is assigned" in b.reason for b in e.breaks), str(e)
+
+
 # Fuzz seed 24197: `torch.sub(g, x, out=t)` resizes t to g's batch; once that batch was a
 # symbolic dim, `t.shape[0]` afterwards was recorded as the size t had in the capture.
 OUT_SRC = torch.randn(1, 4)

@@ -449,6 +449,62 @@ def test_a_lazy_property_of_a_distribution_passed_in_is_cached_as_eager_caches_i
     check(f, [fresh() for _ in range(6)])
 
 
+class Features:
+    """A config-like wrapper whose derived values are functools.cached_property (as in
+    Hugging Face models and dataclass configs)."""
+
+    def __init__(self, x, scale):
+        self.x = x
+        self.scale = scale
+        self.reads = 0
+
+    @functools.cached_property
+    def centered(self):
+        self.reads += 1
+        return (self.x - self.x.mean(-1, keepdim=True)) * self.scale
+
+    @functools.cached_property
+    def norm(self):
+        return self.centered.norm(dim=-1, keepdim=True) + 1e-5
+
+
+def test_cached_properties_of_an_object_made_in_the_call_are_one_graph():
+    def f(x, scale):
+        feats = Features(x, scale)
+        y = feats.centered / feats.norm  # norm reads centered again: the cached value
+        return y + feats.centered, feats
+
+    # the object leaves the call: its __dict__ holds both cached values and reads == 1, as in
+    # eager (check compares it)
+    cf = check(f, [(torch.randn(3, 5), 2.0) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    _, feats = cf(torch.randn(3, 5), 2.0)
+    assert set(vars(feats)) == {"x", "scale", "reads", "centered", "norm"}
+    assert feats.reads == 1
+
+
+def test_a_cached_property_replaced_on_the_class_recompiles():
+    class Box:
+        def __init__(self, t):
+            self.t = t
+
+        @functools.cached_property
+        def area(self):
+            return self.t.prod()
+
+    def f(x):
+        return Box(x).area + 1
+
+    cf = check(f, [torch.rand(3) for _ in range(2)])
+
+    def volume(self):
+        return self.t.prod() * 10
+    Box.area = functools.cached_property(volume)
+    Box.area.__set_name__(Box, "area")
+    check(f, [torch.rand(3)], compiled=cf)
+    assert_stats(cf, graphs=2, misses=2)
+
+
 def test_clock_reads_are_read_again_at_replay():
     import time
 

@@ -910,8 +910,11 @@ int Monitor::index_items(const std::vector<int>& items, PyObject* key, ValueKind
 // object made in the call, a non-data descriptor whose class defines __get__ in Python
 // (torch.distributions' lazy_property: Categorical(logits=l).probs computes, caches on the
 // instance and returns) is traced the same way: __get__(descriptor, obj, type(obj)), guarded
-// through both classes. Other data descriptors, and properties on values whose class we do
-// not follow, break in load_attr (MB007).
+// through both classes. A functools.cached_property there is read as its own __get__ reads it,
+// without tracing that __get__ (it reads obj.__dict__ under a lock): its function is traced
+// with `obj` as its argument, and what it returned is set on the object. Other data
+// descriptors, and properties on values whose class we do not follow, break in load_attr
+// (MB007).
 void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
     Pending& p = f.pending;
     if (p.in.size() != 1) return;
@@ -926,16 +929,25 @@ void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
     bool property = PyObject_TypeCheck(prop, &PyProperty_Type) &&
                     Py_TYPE(prop)->tp_descr_get == PyProperty_Type.tp_descr_get;
     PyObject* lazy_get = nullptr;  // borrowed: the Python __get__ of a non-data descriptor
+    bool cached = false;           // a functools.cached_property
     if (!property && o.kind == ValueKind::FreshObject && !Py_TYPE(prop)->tp_descr_set &&
         fresh_dict_slot(obj, name) < 0) {
         lazy_get = _PyType_Lookup(Py_TYPE(prop), interned("__get__"));
         if (!lazy_get || !PyFunction_Check(lazy_get)) return;
+        cached = lazy_get == torch_api().cached_property_get.get();
     }
     if (!property && !lazy_get) return;
-    py::Ref fget = property ? py::Ref::steal(PyObject_GetAttrString(prop, "fget"))
-                            : py::Ref::borrow(lazy_get);
+    const char* getter = property ? "fget" : cached ? "func" : nullptr;
+    py::Ref fget = getter ? py::Ref::steal(PyObject_GetAttrString(prop, getter))
+                          : py::Ref::borrow(lazy_get);
     if (!fget) PyErr_Clear();
     if (!fget || !PyFunction_Check(fget.get())) return;
+    py::Ref cache_as;
+    if (cached) {  // it caches under attrname (the name it was assigned to in the class)
+        cache_as = py::Ref::steal(PyObject_GetAttrString(prop, "attrname"));
+        if (!cache_as) PyErr_Clear();
+        if (!cache_as || !PyUnicode_Check(cache_as.get())) return;
+    }
     int prop_value = -1;
     if (o.kind == ValueKind::Input) {
         prop_value = class_attr(obj, name, prop);
@@ -945,9 +957,16 @@ void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
     }
     if (prop_value < 0) return;  // load_attr then says why
     int fn = -1;
-    if (property) {
-        fn = m_cap.input_child(prop_value, AccessKind::Attr, 0, interned("fget"), ".fget",
-                               fget.get());
+    if (getter) {
+        fn = m_cap.input_child(prop_value, AccessKind::Attr, 0, interned(getter),
+                               std::string(".") + getter, fget.get());
+        if (cached) {
+            // the name it caches under is read at capture: guard it (it is set once, by
+            // __set_name__, so this holds unless the class is rebuilt)
+            int attrname = m_cap.input_child(prop_value, AccessKind::Attr, 0,
+                                             interned("attrname"), ".attrname", cache_as.get());
+            if (attrname < 0 || !require_const({attrname}, "a cached_property's name")) return;
+        }
     } else {
         PyObject* descr_class = reinterpret_cast<PyObject*>(Py_TYPE(prop));
         int descr_type = m_cap.input_child(prop_value, AccessKind::TypeOf, 0, nullptr,
@@ -964,6 +983,7 @@ void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
     p.callee.code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fget.get()));
     p.callee_value = fn;
     p.property_get = true;
+    p.cache_as = std::move(cache_as);
 }
 
 // [Note: super] `super()` in a traced frame is `super(__class__, <first argument>)`: the class
@@ -2244,6 +2264,7 @@ void Monitor::complete(ShadowFrame& f) {
         if (m_cap.v(p.inline_result).real.get() != tos &&
             m_cap.v(p.inline_result).kind != ValueKind::Const)
             return m_cap.internal_error("a property's value changed on its way back");
+        if (p.cache_as) set_object_attr(p.in[0], p.cache_as.get(), p.inline_result);
         if (p.opcode == LOAD_METHOD) push(f, m_cap.null_value());
         return out(p.inline_result);
     }
@@ -4493,14 +4514,25 @@ int Monitor::load_deref(ShadowFrame& f, int index) {
     auto it = m_cap.cells().find(cell);
     if (it != m_cap.cells().end()) {
         if (it->second < 0) {
-            m_cap.internal_error("read of an empty closure cell");
+            // The real cell is empty too: the instruction raises NameError, as it does
+            // without magpy. Otherwise the shadow lost track of it (an engine bug).
+            if (!PyCell_GET(cell))
+                m_cap.fail(breaks::kException,
+                           "`" + local_name(f.code, index) +
+                               "` is read before it is assigned",
+                           "assign it on every path before reading it");
+            else
+                m_cap.internal_error("read of an empty closure cell");
             return -1;
         }
         return it->second;
     }
     PyObject* real = PyCell_GET(cell);
     if (!real) {
-        m_cap.fail(breaks::kException, "a free variable is read before assignment", "");
+        m_cap.fail(breaks::kException,
+                   "`" + local_name(f.code, index) +
+                       "` is read before it is assigned",
+                   "assign it on every path before reading it");
         return -1;
     }
     std::string name = local_name(f.code, index);

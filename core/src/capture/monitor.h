@@ -58,6 +58,8 @@ private:
                                           // UserClass: its __init__
         int made = -1;                    // UserClass: the object made (bound as self)
         bool property_get = false;        // LOAD_ATTR of a property: its getter is traced
+        py::Ref cache_as;                 // a cached_property's name: the getter's result is
+                                          // set on the object made in the call (in[0])
         int key_map = -1;                 // sorted/min/max(key=f): the record of f's calls
         int had_key = -1;                 // d.setdefault(k, v): 1 if d held k before the call
         py::Ref dict_before;              // d.update(...) on a dict passed in: a copy of d

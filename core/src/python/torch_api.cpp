@@ -87,6 +87,13 @@ bool init_torch_api() {
         if (fn) api.module_member_fns.emplace_back(n, std::move(fn));
         PyErr_Clear();
     }
+    py::Ref functools = py::Ref::steal(PyImport_ImportModule("functools"));
+    py::Ref cached = functools ? py::Ref::steal(PyObject_GetAttrString(functools.get(),
+                                                                       "cached_property"))
+                               : py::Ref();
+    if (cached && PyType_Check(cached.get()))  // (a function: read from the class, unbound)
+        api.cached_property_get = py::Ref::steal(PyObject_GetAttrString(cached.get(), "__get__"));
+    PyErr_Clear();
     py::Ref ops = py::Ref::steal(PyImport_ImportModule("torch._ops"));
     for (const char* n : {"OpOverloadPacket", "OpOverload"})
         if (PyTypeObject* t = ops ? get_type(ops.get(), n) : nullptr) api.op_types.push_back(t);
