@@ -304,6 +304,38 @@ def test_break_inside_try_block_goes_on_in_the_frame(capsys):
     assert any("inside a try block" in n for n in e.notes)
 
 
+RESHAPE = nn.Sequential(nn.Linear(6, 6), nn.ReLU())
+
+
+def reshaped(x):
+    y = RESHAPE(x)
+    print("rows", y.shape[0], file=sys.stdout)  # a break inside the callee
+    return RESHAPE(y).view(-1, 4) * 2  # raises for 2 rows of 6, not for 4 or 6
+
+
+def guarded_forward(x):
+    try:
+        out = reshaped(x)
+    except RuntimeError:
+        out = x.sum(-1)
+    return out.relu() + 1
+
+
+def test_a_callee_that_breaks_inside_a_try_block_is_compiled_on_its_own(capsys):
+    # the call of reshaped() is the root's break site inside the try block: it runs in the
+    # frame (its errors reach the handler), as a compiled callable of its own
+    xs = [torch.randn(4, 6), torch.randn(2, 6), torch.randn(4, 6), torch.randn(6, 6),
+          torch.randn(2, 6), torch.randn(4, 6)]
+    cf = check(guarded_forward, xs)
+    assert capsys.readouterr().out.count("rows") == 12  # once per call in each world
+    e = magpy.explain(cf)
+    assert any("is compiled on its own" in n for n in e.notes), str(e)
+    callee = e.report["callees"][0]
+    assert callee["name"].endswith("reshaped"), callee
+    # its two graphs around the print replay: the handler ran for the 2-row calls
+    assert callee["graph_count"] >= 1 and callee["cache_hits"] >= 1, callee
+
+
 def test_fullgraph_still_raises_at_a_resumable_break():
     def f(x):
         print("x", file=sys.stdout)

@@ -151,6 +151,8 @@ private:
     void note_site();
     bool break_here(ShadowFrame& f, const py::Instruction& ins);
     void end_segment(ShadowFrame& f, const py::Instruction& ins);
+    bool compile_callee_on_stack(const py::Instruction& at, PyObject*& callee,
+                                 std::vector<int>& stack);
     bool break_step(ShadowFrame& f, const py::Instruction& ins, std::vector<int>& stack,
                     Continuation& c);
     int iterator_state(int iter, int depth = 0);

@@ -359,6 +359,47 @@ bool Monitor::break_step(ShadowFrame& f, const py::Instruction& at, std::vector<
     }
 }
 
+// [Note: callees compiled on their own] for a call that runs in the resume code: when the
+// break instruction `at` is a call of Python code that broke inside (`callee`) and runs as
+// plain Python after the segment (inside a try block), the callable on `stack` becomes
+// functools.partial(compiled_call, callable), made by the plan. The call then runs the callee
+// as a compiled callable of its own, raising into the user's handlers as the plain call
+// would, instead of running all of it eagerly. `callee` is left null when it is not wrapped.
+// False: the capture failed.
+bool Monitor::compile_callee_on_stack(const py::Instruction& at, PyObject*& callee,
+                                      std::vector<int>& stack) {
+    bool call = at.opcode == CALL || at.opcode == PRECALL;
+    if (!callee || !call || !compiles_on_its_own(callee)) {
+        callee = nullptr;
+        return true;
+    }
+    size_t n = static_cast<size_t>(at.oparg);
+    if (stack.size() < n + 2) return m_cap.internal_error("a call's stack"), false;
+    size_t method = stack.size() - n - 2;  // the function of a method call, or NULL
+    size_t at_callable = stack[method] == m_cap.null_value() ? method + 1 : method;
+    int callable = stack[at_callable];
+    if (m_cap.v(callable).real.get() != callee) {  // not the object the site broke in
+        callee = nullptr;
+        return true;
+    }
+    static PyObject* partial = [] {
+        py::Ref functools = py::Ref::steal(PyImport_ImportModule("functools"));
+        PyObject* p = functools ? PyObject_GetAttrString(functools.get(), "partial") : nullptr;
+        PyErr_Clear();
+        return p;  // kept for the process
+    }();
+    if (!partial) return m_cap.internal_error("functools.partial"), false;
+    Step s;
+    s.kind = StepKind::Call;
+    s.args.push_back(Arg::value(partial));
+    s.args.push_back(Arg::value(compiled_call()));
+    Arg a;
+    if (!m_cap.escape_arg(callable, a)) return false;
+    s.args.push_back(std::move(a));
+    stack[at_callable] = m_cap.record(std::move(s), nullptr, "compiled callee", false);
+    return true;
+}
+
 // Ends the segment before the root frame's instruction `at` (a known break site): the plan
 // gets the break instruction (when it is a call or an operator) and returns the frame's live
 // state; the Continuation says how the frame goes on. On failure the capture fails with the
@@ -414,6 +455,9 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
         m_note = "the break at line " + std::to_string(cont->line) + " is inside a try block: "
                  "it runs in the function's own frame, where the except or finally clause "
                  "sees its exceptions, and the rest of the call runs as plain Python";
+        if (!compile_callee_on_stack(at, callee, stack)) return refuse("no callee wrapper");
+        if (callee)
+            m_note += " (`" + callable_name(callee) + "` there is compiled on its own)";
     } else if (!break_step(f, at, stack, *cont) || m_cap.failed()) {
         return refuse("the instruction cannot run on its own");
     }
