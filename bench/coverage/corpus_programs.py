@@ -3179,6 +3179,69 @@ class PPOActorCritic(nn.Module):
         return action, dist.log_prob(action), dist.entropy(), self.critic(h).squeeze(-1)
 
 
+class BoxList:
+    """A detectron2-style box container made per call; its derived values are
+    functools.cached_property, computed on first read and kept on the instance."""
+
+    def __init__(self, boxes):
+        self.boxes = boxes
+
+    @functools.cached_property
+    def widths(self):
+        return (self.boxes[:, 2] - self.boxes[:, 0]).clamp(min=0)
+
+    @functools.cached_property
+    def heights(self):
+        return (self.boxes[:, 3] - self.boxes[:, 1]).clamp(min=0)
+
+    @functools.cached_property
+    def area(self):
+        return self.widths * self.heights
+
+    @functools.cached_property
+    def centers(self):
+        return torch.stack([self.boxes[:, 0] + 0.5 * self.widths,
+                            self.boxes[:, 1] + 0.5 * self.heights], dim=-1)
+
+
+class DIoUBoxLoss(nn.Module):
+    """A box-regression head and its distance-IoU loss against matched targets: deltas
+    decoded against anchors, both box sets wrapped in BoxList (cached_property areas and
+    centers), IoU and the normalised centre distance."""
+
+    def __init__(self, dim=32):
+        super().__init__()
+        self.head = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, 4))
+        self.weights = (10.0, 10.0, 5.0, 5.0)
+
+    def decode(self, anchors, deltas):
+        a = BoxList(anchors)
+        wx, wy, ww, wh = self.weights
+        cx = a.centers[:, 0] + deltas[:, 0] / wx * a.widths
+        cy = a.centers[:, 1] + deltas[:, 1] / wy * a.heights
+        w = a.widths * torch.exp(deltas[:, 2] / ww).clamp(max=math.exp(4.0))
+        h = a.heights * torch.exp(deltas[:, 3] / wh).clamp(max=math.exp(4.0))
+        return torch.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], dim=-1)
+
+    def forward(self, feats, anchors, targets):
+        pred = BoxList(self.decode(anchors, self.head(feats)))
+        gt = BoxList(targets)
+        lt = torch.max(pred.boxes[:, :2], gt.boxes[:, :2])
+        rb = torch.min(pred.boxes[:, 2:], gt.boxes[:, 2:])
+        inter = (rb - lt).clamp(min=0).prod(-1)
+        iou = inter / (pred.area + gt.area - inter + 1e-7)
+        outer = torch.max(pred.boxes[:, 2:], gt.boxes[:, 2:]) - \
+            torch.min(pred.boxes[:, :2], gt.boxes[:, :2])
+        dist = ((pred.centers - gt.centers) ** 2).sum(-1) / ((outer ** 2).sum(-1) + 1e-7)
+        return (1 - iou + dist).mean(), {"iou": iou.detach().mean(), "n": len(pred.boxes)}
+
+
+def diou_inputs():
+    xy = torch.rand(12, 2) * 50
+    anchors = torch.cat([xy, xy + 8 + torch.rand(12, 2) * 20], dim=-1)
+    return torch.randn(12, 32), anchors, anchors + torch.randn(12, 4)
+
+
 class DistributionVAE(nn.Module):
     """A VAE written with torch.distributions: posterior and prior as Normal objects, the KL
     term from kl_divergence, a reparameterised sample, and a Bernoulli likelihood."""
@@ -3473,6 +3536,9 @@ def programs():
                 lambda: Args(torch.randn(5, 11), deterministic=True),
                 note="the same actor at evaluation: log_prob of the mean, argument checks "
                      "replayed as checks"),
+        Program("prog/diou_box_loss_cached_property", DIoUBoxLoss, diou_inputs, train=True,
+                note="a box container made per call with functools.cached_property widths, "
+                     "heights, area and centers (read many times)"),
         Program("prog/vae_distributions_kl", DistributionVAE, lambda: (torch.rand(4, 64),),
                 train=True,
                 note="Normal posterior and prior, kl_divergence, rsample; checks before the draw"),

@@ -1065,6 +1065,8 @@ class ProgramGen:
             # raises only for some data (the size of a masked selection)
             exc = self.choice(["RuntimeError", "Exception"])
             bad = f"x[x > 0].view(-1, {self.choice(['2', '3', '4'])})"
+            if self.p(0.4):  # in a callee that breaks first: compiled on its own in the handler's
+                bad = f"helper_noisy({e.code}, {self.gen_scalar_operand(env)})"  # frame
         target = self.name('z')
         if bad.endswith(".shape"):  # unpacking: raises for the ranks that are not 2
             target = f"{target}, {self.name('z')}"
@@ -2306,6 +2308,12 @@ def gen_bump(t, k):
 def gen_item(t, k):
     for i in range(k):
         yield t * float(t.sum().item() > 0) + i
+
+
+def helper_noisy(t, k):
+    u = t * k
+    print("noisy", u.shape, file=_SINK)
+    return u[u > 0].view(-1, 2) + 1
 
 
 def helper_rec(t, k):
