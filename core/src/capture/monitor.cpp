@@ -1502,6 +1502,17 @@ static std::string local_name(PyCodeObject* co, int i) {
     return str(py::code_localsplus_name(co, i));
 }
 
+// The user's code reads fast local `i` (a variable, a cell, a free variable) that has no value:
+// the instruction raises UnboundLocalError (NameError for a free variable), as it does without
+// magpy, so the call runs eagerly with an ordinary break.
+static void fail_unassigned(Capture& cap, PyCodeObject* co, int i) {
+    bool free = py::code_local_kind(co, i) & py::kLocalKindFree;
+    cap.fail(breaks::kException,
+             "`" + local_name(co, i) + "` is read before it is assigned (" +
+                 (free ? "NameError" : "UnboundLocalError") + ")",
+             "assign it on every path before reading it");
+}
+
 void Monitor::bind_root(ShadowFrame& f) {
     PyCodeObject* co = f.code;
     int n = py::code_nlocalsplus(co);
@@ -1954,11 +1965,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         if (id < 0) {
             // The real local has no value either: the instruction raises UnboundLocalError,
             // as it does without magpy. Otherwise the shadow lost track of it (an engine bug).
-            if (!py::frame_local(f.frame, ins.oparg))
-                return m_cap.fail(breaks::kException,
-                                  "`" + local_name(f.code, ins.oparg) +
-                                      "` is read before it is assigned (UnboundLocalError)",
-                                  "assign it on every path before reading it");
+            if (!py::frame_local(f.frame, ins.oparg)) return fail_unassigned(m_cap, f.code, ins.oparg);
             return m_cap.internal_error("read of a local with no value");
         }
         push(f, id);
@@ -4517,10 +4524,7 @@ int Monitor::load_deref(ShadowFrame& f, int index) {
             // The real cell is empty too: the instruction raises NameError, as it does
             // without magpy. Otherwise the shadow lost track of it (an engine bug).
             if (!PyCell_GET(cell))
-                m_cap.fail(breaks::kException,
-                           "`" + local_name(f.code, index) +
-                               "` is read before it is assigned",
-                           "assign it on every path before reading it");
+                fail_unassigned(m_cap, f.code, index);
             else
                 m_cap.internal_error("read of an empty closure cell");
             return -1;
@@ -4529,10 +4533,7 @@ int Monitor::load_deref(ShadowFrame& f, int index) {
     }
     PyObject* real = PyCell_GET(cell);
     if (!real) {
-        m_cap.fail(breaks::kException,
-                   "`" + local_name(f.code, index) +
-                       "` is read before it is assigned",
-                   "assign it on every path before reading it");
+        fail_unassigned(m_cap, f.code, index);
         return -1;
     }
     std::string name = local_name(f.code, index);

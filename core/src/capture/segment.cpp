@@ -5,6 +5,7 @@
 #include "capture/monitor.h"
 #include "hook/frame_hook.h"
 #include "python/compat.h"
+#include "python/torch_api.h"
 
 #include <cstdint>
 #include <map>
@@ -382,16 +383,9 @@ bool Monitor::compile_callee_on_stack(const py::Instruction& at, PyObject*& call
         callee = nullptr;
         return true;
     }
-    static PyObject* partial = [] {
-        py::Ref functools = py::Ref::steal(PyImport_ImportModule("functools"));
-        PyObject* p = functools ? PyObject_GetAttrString(functools.get(), "partial") : nullptr;
-        PyErr_Clear();
-        return p;  // kept for the process
-    }();
-    if (!partial) return m_cap.internal_error("functools.partial"), false;
     Step s;
     s.kind = StepKind::Call;
-    s.args.push_back(Arg::value(partial));
+    s.args.push_back(Arg::value(torch_api().functools_partial.get()));
     s.args.push_back(Arg::value(compiled_call()));
     Arg a;
     if (!m_cap.escape_arg(callable, a)) return false;

@@ -88,12 +88,12 @@ bool init_torch_api() {
         PyErr_Clear();
     }
     py::Ref functools = py::Ref::steal(PyImport_ImportModule("functools"));
-    py::Ref cached = functools ? py::Ref::steal(PyObject_GetAttrString(functools.get(),
-                                                                       "cached_property"))
-                               : py::Ref();
-    if (cached && PyType_Check(cached.get()))  // (a function: read from the class, unbound)
-        api.cached_property_get = py::Ref::steal(PyObject_GetAttrString(cached.get(), "__get__"));
-    PyErr_Clear();
+    if (!functools) return false;
+    api.functools_partial = py::Ref::steal(PyObject_GetAttrString(functools.get(), "partial"));
+    py::Ref cached = py::Ref::steal(PyObject_GetAttrString(functools.get(), "cached_property"));
+    if (!api.functools_partial || !cached) return false;
+    api.cached_property_get = py::Ref::steal(PyObject_GetAttrString(cached.get(), "__get__"));
+    if (!api.cached_property_get) return false;
     py::Ref ops = py::Ref::steal(PyImport_ImportModule("torch._ops"));
     for (const char* n : {"OpOverloadPacket", "OpOverload"})
         if (PyTypeObject* t = ops ? get_type(ops.get(), n) : nullptr) api.op_types.push_back(t);

@@ -35,7 +35,8 @@ struct TorchApi {
     py::Ref module_call;                  // torch.nn.Module.__call__ (the function)
     py::Ref tensor_base_type;             // torch._C._TensorBase
     py::Ref set_grad_enabled_fn;          // torch._C._set_grad_enabled
-    py::Ref cached_property_get;          // functools.cached_property.__get__ (the function)
+    py::Ref cached_property_get;          // functools.cached_property.__get__ (a function)
+    py::Ref functools_partial;            // functools.partial
     // Context managers whose `with` blocks are captured (their __enter__/__exit__ replayed as
     // steps): torch.no_grad, enable_grad, set_grad_enabled, inference_mode, autocast (and its
     // cpu/cuda variants), contextlib.nullcontext. Missing ones are skipped.
