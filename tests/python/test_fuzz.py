@@ -31,8 +31,8 @@ CHUNK = 50
 # Seeds whose programs hit a known engine bug, each with the regression test that reproduces it
 # (tests/python/test_fuzz_regressions.py). Remove a seed when its bug is fixed.
 KNOWN_BUG_SEEDS = {
-    330913,  # a warning filed by an op's C++ code names the caller at replay (open): see
-             # test_a_warning_from_inside_an_op_names_the_users_line
+    # (330913: a warning filed by an op's C++ code named the caller at replay; fixed, see
+    # test_fuzz_regressions.py::test_a_warning_from_inside_an_op_names_the_users_line.)
     # (31 and 341: an op replayed inside `try` escaped the handler; fixed, see
     # test_fuzz_regressions.py section 1.)
 }

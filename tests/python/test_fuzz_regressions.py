@@ -384,27 +384,46 @@ def test_a_dynamic_float_that_changes_sign_of_zero_is_not_the_same_constant(back
     assert magpy.explain(cf).break_count == 0
 
 
-# Fuzz seed 330913 (both backends, open): a warning that an op's C++ code files
-# (`masked_fill_` on an expanded tensor: "Use of masked_fill_ on expanded tensors is
-# deprecated") names the caller of the compiled function at replay, not the user's line. The
-# op runs from the plan, in C, so the innermost Python frame is the caller's. Eager files it at
-# the line of the op. Python warnings (warnings.warn) are replayed right ([Note: effects that
-# read the caller's frame]); warnings from inside ops are not intercepted yet.
+# Fuzz seed 330913 (both backends): a warning that an op's C++ code files (`masked_fill_` on
+# an expanded tensor: "Use of masked_fill_ on expanded tensors is deprecated") named the caller
+# of the compiled function at replay, not the user's line: the op ran from the plan, in C, so
+# the innermost Python frame was the caller's; TorchScript graphs logged it to stderr instead.
+# Fixed: each step runs under a frame that stands for the one that ran it ([Note: site
+# frames] in replay/plan.cpp), and a TorchScript graph's warnings are filed at the step whose op
+# they name ([Note: warnings from a graph] in torchscript_backend.cpp).
 def fills_an_expanded_view(x):
     t = x.unsqueeze(0).expand(2, -1)
     t.masked_fill_(t > 0.5, 3.0)
     return t
 
 
-@pytest.mark.xfail(strict=True, reason="warnings filed by an op's C++ code name the caller")
-def test_a_warning_from_inside_an_op_names_the_users_line():
-    def filed(fn):
-        with warnings.catch_warnings(record=True) as got:
-            warnings.simplefilter("always")
-            for _ in range(3):
-                fn(torch.ones(3))
-        return [(w.filename, w.lineno) for w in got if "masked_fill_" in str(w.message)]
+def fills_in_a_helper(x):
+    y = x * 2
+    return fills_an_expanded_view(y) + 1
 
-    eager = filed(fills_an_expanded_view)
-    assert len(eager) == 3 and eager[0][0] == __file__
-    assert filed(magpy.compile(fills_an_expanded_view)) == eager
+
+def _filed(fn, calls=4, action="always"):
+    """The masked_fill_ warnings `fn` files over `calls` calls under `action`: (file, line,
+    category, message) each, and the keys the calls added to this module's registry."""
+    registry = globals().setdefault("__warningregistry__", {})
+    registry.clear()
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter(action)
+        for _ in range(calls):
+            fn(torch.ones(3))
+    shown = [(w.filename, w.lineno, w.category, str(w.message)) for w in got
+             if "masked_fill_" in str(w.message)]
+    return shown, sorted(str(k) for k in registry if k != "version")
+
+
+@pytest.mark.parametrize("backend", ["eager", "torchscript"])
+@pytest.mark.parametrize("fn", [fills_an_expanded_view, fills_in_a_helper],
+                         ids=["own_line", "inlined_callee"])
+@pytest.mark.parametrize("action", ["always", "default"])
+def test_a_warning_from_inside_an_op_names_the_users_line(backend, fn, action):
+    eager = _filed(fn, action=action)
+    assert eager[0] and eager[0][0][:2] == (__file__, fills_an_expanded_view.__code__.co_firstlineno + 2)
+    assert len(eager[0]) == (4 if action == "always" else 1)
+    cf = magpy.compile(fn, backend=backend)
+    assert _filed(cf, action=action) == eager
+    assert magpy.explain(cf).graph_count == 1 and magpy.explain(cf).break_count == 0

@@ -64,10 +64,17 @@ def warn_site(frame, root, stacklevel):
                       root)
 
 
+def _above_compiled():
+    """The compiled function's caller, seen from a replay step that called _effects: the frame
+    between is the step's site frame, which stands for the compiled function's frames
+    ([Note: site frames] in replay/plan.cpp)."""
+    return _back(sys._getframe(2))
+
+
 def warn(message, category, site):
     """warnings.warn(message, category) as eager issued it from `site`."""
     if isinstance(site, int):  # the compiled function's caller is one step
-        site = _warn_walk(_back(sys._getframe()), site - 1, True)
+        site = _warn_walk(_above_compiled(), site - 1, True)
     filename, lineno, module_globals = site
     registry = module_globals.get("__warningregistry__")
     if registry is None:
@@ -109,7 +116,7 @@ def log(logger, level, msg, args, site, extra):
     if not logging._srcfile:
         where = ("(unknown file)", 0, "(unknown function)")
     elif isinstance(site, int):
-        where = _find_caller(_back(sys._getframe()), site)
+        where = _find_caller(_above_compiled(), site)
     else:
         where = site
     filename, lineno, function = where

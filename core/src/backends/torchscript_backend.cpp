@@ -28,6 +28,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -580,6 +581,61 @@ bool dispatch_mode_on() {
     return autocast || c10::InferenceMode::is_enabled();
 }
 
+// [Note: warnings from a graph] The ops of a TorchScript graph run in LibTorch with no Python
+// handler for their warnings, which c10 would log to stderr. The graph's run collects them
+// instead; if any came, they are filed as torch's Python bindings file them (UserWarning and
+// the rest, through torch::PyWarningHandler), at the site of the region's step whose op the
+// message names ([Note: site frames] in plan.cpp), or its first step's; and the graph is not
+// used for those inputs again, so that later calls run the steps and each warning names its
+// own line exactly. The trace ran the steps, so it filed them right already.
+// Whether `text` has `word` as a whole word ("masked_fill_" in "Use of masked_fill_ on
+// expanded tensors", but not "expand").
+bool names_word(const std::string& text, const std::string& word) {
+    auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    for (size_t at = text.find(word); !word.empty() && at != std::string::npos;
+         at = text.find(word, at + 1)) {
+        size_t end = at + word.size();
+        if ((at == 0 || !ident(text[at - 1])) && (end == text.size() || !ident(text[end])))
+            return true;
+    }
+    return false;
+}
+
+class WarningBuffer final : public c10::WarningHandler {
+public:
+#if TORCH_VERSION_MAJOR >= 2
+    void process(const c10::Warning& w) override { m_warnings.push_back(w); }
+    const std::string& text(size_t i) const { return m_warnings[i].msg(); }
+    void reissue() const {
+        for (const c10::Warning& w : m_warnings) c10::warn(w);
+    }
+    using Guard = c10::WarningUtils::WarningHandlerGuard;
+#else
+    void process(const c10::SourceLocation& where, const std::string& msg,
+                 bool verbatim) override {
+        m_warnings.push_back({where, msg, verbatim});
+    }
+    const std::string& text(size_t i) const { return m_warnings[i].msg; }
+    void reissue() const {
+        for (const Entry& w : m_warnings) c10::Warning::warn(w.where, w.msg, w.verbatim);
+    }
+    using Guard = c10::Warning::WarningHandlerGuard;
+#endif
+    size_t size() const { return m_warnings.size(); }
+
+private:
+#if TORCH_VERSION_MAJOR >= 2
+    std::vector<c10::Warning> m_warnings;
+#else
+    struct Entry {
+        c10::SourceLocation where;
+        std::string msg;
+        bool verbatim;
+    };
+    std::vector<Entry> m_warnings;
+#endif
+};
+
 void raise_declined() {
     PyErr_SetString(PyExc_RuntimeError, "magpy: a region declined (run the frame eagerly)");
 }
@@ -667,7 +723,9 @@ private:
         for (size_t i = 0; i < g.tensors.size(); ++i)
             if (!s.frozen[i]) stack.emplace_back(THPVariable_Unpack(g.tensors[i]));
         std::string error;
+        WarningBuffer warnings;
         try {
+            WarningBuffer::Guard collect(&warnings);
             // With autograd on, the executor's autodiff subgraphs would mark every output of a
             // subgraph as requiring grad (eager: only those computed from such inputs), so the
             // graph runs op by op there; each op records its own backward, as in eager.
@@ -684,6 +742,7 @@ private:
             PyObject* r = wrap_outputs(stack);
             if (r) {
                 ++s.runs;
+                if (warnings.size() && !file_warnings(s, warnings)) Py_CLEAR(r);
                 return r;
             }
             if (PyErr_Occurred()) return nullptr;
@@ -699,6 +758,37 @@ private:
             note("the graph failed where the program did not: " + s.eager_why);
         }
         return r;
+    }
+
+    // [Note: warnings from a graph]. False with the Python error a filter made of one.
+    bool file_warnings(Spec& s, const WarningBuffer& warnings) {
+        const std::vector<Step>& steps = m_sub.steps();
+        const Step* at = nullptr;
+        for (const Step& st : steps) {
+            if (st.site < 0) continue;
+            if (!at) at = &st;
+            if (st.kind != StepKind::Call || st.args.empty() || !st.args[0].constant) continue;
+            std::string name = callable_name(st.args[0].constant.get());
+            name = name.substr(name.rfind('.') + 1);
+            if (names_word(warnings.text(0), name)) {
+                at = &st;
+                break;
+            }
+        }
+        s.exec.reset();
+        s.eager_why = "an op in it gives a warning (" + first_line(warnings.text(0)) +
+                      "), so its steps run one by one and each warning names its line";
+        note(s.eager_why);
+        Step none;
+        SiteScope site(PyThreadState_Get(), m_sub.sites(), at ? *at : none);
+        try {
+            torch::PyWarningHandler to_python;
+            warnings.reissue();
+        } catch (python_error& e) {
+            e.restore();
+            return false;
+        }
+        return true;
     }
 
     // Without autograd, the modules' parameters and buffers become constants of the graph, and
@@ -961,6 +1051,7 @@ private:
             // The sub-plan: the region's steps on fresh slots, reading the region's inputs.
             Plan sub;
             for (const SourceLocation& l : plan->locations()) sub.add_location(l);
+            for (const py::Ref& f : plan->sites()) sub.add_site(f.get());
             std::vector<int> slot_map(static_cast<size_t>(plan->num_slots()), -1);
             std::vector<Arg> ext;
             size_t ops = 0;

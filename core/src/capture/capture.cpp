@@ -825,6 +825,19 @@ void Capture::add_step(Step step) {
                      .first;
         step.loc = it->second;
     }
+    if (m_site_code && m_site_globals) {
+        auto key = std::make_pair(m_site_code, m_site_globals);
+        auto it = m_sites.find(key);
+        if (it == m_sites.end()) {
+            py::Ref frame = py::Ref::steal(py::new_site_frame(m_site_code, m_site_globals));
+            if (frame) it = m_sites.emplace(key, m_plan->add_site(frame.get())).first;
+            else PyErr_Clear();  // out of memory: the step runs in the caller's frame
+        }
+        if (it != m_sites.end()) {
+            step.site = it->second;
+            step.site_line = py::code_line_of(m_site_code, m_site_offset);
+        }
+    }
     m_plan->add_step(std::move(step));
 }
 

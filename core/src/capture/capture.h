@@ -267,6 +267,13 @@ public:
         m_line = line;
     }
     int line() const { return m_line; }
+    // The frame running now, library code included ([Note: site frames] in plan.cpp): its code,
+    // module globals and instruction offset (code units).
+    void set_site(PyCodeObject* code, PyObject* globals, int offset) {
+        m_site_code = code;
+        m_site_globals = globals;
+        m_site_offset = offset;
+    }
     // Whether an exception at the current instruction would reach a handler of the captured
     // code (a try or with block of this frame or of a caller being traced).
     void set_in_try(bool in_try) { m_in_try = in_try; }
@@ -315,6 +322,7 @@ private:
     std::unordered_map<PyObject*, int> m_input_objects;  // object -> its Input value (aliasing)
     std::vector<BreakInfo> m_breaks;
     std::unordered_map<PyCodeObject*, int> m_locations;  // code -> plan location index
+    std::map<std::pair<PyCodeObject*, PyObject*>, int> m_sites;  // (code, globals) -> plan site
     struct WriteEdge {
         int target, value;
         std::string label;
@@ -345,6 +353,9 @@ private:
     bool made_in_call(const Step& step, PyObject* result);
     PyCodeObject* m_code = nullptr;
     int m_line = 0;
+    PyCodeObject* m_site_code = nullptr;
+    PyObject* m_site_globals = nullptr;
+    int m_site_offset = 0;
     size_t m_graph_ops = 0;
 };
 

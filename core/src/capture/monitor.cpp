@@ -1861,6 +1861,7 @@ void Monitor::on_opcode(PyFrameObject* fo) {
     m_at_offset = ins.offset;
     f.in_try = f.caller_in_try || py::code_offset_reaches_user_handler(f.code, ins.offset);
     m_cap.set_in_try(f.in_try);
+    m_cap.set_site(f.code, py::frame_globals(f.frame), ins.offset);
     if (!f.library_code) {
         m_cap.set_location(f.code, py::code_line_of(f.code, ins.offset));
     } else {

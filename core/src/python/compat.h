@@ -258,4 +258,46 @@ inline PyObject* eval_frame_default(PyThreadState* ts, IFrame* f, int throwflag)
 // True when some tracer (a debugger, coverage) is already installed on this thread.
 inline bool thread_has_tracer(PyThreadState* ts) { return ts->c_tracefunc != nullptr; }
 
+// [Note: site frames] in replay/plan.cpp. A frame object with no locals that stands for a frame
+// of the user's code: its file, function name and module globals (as _PyTraceback_Add makes
+// one). New reference, or NULL with an error set.
+inline PyObject* new_site_frame(PyCodeObject* like, PyObject* globals) {
+    PyCodeObject* code = PyCode_NewEmpty(PyUnicode_AsUTF8(like->co_filename),
+                                         PyUnicode_AsUTF8(like->co_name), like->co_firstlineno);
+    if (!code) return nullptr;
+    PyFrameObject* f = PyFrame_New(PyThreadState_Get(), code, globals, nullptr);
+    Py_DECREF(code);
+    return reinterpret_cast<PyObject*>(f);  // complete: its first instruction counts as run
+}
+
+// Another site frame standing for the same frame as `fo`.
+inline PyObject* copy_site_frame(PyObject* fo) {
+    IFrame* d = reinterpret_cast<PyFrameObject*>(fo)->f_frame;
+    return new_site_frame(d->f_code, d->f_globals);
+}
+
+// Makes the site frame `fo`, at `line`, the thread's innermost frame, above the one running
+// now, until unlink_site_frame; what warnings, sys._getframe and f_back see. False when it is
+// linked already (its plan runs inside one of its own steps).
+inline bool link_site_frame(PyThreadState* ts, PyObject* fo, int line) {
+    auto* f = reinterpret_cast<PyFrameObject*>(fo);
+    IFrame* d = f->f_frame;
+    if (d->frame_obj) return false;
+    // CPython finds the object of an innermost frame through frame_obj; it holds a reference
+    // while linked (the collector counts the one it visits there).
+    d->frame_obj = reinterpret_cast<PyFrameObject*>(Py_NewRef(fo));
+    d->previous = ts->cframe->current_frame;
+    ts->cframe->current_frame = d;
+    f->f_lineno = line;
+    return true;
+}
+inline void unlink_site_frame(PyThreadState* ts, PyObject* fo) {
+    IFrame* d = reinterpret_cast<PyFrameObject*>(fo)->f_frame;
+    ts->cframe->current_frame = d->previous;
+    d->previous = nullptr;  // f_back is None once the step is over
+    PyFrameObject* self = d->frame_obj;
+    d->frame_obj = nullptr;
+    Py_DECREF(self);
+}
+
 }  // namespace magpy::py

@@ -85,6 +85,10 @@ struct Step {
     std::shared_ptr<Speculation> speculation;  // Check: the guess it verifies, or null
     int line = 0;           // source line of the user's code, for messages
     int loc = -1;           // Plan::location(): the file and function of that line
+    // The frame that ran it, library code included ([Note: site frames]): Plan::sites(), or
+    // -1, and its line there.
+    int site = -1;
+    int site_line = 0;
 };
 
 // A captured `with` block ([Note: with blocks]): the slot holding its bound __exit__, and the
@@ -110,6 +114,12 @@ public:
         m_locations.push_back(std::move(loc));
         return static_cast<int>(m_locations.size() - 1);
     }
+    // [Note: site frames] py::new_site_frame for a frame of the user's code.
+    int add_site(PyObject* frame) {
+        m_sites.push_back(py::Ref::borrow(frame));
+        return static_cast<int>(m_sites.size() - 1);
+    }
+    const std::vector<py::Ref>& sites() const { return m_sites; }
     int add_context(PlanContext c) {
         m_contexts.push_back(c);
         return static_cast<int>(m_contexts.size() - 1);
@@ -182,10 +192,26 @@ private:
     Arg m_result;
     std::vector<std::string> m_input_names;
     std::vector<SourceLocation> m_locations;
+    std::vector<py::Ref> m_sites;
     std::vector<PlanContext> m_contexts;
     bool m_changes_grad = false;
     bool m_restores_generators = false;
     bool m_undoes_writes = false;
+};
+
+// While a step runs: the frame that stands for the one that ran it at capture, linked as the
+// thread's innermost frame ([Note: site frames] in plan.cpp). Nothing for a step without one.
+class SiteScope {
+public:
+    SiteScope(PyThreadState* ts, const std::vector<py::Ref>& sites, const Step& s);
+    ~SiteScope();
+    SiteScope(const SiteScope&) = delete;
+    SiteScope& operator=(const SiteScope&) = delete;
+
+private:
+    PyThreadState* m_ts;
+    PyObject* m_linked = nullptr;
+    py::Ref m_copy;
 };
 
 // Python spelling of a Binary / Compare step's operator ("+", "<=").
