@@ -779,8 +779,8 @@ private:
         s.eager_why = "an op in it gives a warning (" + first_line(warnings.text(0)) +
                       "), so its steps run one by one and each warning names its line";
         note(s.eager_why);
-        Step none;
-        SiteScope site(PyThreadState_Get(), m_sub.sites(), at ? *at : none);
+        SiteLink site(PyThreadState_Get(), m_sub.sites());
+        if (at) site.at(*at);
         try {
             torch::PyWarningHandler to_python;
             warnings.reissue();

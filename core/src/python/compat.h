@@ -291,6 +291,9 @@ inline bool link_site_frame(PyThreadState* ts, PyObject* fo, int line) {
     f->f_lineno = line;
     return true;
 }
+inline void set_site_frame_line(PyObject* fo, int line) {
+    reinterpret_cast<PyFrameObject*>(fo)->f_lineno = line;
+}
 inline void unlink_site_frame(PyThreadState* ts, PyObject* fo) {
     IFrame* d = reinterpret_cast<PyFrameObject*>(fo)->f_frame;
     ts->cframe->current_frame = d->previous;

@@ -93,28 +93,38 @@ struct Slots {
 // f_back). A replay plan runs none of the user's frames, so while a step runs, a frame object
 // that stands for the one that ran it at capture (its file, function name, module globals,
 // the step's line; library code such as Module._call_impl included) is linked as the thread's
-// innermost frame above the caller of the compiled function (py::link_site_frame). One frame
-// per site is made at capture and reused; a plan that runs inside one of its own steps (a
-// recursive call) links a copy. A TorchScript graph runs many ops in one step: the warnings
+// innermost frame above the caller of the compiled function (py::link_site_frame); it stays
+// linked over the steps of the same site, its line changing. One frame per site is made at
+// capture and reused; a plan that runs inside one of its own steps (a recursive call) links a
+// copy. A TorchScript graph runs many ops in one step: the warnings
 // its ops give are filed at the site of the op that names them ([Note: warnings from a
 // graph] in torchscript_backend.cpp).
-SiteScope::SiteScope(PyThreadState* ts, const std::vector<py::Ref>& sites, const Step& s)
-    : m_ts(ts) {
-    if (s.site < 0 || static_cast<size_t>(s.site) >= sites.size()) return;
-    PyObject* f = sites[static_cast<size_t>(s.site)].get();
-    if (!py::link_site_frame(ts, f, s.site_line)) {
+void SiteLink::at(const Step& s) {
+    if (m_linked && s.site == m_site) {
+        py::set_site_frame_line(m_linked, s.site_line);
+        return;
+    }
+    unlink();
+    if (s.site < 0 || static_cast<size_t>(s.site) >= m_sites.size()) return;
+    PyObject* f = m_sites[static_cast<size_t>(s.site)].get();
+    if (!py::link_site_frame(m_ts, f, s.site_line)) {
         m_copy = py::Ref::steal(py::copy_site_frame(f));
-        if (!m_copy || !py::link_site_frame(ts, m_copy.get(), s.site_line)) {
+        if (!m_copy || !py::link_site_frame(m_ts, m_copy.get(), s.site_line)) {
             PyErr_Clear();  // out of memory: the step runs with the caller's frame
+            m_copy = py::Ref();
             return;
         }
         f = m_copy.get();
     }
     m_linked = f;
+    m_site = s.site;
 }
 
-SiteScope::~SiteScope() {
-    if (m_linked) py::unlink_site_frame(m_ts, m_linked);
+void SiteLink::unlink() {
+    if (!m_linked) return;
+    py::unlink_site_frame(m_ts, m_linked);
+    m_linked = nullptr;
+    m_copy = py::Ref();
 }
 
 PyObject* Plan::add_user_frame(const Step& s) const {
@@ -330,14 +340,14 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
     PyObject* argv_small[16];
     std::vector<PyObject*> argv_big;
     const std::vector<std::vector<int>>& release = releases();
-    PyThreadState* ts = PyThreadState_Get();
+    SiteLink site(PyThreadState_Get(), m_sites);
     for (size_t i = 0; i < m_steps.size(); ++i) {
         // Values die after their last use, as the program's temporaries would: a long plan
         // does not hold every intermediate tensor until it returns.
         if (i > 0)
             for (int k : release[i - 1]) Py_CLEAR(slots.v[k]);
         const Step& s = m_steps[i];
-        SiteScope site(ts, m_sites, s);
+        site.at(s);
         PyObject* r = nullptr;
         switch (s.kind) {
         case StepKind::Call: {

@@ -199,19 +199,24 @@ private:
     bool m_undoes_writes = false;
 };
 
-// While a step runs: the frame that stands for the one that ran it at capture, linked as the
-// thread's innermost frame ([Note: site frames] in plan.cpp). Nothing for a step without one.
-class SiteScope {
+// Over a plan's run: the frame that stands for the one that ran the current step at capture,
+// linked as the thread's innermost frame ([Note: site frames] in plan.cpp).
+class SiteLink {
 public:
-    SiteScope(PyThreadState* ts, const std::vector<py::Ref>& sites, const Step& s);
-    ~SiteScope();
-    SiteScope(const SiteScope&) = delete;
-    SiteScope& operator=(const SiteScope&) = delete;
+    SiteLink(PyThreadState* ts, const std::vector<py::Ref>& sites) : m_ts(ts), m_sites(sites) {}
+    ~SiteLink() { unlink(); }
+    SiteLink(const SiteLink&) = delete;
+    SiteLink& operator=(const SiteLink&) = delete;
+    // Before step `s` runs: its site, at its line (none for a step without one).
+    void at(const Step& s);
 
 private:
+    void unlink();
     PyThreadState* m_ts;
+    const std::vector<py::Ref>& m_sites;
     PyObject* m_linked = nullptr;
-    py::Ref m_copy;
+    int m_site = -1;
+    py::Ref m_copy;  // when the plan's own frame was linked already
 };
 
 // Python spelling of a Binary / Compare step's operator ("+", "<=").
