@@ -1031,7 +1031,12 @@ class ProgramGen:
         self.features.add("warn_log")
         k = self.gen_int(env)[0]
         e = self.leaf(env)
-        g = self.r.randrange(7)
+        g = self.r.randrange(9)
+        if g == 7:  # filed by the op's C++ code, at the frame running it ([Note: site frames])
+            return [f"_copied = torch.tensor({e.code}) * 2"]
+        if g == 8:
+            return [f"_wide = {e.code}.clone()[None].expand(2, *{e.code}.shape)",
+                    f"_wide.masked_fill_(_wide > 0.5, {self.fconst()})"]
         if g == 0:
             return [f'warnings.warn(f"deprecated k={{{k}}}", DeprecationWarning)']
         if g == 1:  # the runner's line, or the line above it
