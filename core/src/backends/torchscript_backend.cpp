@@ -583,22 +583,24 @@ bool dispatch_mode_on() {
 
 // [Note: warnings from a graph] The ops of a TorchScript graph run in LibTorch with no Python
 // handler for their warnings, which c10 would log to stderr. The graph's run collects them
-// instead; if any came, they are filed as torch's Python bindings file them (UserWarning and
-// the rest, through torch::PyWarningHandler), at the site of the region's step whose op the
-// message names ([Note: site frames] in plan.cpp), or its first step's; and the graph is not
-// used for those inputs again, so that later calls run the steps and each warning names its
-// own line exactly. The trace ran the steps, so it filed them right already.
-// Whether `text` has `word` as a whole word ("masked_fill_" in "Use of masked_fill_ on
-// expanded tensors", but not "expand").
-bool names_word(const std::string& text, const std::string& word) {
+// instead. If any came, the graph is not used for those inputs again, so that later calls run
+// the steps and each warning names its own line ([Note: site frames] in plan.cpp); and this
+// call's outputs are dropped and the steps run instead, which gives the warnings exactly as
+// eager does. Where the steps cannot run twice (the graph changed an input in place, or drew
+// random numbers), the warnings are filed as torch's Python bindings file them (through
+// torch::PyWarningHandler) at the site of the step whose op the message names first, or the
+// region's first step. The trace ran the steps, so it filed them right already.
+// Where `text` first has `word` as a whole word ("masked_fill_" in "Use of masked_fill_ on
+// expanded tensors", but not "expand"), or npos.
+size_t word_at(const std::string& text, const std::string& word) {
     auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
     for (size_t at = text.find(word); !word.empty() && at != std::string::npos;
          at = text.find(word, at + 1)) {
         size_t end = at + word.size();
         if ((at == 0 || !ident(text[at - 1])) && (end == text.size() || !ident(text[end])))
-            return true;
+            return at;
     }
-    return false;
+    return std::string::npos;
 }
 
 class WarningBuffer final : public c10::WarningHandler {
@@ -742,8 +744,18 @@ private:
             PyObject* r = wrap_outputs(stack);
             if (r) {
                 ++s.runs;
-                if (warnings.size() && !file_warnings(s, warnings)) Py_CLEAR(r);
-                return r;
+                if (!warnings.size()) return r;
+                // [Note: warnings from a graph]
+                s.exec.reset();
+                s.eager_why = "an op in it gives a warning (" + first_line(warnings.text(0)) +
+                              "), so its steps run one by one and each warning names its line";
+                note(s.eager_why);
+                if (s.mutates_inputs || draws()) {
+                    if (!file_warnings(warnings)) Py_CLEAR(r);
+                    return r;
+                }
+                Py_DECREF(r);  // the steps run again and give their warnings at their lines
+                return run_eagerly(args, "");
             }
             if (PyErr_Occurred()) return nullptr;
             error = "the graph returned something other than tensors";
@@ -760,25 +772,29 @@ private:
         return r;
     }
 
-    // [Note: warnings from a graph]. False with the Python error a filter made of one.
-    bool file_warnings(Spec& s, const WarningBuffer& warnings) {
-        const std::vector<Step>& steps = m_sub.steps();
+    bool draws() const {
+        for (const Step& st : m_sub.steps())
+            if (st.draws) return true;
+        return false;
+    }
+
+    // [Note: warnings from a graph], when the steps cannot run again: at the step whose op
+    // the message names first. False with the Python error a filter made of one.
+    bool file_warnings(const WarningBuffer& warnings) {
+        const std::string& text = warnings.text(0);
         const Step* at = nullptr;
-        for (const Step& st : steps) {
+        size_t first = std::string::npos;
+        for (const Step& st : m_sub.steps()) {
             if (st.site < 0) continue;
             if (!at) at = &st;
             if (st.kind != StepKind::Call || st.args.empty() || !st.args[0].constant) continue;
             std::string name = callable_name(st.args[0].constant.get());
-            name = name.substr(name.rfind('.') + 1);
-            if (names_word(warnings.text(0), name)) {
+            size_t pos = word_at(text, name.substr(name.rfind('.') + 1));
+            if (pos < first) {
+                first = pos;
                 at = &st;
-                break;
             }
         }
-        s.exec.reset();
-        s.eager_why = "an op in it gives a warning (" + first_line(warnings.text(0)) +
-                      "), so its steps run one by one and each warning names its line";
-        note(s.eager_why);
         SiteLink site(PyThreadState_Get(), m_sub.sites());
         if (at) site.at(*at);
         try {
