@@ -424,6 +424,11 @@ CalleeInfo classify_callee(PyObject* f) {
             return info;
         }
         std::string m = cfunction_module(cf);
+        if ((m == "numpy" || starts_with(m, "numpy.")) && !starts_with(m, "numpy.random")) {
+            info.kind = CallKind::PureBuiltin;  // np.zeros, np.arange: as numpy's Python ones
+            info.name = "numpy." + info.op;
+            return info;
+        }
         if (m == "_warnings" && info.name == "warn") {
             info.kind = CallKind::Warn;
             info.name = "warnings.warn";
@@ -477,6 +482,11 @@ CalleeInfo classify_callee(PyObject* f) {
         } else if (PyType_IsSubtype(owner, &PyDict_Type)) {
             info.kind = CallKind::DictMethod;
             info.name = py::str_of(PyDescr_NAME(f));
+        } else if (std::strcmp(owner->tp_name, "numpy.ndarray") == 0) {
+            // arr.astype("uint8"): recorded over arrays made from constants ([Note: numpy
+            // arrays from constants] in monitor.cpp), else folded over constants
+            info.kind = CallKind::PureBuiltin;
+            info.name = "numpy.ndarray." + info.op;
         } else if (owner == &PyUnicode_Type || owner == &PyFloat_Type || owner == &PyLong_Type ||
                    owner == api.size_type) {
             // "a,b".split(","), x.is_integer(), n.bit_length(), shape.numel()

@@ -36,6 +36,10 @@ static bool tensors_only(PyObject* o) {
     return true;
 }
 
+static bool is_ndarray(PyObject* o) {
+    return o && std::strcmp(Py_TYPE(o)->tp_name, "numpy.ndarray") == 0;
+}
+
 static bool is_number(PyObject* o) {
     return PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || PyComplex_Check(o);
 }
@@ -2382,6 +2386,8 @@ void Monitor::complete(ShadowFrame& f) {
             out(r);
             return;
         }
+        if (int r = numpy_operator(StepKind::Compare, p.oparg, p.in[0], p.in[1], tos); r >= 0)
+            return out(r);
         if (!require_const(p.in, "a comparison")) return;
         out(m_cap.const_value(tos));
         return;
@@ -3441,6 +3447,11 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             return m_cap.fail(breaks::kTensorToPython,
                               "`" + name + "()` is applied to a tensor",
                               "use the torch equivalent (torch.abs, torch.max, x.float())");
+        if (name.rfind("numpy.", 0) == 0 && is_ndarray(result) && numpy_from_constants(p.in)) {
+            int r = record_call(p, result, false, false);
+            if (r >= 0) m_cap.v(r).const_data = false;  // writes to it are not versioned
+            return push_out(r);
+        }
         if (!require_const(p.in, "`" + name + "()`")) return;
         if (p.callee.kind == CallKind::TypeCtor && name == "list")
             return m_cap.fail(breaks::kUnsupportedCallee, "list() of a constant",
@@ -4850,6 +4861,7 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
     bool scalar = (x.dyn_scalar || y.dyn_scalar || sym) && number_operands(a, b);
     // "n=%d" % n, "%d/%d" % (i, n) with a symbolic size or a number read from data: the text is
     // made at replay, as an f-string's is (format_step)
+    if (int r = numpy_operator(StepKind::Binary, op, a, b, real); r >= 0) return r;
     bool text = op == NB_REMAINDER && x.kind == ValueKind::Const && y.kind != ValueKind::Const &&
                 PyUnicode_CheckExact(x.real.get()) && formats_at_replay(b);
     if (x.tensor || y.tensor || scalar || text) {
@@ -5059,6 +5071,55 @@ bool Monitor::known(int id, int depth) {
 // How a break names a number Python needs that is only known when the call runs.
 static const char* const kRunTimeNumber =
     ", a number read from tensor data, drawn at random or read from the clock";
+
+// [Note: numpy arrays from constants] np.triu(np.ones((1, T, T)), k=1).astype("uint8") (the
+// Annotated Transformer's subsequent mask, then torch.from_numpy): a numpy function or ndarray
+// method whose arguments are constants of the capture, sizes (symbolic ones too: the step
+// computes with each call's), or arrays made this way, and whose result
+// is an array, is recorded as a step, so every call makes its own arrays, as eager does (an
+// array is mutable: it is never a constant of the capture). Python reading such an array is
+// not followed (it breaks): an array has no version counter to tell whether a write since made
+// its data depend on the inputs ([Note: tensors of constants]). numpy.random is not numpy here
+// (it draws).
+bool Monitor::numpy_from_constants(const std::vector<int>& in) {
+    auto ok = [&](auto& self, int a, int depth) -> bool {
+        const Value& v = m_cap.v(a);
+        if (v.kind == ValueKind::OpResult && is_ndarray(v.real.get())) return true;
+        if (m_cap.folds(a) || v.identity || v.sym_number()) return true;  // np.float32; sizes
+        if ((v.kind == ValueKind::FreshTuple || v.kind == ValueKind::FreshList) && depth < 4) {
+            std::vector<int> items = v.items;
+            for (int it : items)
+                if (!self(self, it, depth + 1)) return false;
+            return true;
+        }
+        return false;
+    };
+    for (int a : in)
+        if (!ok(ok, a, 0)) return false;
+    return true;
+}
+
+// An operator on an array made from constants ([Note: numpy arrays from constants]): `1 - m`,
+// `a += 1`, `m == 0`, recorded; -1 (nothing recorded, no failure) when it is not one.
+int Monitor::numpy_operator(StepKind kind, int op, int a, int b, PyObject* real) {
+    auto made = [&](int id) {
+        const Value& v = m_cap.v(id);
+        return v.kind == ValueKind::OpResult && is_ndarray(v.real.get());
+    };
+    if (!is_ndarray(real) || !(made(a) || made(b)) || !numpy_from_constants({a, b})) return -1;
+    Step s;
+    s.kind = kind;
+    s.op = op;
+    Arg x, y;
+    if (!m_cap.arg_of(a, x) || !m_cap.arg_of(b, y)) return -1;
+    s.args = {x, y};
+    std::string label = op_label(m_cap.v(a).label,
+                                 kind == StepKind::Binary ? binary_symbol(op) : compare_symbol(op),
+                                 m_cap.v(b).label);
+    int r = m_cap.record(std::move(s), real, label, false);
+    if (r >= 0) m_cap.v(r).const_data = false;
+    return r;
+}
 
 bool Monitor::require_const(const std::vector<int>& values, const std::string& what) {
     for (int id : values) {

@@ -215,6 +215,9 @@ private:
     bool prints_the_same(int value, int depth = 0);  // print(value) replayed ([Note: print])
     bool require_prints_the_same(const std::vector<int>& values, const std::string& what);
     bool require_const(const std::vector<int>& values, const std::string& what);
+    // [Note: numpy arrays from constants]
+    bool numpy_from_constants(const std::vector<int>& in);
+    int numpy_operator(StepKind kind, int op, int a, int b, PyObject* real);
     bool known(int value, int depth = 0);
     bool number_operands(int a, int b);
     // Dynamic shapes (capture.h, [Note: dynamic shapes]).
