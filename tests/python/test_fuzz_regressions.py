@@ -427,3 +427,43 @@ def test_a_warning_from_inside_an_op_names_the_users_line(backend, fn, action):
     cf = magpy.compile(fn, backend=backend)
     assert _filed(cf, action=action) == eager
     assert magpy.explain(cf).graph_count == 1 and magpy.explain(cf).break_count == 0
+
+
+# Fuzz seed 582853: a warning given by a step before a point where the replay could still give
+# up (here an index inside try that raises on some calls) was given twice: once by the plan,
+# once more by the frame that ran eagerly for the handler. Fixed: until its last such step, a
+# plan runs with warnings raised as errors, and declines when one comes ([Note: warnings before
+# a decline] in replay/plan.cpp).
+LOG = []
+
+
+def warns_then_reads_in_try(x, i):
+    copied = torch.tensor(x) * 2  # "To copy construct from a tensor ..." (C++)
+    try:
+        y = LOG[i]
+    except IndexError:
+        y = 0
+    return copied + y
+
+
+@pytest.mark.parametrize("backend", ["eager", "torchscript"])
+@pytest.mark.parametrize("action", ["always", "default"])
+def test_a_warning_before_a_decline_is_given_once(backend, action):
+    def given(fn):
+        LOG[:] = [1.0]
+        registry = globals().setdefault("__warningregistry__", {})
+        registry.clear()
+        shown = []
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter(action)
+            for i in (0, 0, 5, 0, 5):
+                out = fn(torch.ones(3), i)
+                shown.append([(w.lineno, str(w.message)[:30]) for w in got])
+                got.clear()
+                shown.append(out.tolist())
+        return shown
+
+    eager = given(warns_then_reads_in_try)
+    assert sum(len(s) for s in eager[::2]) == (5 if action == "always" else 1)
+    cf = magpy.compile(warns_then_reads_in_try, backend=backend)
+    assert given(cf) == eager

@@ -277,6 +277,11 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
                 st.add_note("an operation inside a try block raised when replayed, so the call "
                             "ran eagerly for its handler (new data made it fail)");
                 result = run_eagerly(st, ts, frame);
+            } else if (declined == Declined::Warned) {
+                st.add_note("an operation gave a warning when replayed before a point where the "
+                            "replay could still give up, so the call ran eagerly and gave it "
+                            "once");
+                result = run_eagerly(st, ts, frame);
             }
         } else {
             count_hit(it);

@@ -323,12 +323,81 @@ const std::vector<std::vector<int>>& Plan::releases() const {
     return m_release;
 }
 
+int Plan::last_declining() const {
+    if (m_last_declining != -2) return m_last_declining;
+    m_last_declining = -1;
+    for (size_t i = 0; i < m_steps.size(); ++i)
+        if (m_steps[i].in_try || m_steps[i].kind == StepKind::Check)
+            m_last_declining = static_cast<int>(i);
+    return m_last_declining;
+}
+
+namespace {
+// [Note: warnings before a decline] A plan that may still decline (a step inside the user's try
+// block may raise on new data, a Check may fail) has done nothing visible yet, so the frame can
+// run again as eager would ([Note: draws before a check]). A warning that a step gives (an op's
+// C++ code filing a deprecation, fuzz seed 582853) is visible, and the frame running again
+// would give it twice. Until its last such step, the plan runs with an "error" filter for
+// every warning first in warnings.filters (put in place, so that the registries behind "once
+// per line" stay valid): a warning then raises, and the plan declines (Declined::Warned) and
+// lets the frame run, which gives it once, as the user's filters say. A warning already in a
+// registry is silent before any filter is read, as in eager.
+class WarningHold {
+public:
+    explicit WarningHold(bool on) {
+        if (!on) return;
+        static PyObject* entry =  // ("error", None, Warning, None, 0), as simplefilter makes
+            Py_BuildValue("(sOOOi)", "error", Py_None, PyExc_Warning, Py_None, 0);
+        py::Ref warnings = py::Ref::steal(PyImport_ImportModule("warnings"));
+        m_filters = warnings ? py::Ref::steal(PyObject_GetAttrString(warnings.get(), "filters"))
+                             : py::Ref();
+        if (!entry || !m_filters || !PyList_Check(m_filters.get()) ||
+            PyList_Insert(m_filters.get(), 0, entry) < 0) {
+            PyErr_Clear();  // no hold: a warning before a decline may be given twice
+            m_filters = py::Ref();
+            return;
+        }
+        m_entry = entry;
+    }
+    ~WarningHold() { end(); }
+    WarningHold(const WarningHold&) = delete;
+    WarningHold& operator=(const WarningHold&) = delete;
+    bool on() const { return m_entry != nullptr; }
+    void end() {
+        if (!m_entry) return;
+        PyObject* list = m_filters.get();
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i)
+            if (PyList_GET_ITEM(list, i) == m_entry) {
+                PyObject *t, *v, *tb;
+                PyErr_Fetch(&t, &v, &tb);
+                if (PySequence_DelItem(list, i) < 0) PyErr_Clear();
+                PyErr_Restore(t, v, tb);
+                break;
+            }
+        m_entry = nullptr;
+    }
+
+private:
+    py::Ref m_filters;
+    PyObject* m_entry = nullptr;
+};
+}  // namespace
+
 PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
     declined = Declined::No;
     Slots slots(m_num_slots);
     OnEntry entry;
     if ((m_changes_grad || m_restores_generators) && !entry.save(*this)) return nullptr;
-    auto fail = [&](const Step& s) { return this->fail(s, declined, slots.v, entry); };
+    const int hold_until = last_declining();
+    WarningHold hold(hold_until >= 0);
+    auto fail = [&](const Step& s) {
+        if (hold.on() && declined == Declined::No && PyErr_ExceptionMatches(PyExc_Warning)) {
+            PyErr_Clear();
+            declined = Declined::Warned;
+        }
+        hold.end();
+        return this->fail(s, declined, slots.v, entry);
+    };
     auto get = [&](const Arg& a) -> PyObject* {  // borrowed
         switch (a.kind) {
         case Arg::Kind::Input: return inputs[a.index];
@@ -347,6 +416,7 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
         if (i > 0)
             for (int k : release[i - 1]) Py_CLEAR(slots.v[k]);
         const Step& s = m_steps[i];
+        if (static_cast<int>(i) > hold_until) hold.end();
         site.at(s);
         PyObject* r = nullptr;
         switch (s.kind) {

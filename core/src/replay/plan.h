@@ -57,6 +57,8 @@ enum class Declined : uint8_t {
     No,
     RunEagerly,  // a step inside the user's try block raised: the handler must run
     Recapture,   // a Check failed: these inputs need a capture of their own
+    Warned,      // a step gave a warning where the plan could still decline ([Note: warnings
+                 // before a decline])
 };
 
 struct Step {
@@ -168,6 +170,9 @@ private:
     // Per step: the slots read there for the last time (freed after it). Made on first run.
     const std::vector<std::vector<int>>& releases() const;
     mutable std::vector<std::vector<int>> m_release;
+    // The last step that may decline (inside try, or a Check), or -1. Made on first run.
+    int last_declining() const;
+    mutable int m_last_declining = -2;
     // What a run that declines puts back as it found it (Plan::run): grad mode, the
     // generators' state ([Note: draws before a check]), the entries undoable writes changed.
     struct OnEntry {
