@@ -29,6 +29,7 @@ import warnings
 from collections import namedtuple
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -2353,6 +2354,41 @@ class DeprecatedArgEncoder(nn.Module):
         return x + self.out((att @ v).transpose(1, 2).reshape(b, t, d))
 
 
+def annotated_subsequent_mask(size):
+    """The 2018 Annotated Transformer's mask, with numpy, as uint8 (1 above the diagonal)."""
+    attn_shape = (1, size, size)
+    return torch.from_numpy(np.triu(np.ones(attn_shape), k=1).astype("uint8"))
+
+
+class AnnotatedDecoderSelfAttention(nn.Module):
+    """Pre-bool-mask attention from the Annotated Transformer era: the subsequent mask is made
+    with numpy on every call and combined with a uint8 padding mask, and masked_fill takes the
+    uint8 mask (torch's C++ code files a deprecation warning on every call, at this line)."""
+
+    def __init__(self, d_model=16, h=2):
+        super().__init__()
+        self.h, self.d_k = h, d_model // h
+        self.linears = nn.ModuleList([nn.Linear(d_model, d_model) for _ in range(4)])
+
+    def forward(self, x, pad):
+        nbatches, t, _ = x.shape
+        mask = annotated_subsequent_mask(t) | (1 - pad).unsqueeze(1)
+        query, key, value = [lin(z).view(nbatches, -1, self.h, self.d_k).transpose(1, 2)
+                             for lin, z in zip(self.linears, (x, x, x))]
+        scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(self.d_k)
+        scores = scores.masked_fill(mask.unsqueeze(1), -1e9)
+        p_attn = F.softmax(scores, dim=-1)
+        out = torch.matmul(p_attn, value).transpose(1, 2).contiguous()
+        return self.linears[-1](out.view(nbatches, -1, self.h * self.d_k))
+
+
+def annotated_inputs():
+    t = random.choice([5, 7])
+    pad = torch.ones(2, t, dtype=torch.uint8)
+    pad[1, t - 2:] = 0
+    return (torch.randn(2, t, 16), pad)
+
+
 class PropertyPartialEncoder(nn.Module):
     """Library-style module: properties for device, dtype and sizes
     (`next(self.parameters()).device`), activations and norms stored as functools.partial,
@@ -3481,6 +3517,10 @@ def programs():
                 lambda: Args(torch.randn(2, 5, 16), head_mask=torch.tensor([1.0, 0.5])),
                 note="warnings.warn on every call and an enabled logger.info in forward (they "
                      "name the caller's file and line: replayed as steps from that site)"),
+        Program("prog/annotated_uint8_subsequent_mask", AnnotatedDecoderSelfAttention,
+                annotated_inputs, calls=6,
+                note="the Annotated Transformer's np.triu(...).astype('uint8') mask made per call "
+                     "and masked_fill with a uint8 mask (a C++ deprecation warning each call)"),
         Program("prog/gcn_normalized_adjacency", GCN, gcn_inputs, train=True,
                 note="D^-1/2 (A + I) D^-1/2 in forward; F.dropout(training=self.training)"),
         Program("prog/feature_hooks_perceptual_loss", FeatureExtractor,
