@@ -262,8 +262,9 @@ inline bool thread_has_tracer(PyThreadState* ts) { return ts->c_tracefunc != nul
 // of the user's code: its file, function name and module globals (as _PyTraceback_Add makes
 // one). New reference, or NULL with an error set.
 inline PyObject* new_site_frame(PyCodeObject* like, PyObject* globals) {
-    PyCodeObject* code = PyCode_NewEmpty(PyUnicode_AsUTF8(like->co_filename),
-                                         PyUnicode_AsUTF8(like->co_name), like->co_firstlineno);
+    const char* file = PyUnicode_AsUTF8(like->co_filename);
+    const char* name = file ? PyUnicode_AsUTF8(like->co_name) : nullptr;
+    PyCodeObject* code = name ? PyCode_NewEmpty(file, name, like->co_firstlineno) : nullptr;
     if (!code) return nullptr;
     PyFrameObject* f = PyFrame_New(PyThreadState_Get(), code, globals, nullptr);
     Py_DECREF(code);

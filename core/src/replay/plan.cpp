@@ -96,9 +96,8 @@ struct Slots {
 // innermost frame above the caller of the compiled function (py::link_site_frame); it stays
 // linked over the steps of the same site, its line changing. One frame per site is made at
 // capture and reused; a plan that runs inside one of its own steps (a recursive call) links a
-// copy. A TorchScript graph runs many ops in one step: the warnings
-// its ops give are filed at the site of the op that names them ([Note: warnings from a
-// graph] in torchscript_backend.cpp).
+// copy. A TorchScript graph runs many ops in one step: when its ops give warnings, its steps
+// run instead ([Note: warnings from a graph] in torchscript_backend.cpp).
 void SiteLink::at(const Step& s) {
     if (m_linked && s.site == m_site) {
         py::set_site_frame_line(m_linked, s.site_line);
