@@ -39,6 +39,10 @@ static bool tensors_only(PyObject* o) {
 static bool is_ndarray(PyObject* o) {
     return o && std::strcmp(Py_TYPE(o)->tp_name, "numpy.ndarray") == 0;
 }
+// An array a recorded step made ([Note: numpy arrays from constants]).
+static bool made_array(const Value& v) {
+    return v.kind == ValueKind::OpResult && is_ndarray(v.real.get());
+}
 
 static bool is_number(PyObject* o) {
     return PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || PyComplex_Check(o);
@@ -3447,11 +3451,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             return m_cap.fail(breaks::kTensorToPython,
                               "`" + name + "()` is applied to a tensor",
                               "use the torch equivalent (torch.abs, torch.max, x.float())");
-        if (name.rfind("numpy.", 0) == 0 && is_ndarray(result) && numpy_from_constants(p.in)) {
-            int r = record_call(p, result, false, false);
-            if (r >= 0) m_cap.v(r).const_data = false;  // writes to it are not versioned
-            return push_out(r);
-        }
+        if (name.rfind("numpy.", 0) == 0 && is_ndarray(result) && numpy_from_constants(p.in))
+            return push_out(array_result(record_call(p, result, false, false)));
         if (!require_const(p.in, "`" + name + "()`")) return;
         if (p.callee.kind == CallKind::TypeCtor && name == "list")
             return m_cap.fail(breaks::kUnsupportedCallee, "list() of a constant",
@@ -5084,7 +5085,7 @@ static const char* const kRunTimeNumber =
 bool Monitor::numpy_from_constants(const std::vector<int>& in) {
     auto ok = [&](auto& self, int a, int depth) -> bool {
         const Value& v = m_cap.v(a);
-        if (v.kind == ValueKind::OpResult && is_ndarray(v.real.get())) return true;
+        if (made_array(v)) return true;
         if (m_cap.folds(a) || v.identity || v.sym_number()) return true;  // np.float32; sizes
         if ((v.kind == ValueKind::FreshTuple || v.kind == ValueKind::FreshList) && depth < 4) {
             std::vector<int> items = v.items;
@@ -5102,11 +5103,9 @@ bool Monitor::numpy_from_constants(const std::vector<int>& in) {
 // An operator on an array made from constants ([Note: numpy arrays from constants]): `1 - m`,
 // `a += 1`, `m == 0`, recorded; -1 (nothing recorded, no failure) when it is not one.
 int Monitor::numpy_operator(StepKind kind, int op, int a, int b, PyObject* real) {
-    auto made = [&](int id) {
-        const Value& v = m_cap.v(id);
-        return v.kind == ValueKind::OpResult && is_ndarray(v.real.get());
-    };
-    if (!is_ndarray(real) || !(made(a) || made(b)) || !numpy_from_constants({a, b})) return -1;
+    if (!is_ndarray(real) || !(made_array(m_cap.v(a)) || made_array(m_cap.v(b))) ||
+        !numpy_from_constants({a, b}))
+        return -1;
     Step s;
     s.kind = kind;
     s.op = op;
@@ -5116,7 +5115,12 @@ int Monitor::numpy_operator(StepKind kind, int op, int a, int b, PyObject* real)
     std::string label = op_label(m_cap.v(a).label,
                                  kind == StepKind::Binary ? binary_symbol(op) : compare_symbol(op),
                                  m_cap.v(b).label);
-    int r = m_cap.record(std::move(s), real, label, false);
+    return array_result(m_cap.record(std::move(s), real, label, false));
+}
+
+// The value of a recorded step that made an array: never data Python may read as a constant,
+// since writes to an array are not versioned.
+int Monitor::array_result(int r) {
     if (r >= 0) m_cap.v(r).const_data = false;
     return r;
 }

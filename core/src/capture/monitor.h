@@ -218,6 +218,7 @@ private:
     // [Note: numpy arrays from constants]
     bool numpy_from_constants(const std::vector<int>& in);
     int numpy_operator(StepKind kind, int op, int a, int b, PyObject* real);
+    int array_result(int r);
     bool known(int value, int depth = 0);
     bool number_operands(int a, int b);
     // Dynamic shapes (capture.h, [Note: dynamic shapes]).
