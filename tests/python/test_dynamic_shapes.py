@@ -184,6 +184,61 @@ def test_shape_returned_or_stored_stays_a_torch_size():
     assert_stats(cf, graphs=2, hits=2)
 
 
+class BertSelfAttention(nn.Module):
+    """In the style of Hugging Face's BERT: new shapes made by adding tuples to x.size()."""
+
+    def __init__(self, hidden=16, heads=4):
+        super().__init__()
+        self.heads, self.head_size = heads, hidden // heads
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+
+    def transpose_for_scores(self, x):
+        new_x_shape = x.size()[:-1] + (self.heads, self.head_size)
+        return x.view(new_x_shape).permute(0, 2, 1, 3)
+
+    def forward(self, hidden_states):
+        q = self.transpose_for_scores(self.query(hidden_states))
+        k = self.transpose_for_scores(self.key(hidden_states))
+        v = self.transpose_for_scores(self.value(hidden_states))
+        probs = torch.softmax(q @ k.transpose(-1, -2) / self.head_size ** 0.5, dim=-1)
+        context = (probs @ v).permute(0, 2, 1, 3).contiguous()
+        new_context_shape = context.size()[:-2] + (self.heads * self.head_size,)
+        return context.view(new_context_shape)
+
+
+def test_shapes_made_by_adding_tuples_to_symbolic_sizes_stay_in_the_graph():
+    torch.manual_seed(0)
+    m = BertSelfAttention().eval()
+    cf = check(m, [torch.randn(b, t, 16) for b, t in sizes(20, seed=5)])
+    e = magpy.explain(cf)
+    assert e.graph_count <= 2 and e.break_count == 0, str(e)
+    assert "size=[s0, s1, 16]" in "\n".join(e.guards), str(e)
+
+
+def test_shape_concatenation_keeps_the_type_python_gives():
+    def f(x):
+        a = x.shape[:-1] + (2, x.shape[-1] // 2)  # torch.Size + tuple: a torch.Size
+        b = (x.shape[0],) + x.shape[1:]  # tuple + torch.Size: a tuple
+        c = torch.Size([x.shape[0], 1]) + x.shape[2:]  # torch.Size of sizes
+        d = x.shape[:1] * 2  # torch.Size repeated
+        return x.view(a), x.reshape(b), x.new_zeros(c), x.new_ones(d), a, b, c, d
+
+    cf = magpy.compile(f)
+    for n, t in [(4, 6), (2, 6), (3, 6), (5, 7), (6, 3)]:
+        x = torch.randn(n, t, 8)
+        want, got = f(x), cf(x)
+        for w, g in zip(want, got):
+            if isinstance(w, torch.Tensor):
+                assert torch.equal(w, g) and w.stride() == g.stride()
+            else:
+                assert w == g and type(w) is type(g), (w, g)
+    e = magpy.explain(cf)
+    assert e.graph_count <= 3 and e.break_count == 0, str(e)
+    assert "size=[s0, s1, 8]" in "\n".join(e.guards), str(e)
+
+
 def test_size_arithmetic_feeds_ops_and_python_math():
     import math
 

@@ -3393,6 +3393,22 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             push_out(m_cap.fresh(ValueKind::FreshList, items, result));
             return;
         }
+        if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 && name == "torch.Size" &&
+            result && Py_TYPE(result) == torch_api().size_type) {
+            // torch.Size([b, n]) of sizes, symbolic ones too: a shape made again at replay
+            std::vector<int> items;
+            const Value& s = m_cap.v(p.in[0]);
+            bool seq = s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple ||
+                       (s.kind == ValueKind::Input && !s.tensor &&
+                        (PyList_CheckExact(s.real.get()) || PyTuple_CheckExact(s.real.get())));
+            if (seq && items_of(p.in[0], items) &&
+                std::all_of(items.begin(), items.end(), [&](int it) {
+                    const Value& v = m_cap.v(it);
+                    return !v.tensor && v.real && PyLong_CheckExact(v.real.get());
+                }))
+                return push_out(m_cap.fresh(ValueKind::FreshTuple, items, result));
+            if (m_cap.failed()) return;
+        }
         if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 &&
             (name == "list" || name == "tuple")) {
             Value& s = m_cap.v(p.in[0]);
@@ -4909,9 +4925,14 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         if (mutate_list(m_cap.const_value(extend, "list.extend"), "extend", {a, b}) < 0) return -1;
         return a;
     }
+    // a shape is a tuple here: x.size()[:-1] + (heads, dim) is a torch.Size, (b,) + x.shape[1:]
+    // a tuple, as Python made them (a FreshTuple is made again with the type of `real`)
+    auto tuple_like = [](PyObject* o) {
+        return PyTuple_CheckExact(o) || Py_TYPE(o) == torch_api().size_type;
+    };
     bool same_seq = (PyList_CheckExact(x.real.get()) && PyList_CheckExact(y.real.get())) ||
-                    (PyTuple_CheckExact(x.real.get()) && PyTuple_CheckExact(y.real.get()));
-    if ((op == NB_ADD || op == NB_INPLACE_ADD) && same_seq) {
+                    (tuple_like(x.real.get()) && tuple_like(y.real.get()));
+    if ((op == NB_ADD || op == NB_INPLACE_ADD) && same_seq && !x.tensor && !y.tensor) {
         std::vector<int> left, right;
         if (!items_of(a, left) || !items_of(b, right)) return -1;
         left.insert(left.end(), right.begin(), right.end());
@@ -4921,11 +4942,12 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
     }
     if (op == NB_MULTIPLY || op == NB_INPLACE_MULTIPLY) {
         // [None] * n, (0,) * k: the same items repeated (n fixed by the guards)
-        bool x_seq = PyList_CheckExact(x.real.get()) || PyTuple_CheckExact(x.real.get());
+        bool x_seq = PyList_CheckExact(x.real.get()) || tuple_like(x.real.get());
         int seq = x_seq ? a : b, count = x_seq ? b : a;
         Value& c = m_cap.v(count);
         PyObject* sr = m_cap.v(seq).real.get();
-        if ((PyList_CheckExact(sr) || PyTuple_CheckExact(sr)) && PyLong_CheckExact(c.real.get()) &&
+        if ((PyList_CheckExact(sr) || tuple_like(sr)) && !m_cap.v(seq).tensor &&
+            PyLong_CheckExact(c.real.get()) &&
             (op == NB_MULTIPLY || x_seq) && !(op == NB_INPLACE_MULTIPLY && PyList_CheckExact(sr))) {
             m_cap.concretize(count);
             if (m_cap.v(count).kind == ValueKind::Const) {
