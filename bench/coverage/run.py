@@ -186,6 +186,52 @@ def _user_frame(tb_exc):
 _STAGE_LOG = None  # the worker's log: stage markers, so that a crash can be placed
 
 
+# --vary-batch: the calls' batch sizes, from the inputs' own batch size B (a size of 1 or 0 is
+# specialised by magpy as by torch.compile, so going from 1 to 2 is one recompile either way)
+def batch_sizes(b):
+    return [b, b + 1, b + 2, b + 1]
+
+
+def _tensors(value, out):
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _tensors(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _tensors(v, out)
+    return out
+
+
+def shared_batch(raw):
+    """The first dimension every tensor of the inputs shares (None if they share none)."""
+    sizes = {t.shape[0] for t in _tensors(raw, []) if t.dim() >= 1}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def with_batch(value, n):
+    """The inputs with every tensor's first dimension made n: its rows taken in turn (a
+    rotation, so rows do not simply repeat in place), keeping dtype, layout and requires_grad."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0:
+            return value
+        b = value.shape[0]
+        rows = torch.tensor([(i + i // b) % b for i in range(n)], dtype=torch.long)
+        out = value.detach().index_select(0, rows).contiguous()
+        return out.requires_grad_(value.requires_grad) if value.is_leaf else out
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(with_batch(v, n) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(with_batch(v, n) for v in value)
+    if isinstance(value, dict):
+        return type(value)((k, with_batch(v, n)) for k, v in value.items())
+    if hasattr(value, "args") and hasattr(value, "kwargs"):  # corpus.Args
+        value = copy.copy(value)
+        value.args, value.kwargs = with_batch(value.args, n), with_batch(value.kwargs, n)
+    return value
+
+
 def _stage(what):
     if _STAGE_LOG is not None:
         _STAGE_LOG.write(f"--- {what}\n")
@@ -198,7 +244,8 @@ def run_program(prog, opts):
              graphs=None, breaks=None, break_ids=[], break_list=[], first_reason="",
              verdict=None, detail="", max_diff=0.0, cache_hits=None, cache_misses=None,
              recompile_reasons=[], notes=[], error="", error_where="", stage="",
-             calls=prog.calls, grad=not opts.no_grad, times={}, warnings=[], explain="")
+             calls=prog.calls, grad=not opts.no_grad, times={}, warnings=[], explain="",
+             batches=None)
     if prog.skip:
         r.update(status="skipped", detail=prog.skip)
         return r
@@ -228,6 +275,15 @@ def run_program(prog, opts):
 
 def _run_program(prog, opts, r, grad_ctx):
     times = r["times"]
+    if opts.vary_batch:
+        torch.manual_seed(prog.seed + 1)
+        b = shared_batch(prog.inputs())
+        if b is None:
+            r.update(status="skipped", detail="--vary-batch: the inputs' tensors share no "
+                                              "first dimension to vary")
+            return
+        r["batches"] = batch_sizes(b)
+        r["calls"] = len(r["batches"])
     # build
     t = time.perf_counter()
     _stage("build")
@@ -258,9 +314,11 @@ def _run_program(prog, opts, r, grad_ctx):
 
     cmp = Comparison(prog.rtol, prog.atol)
     eager_t, magpy_t = [], []
-    for i in range(prog.calls):
+    for i in range(r["calls"]):
         torch.manual_seed(prog.seed + 1 + i)
         raw = prog.inputs()
+        if r["batches"]:
+            raw = with_batch(raw, r["batches"][i])
         eager_in = copy.deepcopy(raw)
         magpy_in = copy.deepcopy(raw)
         ea, ek = split_args(eager_in)
@@ -304,6 +362,10 @@ def _run_program(prog, opts, r, grad_ctx):
         r["detail"] = cmp.mismatch or ""
         r["max_diff"] = cmp.max_diff
     if r["status"] == "eager-error":
+        if r["batches"]:  # the first dimension the inputs share is not a batch (channels)
+            r.update(status="skipped", detail=f"--vary-batch: eager raised at batch size "
+                                              f"{r['batches'][int(r['stage'].split()[-1]) - 1]}: "
+                                              f"{r['error'][:120]}")
         return  # a problem of the program or its inputs: magpy's report says nothing useful
     _stage("explain")
     try:
@@ -405,8 +467,11 @@ def detail_lines(r, verbose):
             where = f"{b['filename']}:{b['lineno']} in {b['function']}" if b["filename"] else ""
             out.append(f"    [{b['reason_id']}] {b['reason']}" + (f"  at {where}" if where else ""))
     calls = r["calls"]
-    if (r["status"] == "ok" and r["cache_hits"] is not None and r["full_graph"]
-            and r["cache_hits"] < calls - 1):
+    if r.get("batches") and r["cache_misses"] is not None and r["cache_misses"] > 2:
+        out.append(f"    ? compiled {r['cache_misses']} times over batch sizes {r['batches']}; "
+                   f"recompiled because: {'; '.join(r['recompile_reasons'])[:300]}")
+    elif (r["status"] == "ok" and r["cache_hits"] is not None and r["full_graph"]
+            and not r.get("batches") and r["cache_hits"] < calls - 1):
         out.append(f"    ? {r['cache_hits']} cache hits in {calls} same-shape calls; "
                    f"recompiled because: {'; '.join(r['recompile_reasons'])[:300]}")
     if verbose:
@@ -436,7 +501,15 @@ def totals(results):
              runner_errors=sum(1 for r in ran if r["status"] == "runner-error"),
              internal_breaks=sum(1 for r in ran if "MB099" in r["break_ids"]),
              no_cache_hit=sum(1 for r in ran if r["status"] == "ok" and r["cache_hits"] == 0
-                              and r["calls"] > 1),
+                              and r["calls"] > 1 and not r.get("batches")),
+             # --vary-batch: captured whole in every call and compiled at most twice
+             varied=sum(1 for r in ran if r.get("batches")),
+             at_most_two_compiles=sum(1 for r in ran if r.get("batches") and
+                                      r["status"] == "ok" and r["cache_misses"] is not None
+                                      and r["cache_misses"] <= 2),
+             full_and_at_most_two=sum(1 for r in ran if r.get("batches") and
+                                      r["status"] == "ok" and r["full_graph"] and
+                                      r["cache_misses"] is not None and r["cache_misses"] <= 2),
              time_s=sum(r["times"].get("total", 0.0) for r in ran))
     t["errors"] = (t["magpy_errors"] + t["eager_errors"] + t["build_errors"] + t["crashes"]
                    + t["timeouts"] + t["runner_errors"])
@@ -493,6 +566,10 @@ def print_summary(results, out=sys.stdout):
     p(f"errors:      {t['errors']}  (magpy {t['magpy_errors']}, eager {t['eager_errors']}, "
       f"build {t['build_errors']}, crash {t['crashes']}, timeout {t['timeouts']}, "
       f"runner {t['runner_errors']});  MB099 internal breaks in {t['internal_breaks']} programs")
+    if t["varied"]:
+        p(f"batch sizes: {t['varied']} programs called with batch sizes B, B+1, B+2, B+1 "
+          f"(--vary-batch): {t['full_and_at_most_two']} full graph and compiled at most twice, "
+          f"{t['at_most_two_compiles']} compiled at most twice")
     if t["no_cache_hit"]:
         p(f"cache:       {t['no_cache_hit']} programs had no cache hit in repeated same-shape calls")
     p(f"time:        {t['time_s']:.0f}s in programs")
@@ -728,6 +805,9 @@ def parse(argv):
                     help="seconds per program before its worker is killed (default: per program)")
     ap.add_argument("--verbose", "-v", action="store_true",
                     help="print each break, the notes, and magpy.explain() for programs with breaks")
+    ap.add_argument("--vary-batch", action="store_true",
+                    help="call each program with batch sizes B, B+1, B+2, B+1 (the first "
+                         "dimension its input tensors share) instead of same-shape calls")
     ap.add_argument("--list", action="store_true", help="list the selected programs and exit")
     ap.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--worker-names", help=argparse.SUPPRESS)
@@ -758,6 +838,7 @@ def main(argv=None):
     print(f"magpy coverage: {len(programs)} programs ({'quick' if opts.quick else 'full'}"
           f"{', filter ' + '|'.join(opts.filter) if opts.filter else ''}), "
           f"grad {'off (torch.no_grad)' if opts.no_grad else 'on'}, "
+          f"{'batch sizes varied, ' if opts.vary_batch else ''}"
           f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
           f"magpy {magpy.__version__}, {torch.get_num_threads()} threads, "
           f"{'in-process' if opts.in_process else 'worker subprocess'}")
@@ -793,6 +874,8 @@ def main(argv=None):
             argv_opts.append("--slow")
         if opts.verbose:
             argv_opts.append("--verbose")
+        if opts.vary_batch:
+            argv_opts.append("--vary-batch")
         sup = Supervisor(opts, argv_opts, programs, on_result)
         sup.run([p.name for p in programs])
         if sup.kept_log:
@@ -810,6 +893,7 @@ def main(argv=None):
                     magpy=magpy.__version__, python=platform.python_version(),
                     threads=torch.get_num_threads(), quick=opts.quick, filter=opts.filter,
                     grad=not opts.no_grad, slow=opts.slow, corpora=opts.corpus, wall_s=wall,
+                    vary_batch=opts.vary_batch,
                     engine=engine,
                     date=time.strftime("%Y-%m-%d %H:%M:%S"))
         by_text = [dict(reason_id=i, reason=text, breaks=nb, programs=npg, examples=progs[:5])

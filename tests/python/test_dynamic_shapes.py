@@ -239,6 +239,44 @@ def test_shape_concatenation_keeps_the_type_python_gives():
     assert "size=[s0, s1, 8]" in "\n".join(e.guards), str(e)
 
 
+def test_comparing_shapes_of_op_results_checks_the_relation_not_the_sizes():
+    # U-Net's `if x.shape != skip.shape:` compares sizes of tensors the plan makes: the plan
+    # compares them again instead of expecting this call's batch
+    def f(x):
+        y = torch.relu(x)
+        z = torch.cat([y, y], 1)
+        a = 1
+        if y.shape != z.shape:
+            a += 10
+        if y.shape[:1] == z.shape[:1]:
+            a += 100
+        if y.shape[1:] == (4,):
+            a += 1000
+        return z * a
+
+    cf = check(f, [torch.randn(n, 4) for n in (2, 3, 4, 3, 5)])
+    assert_stats(cf, graphs=2, breaks=0, hits=3)
+    code = "\n".join(magpy.explain(cf).replay_code())
+    assert " != " in code and "check(" in code
+
+
+def test_an_fstring_of_a_symbolic_shape_is_made_at_replay():
+    # torch._assert(x.dim() == 3, f"... got {x.shape}") in torchvision's ViT formats the shape
+    # on every call
+    def f(x):
+        y = x * 2
+        msg = f"expected (batch, seq, hidden), got {y.shape} with batch {x.shape[0]}"
+        torch._assert(x.dim() == 3, msg)
+        return y, msg
+
+    cf = magpy.compile(f)
+    for n in (2, 3, 4, 5):
+        x = torch.randn(n, 3, 4)
+        want, got = f(x), cf(x)
+        assert torch.equal(want[0], got[0]) and want[1] == got[1], (want[1], got[1])
+    assert_stats(cf, graphs=2, breaks=0, hits=2)
+
+
 def test_size_arithmetic_feeds_ops_and_python_math():
     import math
 

@@ -2392,6 +2392,8 @@ void Monitor::complete(ShadowFrame& f) {
         }
         if (int r = numpy_operator(StepKind::Compare, p.oparg, p.in[0], p.in[1], tos); r >= 0)
             return out(r);
+        if (int r = shape_compare(p.oparg, p.in[0], p.in[1], tos); r >= 0) return out(r);
+        if (m_cap.failed()) return;
         if (!require_const(p.in, "a comparison")) return;
         out(m_cap.const_value(tos));
         return;
@@ -2552,9 +2554,11 @@ void Monitor::complete(ShadowFrame& f) {
             if (m_cap.v(v).tensor)
                 return m_cap.fail(breaks::kTensorToPython, "a tensor is formatted as text",
                                   "format tensors outside the compiled function");
-            data = data || m_cap.v(v).dyn_scalar;
+            data = data || formatted_at_replay(v);
         }
-        if (data) {  // f"{loss.item():.3f}": formatted at replay
+        // f"{loss.item():.3f}", f"got {x.shape}" with a symbolic batch (torch._assert's
+        // message in torchvision): formatted at replay, not fixing the sizes
+        if (data) {
             int r = format_step(p.opcode, p.oparg, p.in, tos);
             if (r >= 0) m_cap.v(r).dyn_scalar = true;
             out(r);
@@ -3721,6 +3725,27 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
 // A call replayed as it is (a torch op, a leaf module, a pure builtin on tensors).
 // FORMAT_VALUE (conversion, then format() with the spec) and BUILD_STRING ("".join) as steps
 // run at replay; `real` is the string the instruction made (may be null at a break).
+// Whether an f-string part is made at replay: a number computed there (read from data, a
+// symbolic size or one read from a tensor the plan makes), a string made from one, or a shape
+// or tuple holding such sizes among constants.
+bool Monitor::formatted_at_replay(int id) {
+    const Value& v = m_cap.v(id);
+    PyObject* o = v.real.get();
+    if (v.tensor || !o) return false;
+    if (v.dyn_scalar || v.sym_number()) return true;
+    if (v.kind != ValueKind::FreshTuple ||
+        !(PyTuple_CheckExact(o) || Py_TYPE(o) == torch_api().size_type))
+        return false;
+    bool any = false;
+    for (int it : v.items) {
+        const Value& iv = m_cap.v(it);
+        if (iv.tensor) return false;
+        if (iv.dyn_scalar || iv.sym_number()) any = true;
+        else if (iv.kind != ValueKind::Const) return false;
+    }
+    return any;
+}
+
 int Monitor::format_step(int opcode, int oparg, const std::vector<int>& in, PyObject* real) {
     auto call = [&](PyObject* fn, std::vector<int> args) {
         Step s;
@@ -4870,6 +4895,47 @@ bool Monitor::formats_at_replay(int value, int depth) {
     bool scalar = PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o);
     return scalar && (v.kind == ValueKind::Const || v.kind == ValueKind::Input ||
                       v.kind == ValueKind::OpResult);
+}
+
+// `x.shape != skip.shape`, `x.shape[2:] == (h, w)`: shapes (or tuples of sizes) compared for
+// equality, with sizes that are symbolic or read at replay from a tensor the plan makes. The
+// comparison is a step of its own, whose truth a branch then checks, so it stands for the
+// relation between the sizes (the same batch on both sides) instead of fixing each size to
+// its value in this call. Shapes of different lengths are unequal whatever their sizes.
+// -1 when the operands are not such shapes (nothing recorded).
+int Monitor::shape_compare(int op, int a, int b, PyObject* real) {
+    if (op != Py_EQ && op != Py_NE) return -1;
+    auto shape_like = [&](int id) {
+        const Value& v = m_cap.v(id);
+        PyObject* o = v.real.get();
+        return o && !v.tensor && (PyTuple_CheckExact(o) || Py_TYPE(o) == torch_api().size_type) &&
+               (v.kind == ValueKind::FreshTuple || v.kind == ValueKind::Const);
+    };
+    if (!shape_like(a) || !shape_like(b)) return -1;
+    std::vector<int> left, right;
+    if (!items_of(a, left) || !items_of(b, right)) return -1;
+    bool dynamic = false;
+    for (const std::vector<int>* side : {&left, &right})
+        for (int it : *side) {
+            const Value& v = m_cap.v(it);
+            PyObject* o = v.real.get();
+            if (v.tensor || !o || !PyLong_CheckExact(o)) return -1;
+            if (v.dyn_scalar || v.sym_number()) dynamic = true;
+            else if (v.kind != ValueKind::Const) return -1;
+        }
+    if (left.size() != right.size()) return m_cap.const_value(real);
+    if (!dynamic) return -1;
+    Step s;
+    s.kind = StepKind::Compare;
+    s.op = op;
+    Arg x, y;
+    if (!m_cap.arg_of(a, x) || !m_cap.arg_of(b, y)) return -1;
+    s.args = {x, y};
+    int r = m_cap.record(std::move(s), real,
+                         op_label(m_cap.v(a).label, compare_symbol(op), m_cap.v(b).label), false);
+    left.insert(left.end(), right.begin(), right.end());
+    number_from(r, left);
+    return r;
 }
 
 int Monitor::binary(int op, int a, int b, PyObject* real) {

@@ -218,6 +218,8 @@ private:
     // [Note: numpy arrays from constants]
     bool numpy_from_constants(const std::vector<int>& in);
     int numpy_operator(StepKind kind, int op, int a, int b, PyObject* real);
+    int shape_compare(int op, int a, int b, PyObject* real);  // x.shape != skip.shape
+    bool formatted_at_replay(int id);  // an f-string part made at replay
     int array_result(int r);
     bool known(int value, int depth = 0);
     bool number_operands(int a, int b);
