@@ -591,3 +591,42 @@ def test_clock_reads_are_read_again_at_replay():
 
     cf = check(budget, [torch.randn(3) for _ in range(3)])
     assert break_ids(cf) == ["MB001"] and "read from the clock" in str(magpy.explain(cf))
+
+
+def test_what_the_build_offers_is_a_constant_and_version_checks_fold():
+    import sys
+
+    def f(x):
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        if torch.distributed.is_available() and torch.backends.openmp.is_available():
+            x = x + 1
+        if sys.version_info >= (3, 8) and torch.__version__ >= "1.10":
+            x = x * 2
+        return x.to(device)
+
+    cf = check(f, [torch.randn(3)] * 3)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_a_process_fact_that_may_change_breaks_with_a_reason():
+    def f(x):
+        if not torch.distributed.is_initialized():
+            x = x + 1
+        return x * 2
+
+    cf = check(f, [torch.randn(3)] * 2)
+    e = magpy.explain(cf)
+    assert break_ids(cf) == ["MB003"], str(e)
+    assert "may differ in a later call" in e.breaks[0].reason
+    assert "tensor data" not in e.breaks[0].reason
+
+
+def test_a_named_tuple_of_an_op_unpacked_into_a_call():
+    def add(values, indices):
+        return values + indices
+
+    def f(x):
+        return add(*x.topk(2, dim=0)) + add(*torch.max(x, dim=0))
+
+    cf = check(f, [torch.randn(3, 4)] * 3)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

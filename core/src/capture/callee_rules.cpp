@@ -46,6 +46,20 @@ bool is_eager_fact(const std::string& op) {
            op == "annotate" || op == "_unwrap_optional";
 }
 
+// What the torch build and the machine offer: the same answer for the whole process, so a
+// constant of the capture (torch.compile folds them too). torch.distributed.is_initialized()
+// is not one of them: init_process_group may come after the capture.
+bool is_process_fact(const std::string& module, const std::string& op) {
+    if (module == "torch.cuda")
+        return op == "is_available" || op == "_is_compiled" || op == "device_count" ||
+               op == "is_bf16_supported";
+    if (module == "torch.distributed" || module == "torch.backends.cudnn" ||
+        module == "torch.backends.mps" || module == "torch.backends.mkldnn" ||
+        module == "torch.backends.openmp" || module == "torch.backends.mkl")
+        return op == "is_available" || op == "is_built";
+    return false;
+}
+
 const std::unordered_set<std::string> kPureBuiltins = {
     "abs", "min", "max", "round", "divmod", "pow", "ord", "chr", "repr", "hash", "callable",
     "sum", "any", "all", "sorted", "format", "ascii", "bin", "hex", "oct"};
@@ -383,6 +397,9 @@ CalleeInfo classify_callee(PyObject* f) {
                    (starts_with(m, "torch.jit") || starts_with(m, "torch._jit")) &&
                    is_eager_fact(info.op)) {
             info.kind = CallKind::EagerFact;
+        } else if (is_process_fact(m, info.op)) {
+            info.kind = CallKind::EagerFact;  // torch.cuda.is_available()
+            info.name = m + "." + info.op;
         } else if (is_torch_module_name(m)) {
             info.kind = CallKind::TorchOp;  // F.relu, torch.functional.*, Tensor python methods
             info.name = m == "torch.nn.functional" ? "F." + info.name : m + "." + info.name;

@@ -55,7 +55,12 @@ bool is_constant_like(PyObject* o, int depth) {
     PyTypeObject* t = Py_TYPE(o);
     if (t == api.dtype_type || t == api.device_type || t == api.layout_type) return true;
     if (t == &PyRange_Type) return true;  // start, stop and step are ints
-    if ((PyTuple_CheckExact(o) || t == api.size_type) && depth < 4) {
+    if (t == api.version_type) return true;  // torch.__version__, compared as a version
+    // a tuple, a shape, or a named tuple of the interpreter's (sys.version_info, the results
+    // of os.stat or time.localtime): items fixed when it is made
+    bool struct_seq = PyTuple_Check(o) && t->tp_base == &PyTuple_Type &&
+                      PyDict_GetItemString(t->tp_dict, "n_sequence_fields") != nullptr;
+    if ((PyTuple_CheckExact(o) || t == api.size_type || struct_seq) && depth < 4) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
             if (!is_constant_like(PyTuple_GET_ITEM(o, i), depth + 1)) return false;
         return true;

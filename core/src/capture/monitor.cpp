@@ -183,8 +183,9 @@ bool Monitor::items_of(int seq, std::vector<int>& out) {
             out.push_back(m_cap.const_value(PyTuple_GET_ITEM(items.get(), i)));
         return true;
     }
-    if (s.kind == ValueKind::OpResult && !s.tensor && (PyTuple_CheckExact(o) || PyList_CheckExact(o))) {
-        // x.chunk(3), torch.split(...): the items of an op's tuple, by position
+    if (s.kind == ValueKind::OpResult && !s.tensor && (PyTuple_Check(o) || PyList_CheckExact(o))) {
+        // x.chunk(3), torch.split(...), f(*x.topk(k)): the items of an op's tuple (or named
+        // tuple of torch.return_types), by position
         py::Ref keep = s.real;
         out.clear();
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(keep.get()); ++i) {
@@ -3200,6 +3201,15 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         if (result && p.callee.kind == CallKind::TorchOp && p.callee.op == "tolist" &&
             args_fold(p))
             return push_out(constant_of(result));  // [Note: tensors of constants]
+        if (result && !is_tensor(result) && (is_number(result) || PyUnicode_Check(result)) &&
+            !reads_tensor && !p.callee.bound_self) {
+            // torch.distributed.is_initialized(), torch.get_num_threads(): a fact of the process
+            // that may change between calls
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`" + name + "` gives a Python value (" + py::type_name(result) +
+                              ") about the process, which may differ in a later call",
+                              "compute it outside the compiled function and pass it in");
+        }
         if (result && !is_tensor(result) && (is_number(result) || PyUnicode_Check(result))) {
             return m_cap.fail(breaks::kTensorToPython,
                               "`" + name + "` turns tensor data into a Python value",
@@ -3501,6 +3511,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             return push_out(m_cap.const_value(result));
         if (op == "_get_tracing_state" && result == Py_None)
             return push_out(m_cap.const_value(result));
+        if (name.rfind("torch.cuda.", 0) == 0 || name.rfind("torch.distributed.", 0) == 0 ||
+            name.rfind("torch.backends.", 0) == 0)
+            return push_out(m_cap.const_value(result));  // is_process_fact in callee_rules
         if (op.rfind("_has_torch_function", 0) == 0) {
             // torch.overrides.has_torch_function(args): False for plain tensors and parameters
             // (their types are guarded), which is all a capture follows.
