@@ -19,7 +19,9 @@ the list in `programs()`. Keep inputs small (the whole `--quick` run should stay
 minutes on a 2-core machine) and mark the cheap, representative ones `quick=True`.
 """
 
+import collections
 import copy
+import dataclasses
 import enum
 import functools
 import logging
@@ -28,6 +30,7 @@ import random
 import warnings
 from collections import namedtuple
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
@@ -2217,6 +2220,53 @@ class HFStyleClassifier(nn.Module):
         return {"logits": logits, "hidden_states": hidden if output_hidden_states else None}
 
 
+class HFModelOutput(collections.OrderedDict):
+    """In the manner of transformers' ModelOutput: a dataclass that is also an ordered dict of
+    its fields that are not None, readable by name, by key and by position."""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                self[f.name] = value
+
+    def __getitem__(self, k):
+        if isinstance(k, str):
+            return dict(self.items())[k]
+        return self.to_tuple()[k]
+
+    def __setattr__(self, name, value):
+        if name in self.keys() and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+@dataclass
+class SequenceClassifierOutput(HFModelOutput):
+    loss: Optional[torch.Tensor] = None
+    logits: torch.Tensor = None
+    hidden_states: Optional[torch.Tensor] = None
+
+
+class HFStyleOutputClassifier(HFStyleClassifier):
+    """The classifier above returning a ModelOutput, with a loss when labels are given."""
+
+    def forward(self, inputs, attention_mask=None, labels=None):
+        out = super().forward(inputs, attention_mask, output_hidden_states=True, return_dict=True)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(out["logits"], labels)
+        return SequenceClassifierOutput(loss=loss, logits=out["logits"],
+                                        hidden_states=out["hidden_states"])
+
+
 def hf_style_inputs():
     mask = torch.ones(2, 5)
     mask[1, 3:] = 0
@@ -3472,6 +3522,10 @@ def programs():
                 hf_style_inputs, quick=True,
                 note="getattr(config, name, default); hasattr(self, 'pooler'); `x if x is not "
                      "None else config.x`; dict out"),
+        Program("prog/hf_model_output", lambda: HFStyleOutputClassifier(HFStyleConfig()),
+                lambda: Args(torch.randn(2, 5, 16), labels=torch.tensor([0, 2])),
+                note="returns a transformers-style ModelOutput (an OrderedDict dataclass with "
+                     "__post_init__, __setattr__ and __setitem__ of its own)"),
         Program("prog/hf_config_no_pooler_tuple",
                 lambda: HFStyleClassifier(HFStyleConfig(use_return_dict=False,
                                                         embedding_multiplier=0.5,
