@@ -399,6 +399,7 @@ CalleeInfo classify_callee(PyObject* f) {
             info.kind = CallKind::EagerFact;
         } else if (is_process_fact(m, info.op)) {
             info.kind = CallKind::EagerFact;  // torch.cuda.is_available()
+            info.process_fact = true;
             info.name = m + "." + info.op;
         } else if (is_torch_module_name(m)) {
             info.kind = CallKind::TorchOp;  // F.relu, torch.functional.*, Tensor python methods

@@ -59,6 +59,7 @@ struct CalleeInfo {
     std::string op;                   // the bare name (`unique` for torch.unique), for rules
     PyCodeObject* code = nullptr;     // Inline*: the code expected to run (borrowed)
     bool bound_self = false;          // a bound tensor method: the tensor is not in the args
+    bool process_fact = false;        // EagerFact: the same answer for the whole process
 };
 
 // functools.partial (borrowed; null if functools cannot be imported). PRECONDITION: GIL held.

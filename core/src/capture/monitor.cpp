@@ -3511,9 +3511,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             return push_out(m_cap.const_value(result));
         if (op == "_get_tracing_state" && result == Py_None)
             return push_out(m_cap.const_value(result));
-        if (name.rfind("torch.cuda.", 0) == 0 || name.rfind("torch.distributed.", 0) == 0 ||
-            name.rfind("torch.backends.", 0) == 0)
-            return push_out(m_cap.const_value(result));  // is_process_fact in callee_rules
+        if (p.callee.process_fact) return push_out(m_cap.const_value(result));
         if (op.rfind("_has_torch_function", 0) == 0) {
             // torch.overrides.has_torch_function(args): False for plain tensors and parameters
             // (their types are guarded), which is all a capture follows.
@@ -3735,9 +3733,6 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     }
 }
 
-// A call replayed as it is (a torch op, a leaf module, a pure builtin on tensors).
-// FORMAT_VALUE (conversion, then format() with the spec) and BUILD_STRING ("".join) as steps
-// run at replay; `real` is the string the instruction made (may be null at a break).
 // Whether an f-string part is made at replay: a number computed there (read from data, a
 // symbolic size or one read from a tensor the plan makes), a string made from one, or a shape
 // or tuple holding such sizes among constants.
@@ -3759,6 +3754,9 @@ bool Monitor::formatted_at_replay(int id) {
     return any;
 }
 
+// A call replayed as it is (a torch op, a leaf module, a pure builtin on tensors).
+// FORMAT_VALUE (conversion, then format() with the spec) and BUILD_STRING ("".join) as steps
+// run at replay; `real` is the string the instruction made (may be null at a break).
 int Monitor::format_step(int opcode, int oparg, const std::vector<int>& in, PyObject* real) {
     auto call = [&](PyObject* fn, std::vector<int> args) {
         Step s;
