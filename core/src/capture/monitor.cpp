@@ -2377,17 +2377,9 @@ void Monitor::complete(ShadowFrame& f) {
         bool sym = a.sym_number() || b.sym_number();
         bool scalar = (a.dyn_scalar || b.dyn_scalar || sym) && number_operands(p.in[0], p.in[1]);
         if (a.tensor || b.tensor || scalar) {
-            Step s;
-            s.kind = StepKind::Compare;
-            s.op = p.oparg;
-            Arg x, y;
-            if (!m_cap.arg_of(p.in[0], x) || !m_cap.arg_of(p.in[1], y)) return;
-            s.args = {x, y};
-            std::string label = op_label(a.label, compare_symbol(p.oparg), b.label);
-            int r = m_cap.record(std::move(s), tos, label, !scalar);
-            if (scalar) {
-                number_from(r, {p.in[0], p.in[1]});
-            }
+            int r = operator_step(StepKind::Compare, p.oparg, p.in[0], p.in[1], tos, !scalar);
+            if (r < 0) return;
+            if (scalar) number_from(r, {p.in[0], p.in[1]});
             out(r);
             return;
         }
@@ -4936,14 +4928,8 @@ int Monitor::shape_compare(int op, int a, int b, PyObject* real) {
         }
     if (left.size() != right.size()) return m_cap.const_value(real);
     if (!dynamic) return -1;
-    Step s;
-    s.kind = StepKind::Compare;
-    s.op = op;
-    Arg x, y;
-    if (!m_cap.arg_of(a, x) || !m_cap.arg_of(b, y)) return -1;
-    s.args = {x, y};
-    int r = m_cap.record(std::move(s), real,
-                         op_label(m_cap.v(a).label, compare_symbol(op), m_cap.v(b).label), false);
+    int r = operator_step(StepKind::Compare, op, a, b, real, false);
+    if (r < 0) return -1;
     left.insert(left.end(), right.begin(), right.end());
     number_from(r, left);
     return r;
@@ -4959,18 +4945,10 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
     bool text = op == NB_REMAINDER && x.kind == ValueKind::Const && y.kind != ValueKind::Const &&
                 PyUnicode_CheckExact(x.real.get()) && formats_at_replay(b);
     if (x.tensor || y.tensor || scalar || text) {
-        Step s;
-        s.kind = StepKind::Binary;
-        s.op = op;
-        Arg p, q;
-        if (!m_cap.arg_of(a, p) || !m_cap.arg_of(b, q)) return -1;
-        s.args = {p, q};
-        s.effect = op >= NB_INPLACE_ADD && x.tensor;  // t += 1 changes t
-        if (s.effect) s.mutates = 0;
-        std::string label = op_label(x.label, binary_symbol(op), y.label);
         bool graph_op = x.tensor || y.tensor;
-        int r = m_cap.record(std::move(s), real, label, graph_op);
-        if (text) return r;  // a string, not a number
+        int r = operator_step(StepKind::Binary, op, a, b, real, graph_op,
+                              op >= NB_INPLACE_ADD && x.tensor);  // t += 1 changes t
+        if (r < 0 || text) return r;  // a string, not a number
         if (!graph_op) number_from(r, {a, b});
         return r;
     }
@@ -5201,20 +5179,29 @@ bool Monitor::numpy_from_constants(const std::vector<int>& in) {
 
 // An operator on an array made from constants ([Note: numpy arrays from constants]): `1 - m`,
 // `a += 1`, `m == 0`, recorded; -1 (nothing recorded, no failure) when it is not one.
-int Monitor::numpy_operator(StepKind kind, int op, int a, int b, PyObject* real) {
-    if (!is_ndarray(real) || !(made_array(m_cap.v(a)) || made_array(m_cap.v(b))) ||
-        !numpy_from_constants({a, b}))
-        return -1;
+// `a <op> b` (StepKind::Binary or Compare) as a step replayed as it is; `graph_op` when it
+// is a tensor op of the graph, `effect` for an in-place operator on a tensor (t += 1).
+int Monitor::operator_step(StepKind kind, int op, int a, int b, PyObject* real, bool graph_op,
+                           bool effect) {
     Step s;
     s.kind = kind;
     s.op = op;
     Arg x, y;
     if (!m_cap.arg_of(a, x) || !m_cap.arg_of(b, y)) return -1;
     s.args = {x, y};
+    s.effect = effect;
+    if (effect) s.mutates = 0;
     std::string label = op_label(m_cap.v(a).label,
                                  kind == StepKind::Binary ? binary_symbol(op) : compare_symbol(op),
                                  m_cap.v(b).label);
-    return array_result(m_cap.record(std::move(s), real, label, false));
+    return m_cap.record(std::move(s), real, label, graph_op);
+}
+
+int Monitor::numpy_operator(StepKind kind, int op, int a, int b, PyObject* real) {
+    if (!is_ndarray(real) || !(made_array(m_cap.v(a)) || made_array(m_cap.v(b))) ||
+        !numpy_from_constants({a, b}))
+        return -1;
+    return array_result(operator_step(kind, op, a, b, real, false));
 }
 
 // The value of a recorded step that made an array: never data Python may read as a constant,

@@ -217,6 +217,8 @@ private:
     bool require_const(const std::vector<int>& values, const std::string& what);
     // [Note: numpy arrays from constants]
     bool numpy_from_constants(const std::vector<int>& in);
+    int operator_step(StepKind kind, int op, int a, int b, PyObject* real, bool graph_op,
+                      bool effect = false);
     int numpy_operator(StepKind kind, int op, int a, int b, PyObject* real);
     int shape_compare(int op, int a, int b, PyObject* real);  // x.shape != skip.shape
     bool formatted_at_replay(int id);  // an f-string part made at replay
