@@ -362,10 +362,10 @@ def _run_program(prog, opts, r, grad_ctx):
         r["detail"] = cmp.mismatch or ""
         r["max_diff"] = cmp.max_diff
     if r["status"] == "eager-error":
-        if r["batches"]:  # the first dimension the inputs share is not a batch (channels)
+        call = int(r["stage"].split()[-1])
+        if r["batches"] and call > 1:  # the first dimension the inputs share is not a batch
             r.update(status="skipped", detail=f"--vary-batch: eager raised at batch size "
-                                              f"{r['batches'][int(r['stage'].split()[-1]) - 1]}: "
-                                              f"{r['error'][:120]}")
+                                              f"{r['batches'][call - 1]}: {r['error'][:120]}")
         return  # a problem of the program or its inputs: magpy's report says nothing useful
     _stage("explain")
     try:
