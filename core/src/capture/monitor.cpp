@@ -44,6 +44,12 @@ static bool made_array(const Value& v) {
     return v.kind == ValueKind::OpResult && is_ndarray(v.real.get());
 }
 
+// A tuple or a shape: x.size()[:-1] + (heads, dim) is a torch.Size, (b,) + x.shape[1:] a tuple,
+// as Python makes them (a FreshTuple is made again with the type of its real value).
+static bool tuple_or_shape(PyObject* o) {
+    return PyTuple_CheckExact(o) || Py_TYPE(o) == torch_api().size_type;
+}
+
 static bool is_number(PyObject* o) {
     return PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || PyComplex_Check(o);
 }
@@ -3734,7 +3740,7 @@ bool Monitor::formatted_at_replay(int id) {
     if (v.tensor || !o) return false;
     if (v.dyn_scalar || v.sym_number()) return true;
     if (v.kind != ValueKind::FreshTuple ||
-        !(PyTuple_CheckExact(o) || Py_TYPE(o) == torch_api().size_type))
+        !tuple_or_shape(o))
         return false;
     bool any = false;
     for (int it : v.items) {
@@ -4911,7 +4917,7 @@ int Monitor::shape_compare(int op, int a, int b, PyObject* real) {
     auto shape_like = [&](int id) {
         const Value& v = m_cap.v(id);
         PyObject* o = v.real.get();
-        return o && !v.tensor && (PyTuple_CheckExact(o) || Py_TYPE(o) == torch_api().size_type) &&
+        return o && !v.tensor && tuple_or_shape(o) &&
                (v.kind == ValueKind::FreshTuple || v.kind == ValueKind::Const);
     };
     if (!shape_like(a) || !shape_like(b)) return -1;
@@ -4980,13 +4986,8 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         if (mutate_list(m_cap.const_value(extend, "list.extend"), "extend", {a, b}) < 0) return -1;
         return a;
     }
-    // a shape is a tuple here: x.size()[:-1] + (heads, dim) is a torch.Size, (b,) + x.shape[1:]
-    // a tuple, as Python made them (a FreshTuple is made again with the type of `real`)
-    auto tuple_like = [](PyObject* o) {
-        return PyTuple_CheckExact(o) || Py_TYPE(o) == torch_api().size_type;
-    };
     bool same_seq = (PyList_CheckExact(x.real.get()) && PyList_CheckExact(y.real.get())) ||
-                    (tuple_like(x.real.get()) && tuple_like(y.real.get()));
+                    (tuple_or_shape(x.real.get()) && tuple_or_shape(y.real.get()));
     if ((op == NB_ADD || op == NB_INPLACE_ADD) && same_seq && !x.tensor && !y.tensor) {
         std::vector<int> left, right;
         if (!items_of(a, left) || !items_of(b, right)) return -1;
@@ -4997,11 +4998,11 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
     }
     if (op == NB_MULTIPLY || op == NB_INPLACE_MULTIPLY) {
         // [None] * n, (0,) * k: the same items repeated (n fixed by the guards)
-        bool x_seq = PyList_CheckExact(x.real.get()) || tuple_like(x.real.get());
+        bool x_seq = PyList_CheckExact(x.real.get()) || tuple_or_shape(x.real.get());
         int seq = x_seq ? a : b, count = x_seq ? b : a;
         Value& c = m_cap.v(count);
         PyObject* sr = m_cap.v(seq).real.get();
-        if ((PyList_CheckExact(sr) || tuple_like(sr)) && !m_cap.v(seq).tensor &&
+        if ((PyList_CheckExact(sr) || tuple_or_shape(sr)) && !m_cap.v(seq).tensor &&
             PyLong_CheckExact(c.real.get()) &&
             (op == NB_MULTIPLY || x_seq) && !(op == NB_INPLACE_MULTIPLY && PyList_CheckExact(sr))) {
             m_cap.concretize(count);

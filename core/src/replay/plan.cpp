@@ -347,8 +347,9 @@ public:
         if (!on) return;
         static PyObject* entry =  // ("error", None, Warning, None, 0), as simplefilter makes
             Py_BuildValue("(sOOOi)", "error", Py_None, PyExc_Warning, Py_None, 0);
-        py::Ref warnings = py::Ref::steal(PyImport_ImportModule("warnings"));
-        m_filters = warnings ? py::Ref::steal(PyObject_GetAttrString(warnings.get(), "filters"))
+        // the module once; its `filters` each run (catch_warnings replaces the list)
+        static PyObject* warnings = PyImport_ImportModule("warnings");
+        m_filters = warnings ? py::Ref::steal(PyObject_GetAttrString(warnings, "filters"))
                              : py::Ref();
         if (!entry || !m_filters || !PyList_Check(m_filters.get()) ||
             PyList_Insert(m_filters.get(), 0, entry) < 0) {
