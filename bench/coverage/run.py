@@ -136,7 +136,9 @@ class Comparison:
             if list(a.keys()) != list(e.keys()):
                 return self.fail(path, f"keys {list(a.keys())} vs eager {list(e.keys())}")
             for k in e:
-                self.compare(a[k], e[k], f"{path}[{k!r}]")
+                self.compare(dict.__getitem__(a, k), dict.__getitem__(e, k), f"{path}[{k!r}]")
+            if type(e) not in (dict, collections.OrderedDict) and hasattr(e, "__dict__"):
+                self.compare(vars(a), vars(e), f"{path}.__dict__")  # a ModelOutput's fields
             return
         if isinstance(e, float) and math.isnan(e):
             if not math.isnan(a):

@@ -18,7 +18,13 @@ purpose (and eager and compiled must raise alike). A few constructs that force t
 break (`.item()`, branches on tensor data) are mixed in at a low rate.
 """
 
+import os
 import random
+
+# MAGPY_FUZZ_BOOST="mappings=8,props=4": multiply the weights of these statement kinds (st_*),
+# to aim a long run at one construct. Unset, every seed gives the program it always gave.
+BOOST = {k: float(v) for k, v in (item.split("=") for item in
+                                  os.environ.get("MAGPY_FUZZ_BOOST", "").split(",") if item)}
 
 # dims: an int, or a symbol (str) whose value may change between calls; tokmin[sym] is its
 # smallest possible value.
@@ -798,9 +804,10 @@ class ProgramGen:
                   (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try"), (1, "print"),
                   (0.8, "warn_log"),
                   (0.6, "data_sizes"), (0.6, "const_tensor"), (0.6, "iter_alias"),
-                  (1, "generators"), (0.6, "props")]
+                  (1, "generators"), (0.6, "props"), (0.6, "mappings")]
         if depth < 2:
             kinds += [(1, "block")]
+        kinds = [(w * BOOST.get(k, 1.0), k) for w, k in kinds]
         if self.p(self.break_rate * 2):
             kinds = [(1, "breaker")]
         kind = self.wchoice(kinds)
@@ -1261,6 +1268,48 @@ class ProgramGen:
                  f"{n} = {e.code} * {st}.total + {st}.total"]
         if g == 3:
             lines.append(f"{n} = {n} + {st}.total * 0.5 if {st}.total > 0 else {n}")
+        return lines
+
+    def st_mappings(self, env, depth, loop):
+        """Objects of dict subclasses and of classes with their own __setattr__/__setitem__/
+        __getitem__, made in the call: a ModelOutput-style Result read by key, position and
+        attribute, written after it escaped to G_LOG; a Bag(dict) with items set and iterated;
+        a Tracked object whose __setattr__ records names ([Note: hooks of objects made in the
+        call])."""
+        self.features.add("mappings")
+        e = self.leaf(env)
+        other = self.gen_t_exact(env, e.shape, 1) or e
+        n, o = self.name("t"), self.name("o")
+        env[n] = V("t", e.shape, True)
+        g = self.r.randrange(5)
+        if g == 0:
+            aux = self.choice(["None", f"{other.code} * 2"])
+            return [f"{o} = Result(main={e.code}, aux={aux})",
+                    f"{n} = {o}[0] + {o}.main + ({o}['aux'] if {o}.aux is not None else 0)",
+                    f"{n} = {n} * len({o})"]
+        if g == 1:
+            return [f"{o} = Result(main={e.code})",
+                    f"{o}['aux'] = {other.code} + 1",
+                    f"{n} = {o}[-1] + {o}.aux * {len('x')}" + (
+                        f" + sum(v.sum() for v in {o}.values())" if self.p(0.5) else "")]
+        if g == 2:  # escapes, then changes where the caller sees it
+            return [f"{o} = Result(main={e.code}, aux=None)",
+                    f"G_LOG.append({o})",
+                    f"{o}['aux'] = {other.code} * {self.small_int(env, 3)}",
+                    f"{o}.main = {o}.main + 1",
+                    f"{n} = {o}[1] + {o}.main"]
+        if g == 3:
+            k = self.small_int(env, 3)
+            return [f"{o} = Bag(x={e.code}, n={k})",
+                    f"{o}['y'] = {other.code} * {o}['n']",
+                    f"{n} = {o}.total() + len({o}) + {o}.get('z', 0)",
+                    f"G_LOG.append([k for k in {o}])" if self.p(0.5) else f"{o}.pop('n')",
+                    f"G_LOG.append({o})" if self.p(0.5) else "pass"]
+        lines = [f"{o} = Tracked({e.code})",
+                 f"{o}.u = {o}.t * {self.small_int(env, 3)}",
+                 f"{n} = {o}.u + {o}.t"]
+        if self.p(0.5):
+            lines += [f"G_LOG.append({o})", f"{o}.v = {len(lines)}"]
         return lines
 
     def st_const_tensor(self, env, depth, loop):
@@ -2131,6 +2180,8 @@ class ProgramGen:
         header = f'''\
 # magpy fuzz program, seed {self.seed}
 import builtins
+import collections
+import dataclasses
 import functools
 import io
 import logging
@@ -2209,6 +2260,50 @@ class Stats:
     @functools.cached_property
     def total(self):
         return self.t.sum() * 0.5
+
+
+class Out(collections.OrderedDict):
+    """transformers' ModelOutput: fields that are not None are also items."""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) is not None:
+                self[f.name] = getattr(self, f.name)
+
+    def __getitem__(self, k):
+        if isinstance(k, str):
+            return dict(self.items())[k]
+        return tuple(self[n] for n in self.keys())[k]
+
+    def __setattr__(self, name, value):
+        if name in self.keys() and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+
+@dataclasses.dataclass
+class Result(Out):
+    main: torch.Tensor = None
+    aux: torch.Tensor = None
+
+
+class Bag(dict):
+    def total(self):
+        return sum(v for k, v in self.items() if k != "n")
+
+
+class Tracked:
+    def __init__(self, t):
+        object.__setattr__(self, "names", [])
+        self.t = t
+
+    def __setattr__(self, name, value):
+        self.names.append(name)
+        object.__setattr__(self, name, value)
 
 
 class Pair:

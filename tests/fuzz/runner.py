@@ -269,6 +269,8 @@ class Comparer:
                 db = {k: list(v.values()) if k.endswith("hooks") else v
                       for k, v in vars(b).items() if k != "training"}
                 return self.walk_dict(da, db, path + ".__dict__", ordered=False)
+            if isinstance(a, dict):  # a dict subclass: its items too, in order
+                self.walk_dict(dict(a.items()), dict(b.items()), path + ".<items>", ordered=True)
             return self.walk_dict(vars(a), vars(b), path + ".__dict__", ordered=False)
         if type(a) is not type(b):
             return self.diff(path, f"type {_tname(a)} (eager) vs {_tname(b)} (compiled): "

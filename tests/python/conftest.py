@@ -104,7 +104,11 @@ def assert_same(actual, expected, path="result"):
         assert type(actual) is type(expected), f"{path}: type {type(actual)} vs {type(expected)}"
         assert list(actual.keys()) == list(expected.keys()), f"{path}: keys"
         for k in expected:
-            assert_same(actual[k], expected[k], f"{path}[{k!r}]")
+            assert_same(dict.__getitem__(actual, k), dict.__getitem__(expected, k),
+                        f"{path}[{k!r}]")
+        if type(expected).__module__ not in ("builtins", "collections"):
+            # a dict subclass of the user's (a ModelOutput): its attributes too
+            assert_same(_object_state(actual), _object_state(expected), f"{path}.<state>")
         return
     if isinstance(expected, torch.nn.Module) or callable(expected) or isinstance(expected, type):
         assert actual is expected, f"{path}: {actual!r} is not {expected!r}"

@@ -282,19 +282,41 @@ static bool is_namedtuple_method(PyCodeObject* code, const char* name) {
     return same;
 }
 
-bool is_plain_user_class(PyTypeObject* t) {
-    if (Py_TYPE(t) != &PyType_Type || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
-    if (t->tp_new != PyBaseObject_Type.tp_new || t->tp_dictoffset == 0 || t->tp_finalize ||
-        t->tp_setattro != PyObject_GenericSetAttr || t->tp_getattro != PyObject_GenericGetAttr)
-        return false;
-    // every base but object is itself a Python class (no C base with its own layout)
+PyTypeObject* user_class_base(PyTypeObject* t) {
+    if (Py_TYPE(t) != &PyType_Type || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) return nullptr;
+    if (t->tp_dictoffset == 0 || t->tp_finalize || t->tp_getattro != PyObject_GenericGetAttr)
+        return nullptr;
+    // Every base but object is a Python class, or the C classes of one mapping: dict, or
+    // OrderedDict (and its base dict). Instances have that base's layout.
+    bool dict = false, ordered = false;
     PyObject* mro = t->tp_mro;
     for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
         auto* b = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
-        if (b != &PyBaseObject_Type && !(b->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
+        if ((b->tp_flags & Py_TPFLAGS_HEAPTYPE) || b == &PyBaseObject_Type) continue;
+        if (b == &PyDict_Type) dict = true;
+        else if (b == torch_api().ordered_dict_type) ordered = true;
+        else return nullptr;
     }
-    return true;
+    if (ordered && !dict) return nullptr;
+    PyTypeObject* base = ordered ? torch_api().ordered_dict_type
+                         : dict  ? &PyDict_Type
+                                 : &PyBaseObject_Type;
+    if (t->tp_new != base->tp_new) return nullptr;
+    // Setting an attribute is the generic store, or a __setattr__ of the class's in Python,
+    // traced as a method ([Note: hooks of objects made in the call] in monitor.cpp).
+    if (t->tp_setattro != PyObject_GenericSetAttr) {
+        static PyObject* set_name = PyUnicode_InternFromString("__setattr__");  // kept
+        static PyObject* del_name = PyUnicode_InternFromString("__delattr__");
+        PyObject* set = _PyType_Lookup(t, set_name);
+        if (!set || (set != _PyType_Lookup(&PyBaseObject_Type, set_name) && !PyFunction_Check(set)))
+            return nullptr;
+        if (_PyType_Lookup(t, del_name) != _PyType_Lookup(&PyBaseObject_Type, del_name))
+            return nullptr;
+    }
+    return base;
 }
+
+bool is_plain_user_class(PyTypeObject* t) { return user_class_base(t) != nullptr; }
 
 namespace {
 PyTypeObject* imported_type(const char* module, const char* name) {
@@ -574,10 +596,11 @@ CalleeInfo classify_callee(PyObject* f) {
         if (info.name == "torch.finfo" || info.name == "torch.iinfo")
             info.kind = CallKind::PureBuiltin;
         if (info.kind == CallKind::Unsupported && is_plain_user_class(t)) {
-            PyObject* init = _PyType_Lookup(t, PyUnicode_InternFromString("__init__"));
-            bool object_init = init == _PyType_Lookup(&PyBaseObject_Type,
-                                                      PyUnicode_InternFromString("__init__"));
-            if (object_init) {
+            static PyObject* init_name = PyUnicode_InternFromString("__init__");  // kept
+            PyObject* init = _PyType_Lookup(t, init_name);
+            // object's __init__, or dict's and OrderedDict's (items from the arguments)
+            bool base_init = init == _PyType_Lookup(user_class_base(t), init_name);
+            if (base_init) {
                 info.kind = CallKind::UserClass;
             } else if (init && PyFunction_Check(init) &&
                        py::code_is_plain_function(reinterpret_cast<PyCodeObject*>(

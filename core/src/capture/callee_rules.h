@@ -39,6 +39,9 @@ enum class CallKind : uint8_t {
     ModuleMembers,   // m.parameters(), m.named_modules() & co: an iterator over guarded members
     UserClass,       // a plain class of the user's called: an object made in the call, its
                      // __init__ (`code`, null for object's) traced ([Note: objects made in the call])
+    ObjectSlot,      // a slot of object, dict or OrderedDict called on an object made in the
+                     // call (`super().__setitem__(k, v)` in its class's own __setitem__):
+                     // the plain store or lookup ([Note: objects made in the call])
     Super,           // super() / super(cls, obj): a method of a base class called next ([Note:
                      // super] in monitor.cpp)
     MakePartial,     // functools.partial(func, ...): a partial made in the call ([Note:
@@ -76,8 +79,12 @@ int logger_level(const std::string& qualname);
 int namedtuple_field(PyTypeObject* type, PyObject* name);
 // Whether `type` is a collections.namedtuple class (a tuple subclass with _fields and _make).
 bool is_namedtuple_type(PyTypeObject* type);
-// Whether instances of `type` are plain attribute bags the capture can follow: made by
-// object.__new__, attributes in __dict__ through the generic getattr/setattr, no __del__.
+// Whether instances of `type` are attribute bags the capture can follow ([Note: objects made
+// in the call] in monitor.cpp): a Python class whose only C base is object, dict or
+// OrderedDict (returned; null: not followed), made by that base's __new__, attributes in
+// __dict__ through the generic getattr, set generically or by a __setattr__ in Python, no
+// __del__ or __delattr__.
+PyTypeObject* user_class_base(PyTypeObject* type);
 bool is_plain_user_class(PyTypeObject* type);
 
 // Whether calling `callable` with `nargs` positional arguments reads the frame that calls it:

@@ -965,19 +965,35 @@ bool Capture::guard_contents(int id, int depth) {
     return true;
 }
 
-// At replay, an object made in the call that escapes: object.__new__(cls), then its
-// attributes in the order they were first set ([Note: objects made in the call]).
+// At replay, an object made in the call that escapes: made by the __new__ of its C base
+// (object, dict, OrderedDict), then its items (a dict's) and attributes set as that base sets
+// them, each in the order it was first set ([Note: objects made in the call]).
 static PyObject* make_object(PyObject*, PyObject* const* args, Py_ssize_t n) {
-    if (n != 2 || !PyType_Check(args[0]) || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "magpy: make_object(cls, attrs)");
+    if ((n != 2 && n != 3) || !PyType_Check(args[0]) || !PyDict_Check(args[1]) ||
+        (n == 3 && !PyDict_Check(args[2]))) {
+        PyErr_SetString(PyExc_TypeError, "magpy: make_object(cls, attrs[, items])");
         return nullptr;
     }
     auto* cls = reinterpret_cast<PyTypeObject*>(args[0]);
+    PyTypeObject* base = cls;
+    while (base && (base->tp_flags & Py_TPFLAGS_HEAPTYPE)) base = base->tp_base;
+    if (!base || !base->tp_new || (n == 3 && (!base->tp_as_mapping ||
+                                              !base->tp_as_mapping->mp_ass_subscript))) {
+        PyErr_SetString(PyExc_TypeError, "magpy: make_object of a class without a C base");
+        return nullptr;
+    }
     py::Ref none_args = py::Ref::steal(PyTuple_New(0));
-    PyObject* obj = PyBaseObject_Type.tp_new(cls, none_args.get(), nullptr);
+    PyObject* obj = base->tp_new(cls, none_args.get(), nullptr);  // new reference
     if (!obj) return nullptr;
     Py_ssize_t pos = 0;
     PyObject *k, *v;
+    while (n == 3 && PyDict_Next(args[2], &pos, &k, &v)) {
+        if (base->tp_as_mapping->mp_ass_subscript(obj, k, v) < 0) {
+            Py_DECREF(obj);
+            return nullptr;
+        }
+    }
+    pos = 0;
     while (PyDict_Next(args[1], &pos, &k, &v)) {
         if (PyObject_GenericSetAttr(obj, k, v) < 0) {
             Py_DECREF(obj);
@@ -1042,6 +1058,11 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
                                                      : StepKind::BuildDict;
         bool object = val.kind == ValueKind::FreshObject;
         int cls = val.cls;
+        int mapping = object ? val.mapping : -1;
+        if (val.owner >= 0) {  // made with its object, never alone
+            internal_error("the items of an object made in the call are built without it");
+            return false;
+        }
         if (((s.kind == StepKind::BuildDict && !PyDict_CheckExact(val.real.get())) ||
              (s.kind == StepKind::BuildList && !PyList_CheckExact(val.real.get()))) &&
             !object && val.real)  // an OrderedDict, a ModuleList made by slicing one
@@ -1055,12 +1076,25 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         s.out = m_plan->add_slot();
         out = Arg::slot(s.out);
         add_step(std::move(s));
-        if (object) {  // make_object(cls, {attributes})
+        if (object) {  // make_object(cls, {attributes}[, {items}])
             Step mk;
             mk.kind = StepKind::Call;
             Arg c;
             if (!build_arg(cls, c, false, depth + 1)) return false;
             mk.args = {Arg::value(make_object_function()), c, out};
+            if (mapping >= 0) {
+                Step d;
+                d.kind = StepKind::BuildDict;
+                std::vector<int> pairs = v(mapping).items;
+                for (int item : pairs) {
+                    Arg a;
+                    if (!build_arg(item, a, escape, depth + 1)) return false;
+                    d.args.push_back(std::move(a));
+                }
+                d.out = m_plan->add_slot();
+                mk.args.push_back(Arg::slot(d.out));
+                add_step(std::move(d));
+            }
             mk.out = m_plan->add_slot();
             out = Arg::slot(mk.out);
             add_step(std::move(mk));

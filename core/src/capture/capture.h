@@ -49,7 +49,8 @@ enum class ValueKind : uint8_t {
     FreshTuple,
     FreshDict,
     FreshObject, // an instance of a plain user class made in the call ([Note: objects made in
-                 // the call]): `items` its attributes as name, value pairs; `cls` its class
+                 // the call]): `items` its attributes as name, value pairs; `cls` its class;
+                 // `mapping` its items when it is a dict
     Iterator,
     Cell,        // a closure cell object (LOAD_CLOSURE)
     Function,    // a function made during the call (MAKE_FUNCTION: lambdas, comprehensions)
@@ -103,6 +104,11 @@ struct Value {
     bool ctx_exit = false;  // the bound __exit__ of a captured with block
     int built = -1;         // Fresh*: the plan slot of the object once it escaped (identity fixed)
     int cls = -1;           // FreshObject: the value of its class
+    // FreshObject of a dict or OrderedDict subclass: the FreshDict that holds its items (its
+    // `real` is the object too); that FreshDict's `owner` is the object. The items are made
+    // only with the object ([Note: objects made in the call] in monitor.cpp).
+    int mapping = -1;
+    int owner = -1;
     // An op result that follows from the guards alone (torch.tensor(x.shape), arange(n) and
     // what is computed from them): Python may read its data as a constant while the tensor's
     // version counter is still `const_version` ([Note: tensors of constants]).

@@ -131,6 +131,7 @@ int Monitor::modules_dict(int container) {
 // tuple, or an input list or tuple (its length and items are then guarded).
 bool Monitor::items_of(int seq, std::vector<int>& out) {
     if (generator_of(seq) || map_of(seq)) return lazy_items(seq, out);  // a, b = map(f, zs)
+    seq = as_mapping(seq, "__iter__");  // its keys ([Note: objects made in the call])
     Value& s = m_cap.v(seq);
     PyObject* o = s.real.get();
     if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
@@ -292,14 +293,60 @@ int Monitor::fresh_dict(const std::vector<int>& pairs, PyObject* real) {
 // __init__ is traced with it as self, `obj.name = v` sets an item, `obj.name` reads it (or the
 // class attribute, guarded through the class), methods are traced like any user function.
 // Nothing runs at replay for it unless it escapes (returned, stored where the caller sees it,
-// live at a graph break): then it is made there with object.__new__ and its attributes set,
+// live at a graph break): then it is made there by its C base's __new__ and its attributes set,
 // and writes after that are replayed as effects. Properties and other data descriptors of the
 // class break.
+// A subclass of dict or OrderedDict (transformers' ModelOutput, a config dict with attribute
+// access) is also a mapping: its items are a FreshDict of their own (Value::mapping), which
+// the base's slots and methods act on (`obj[k]`, `k in obj`, `len(obj)`, iteration,
+// `obj.keys()`, `super().__setitem__(k, v)`, `dict.get(obj, k)`), and which the object is
+// made with at replay, items in their order, set as the base sets them.
+// [Note: hooks of objects made in the call] A class's own __setattr__, __setitem__ or
+// __getitem__ written in Python is traced like a method when an instruction runs it
+// (`self.loss = loss` in a dataclass __init__, `self[name] = v`, `out[0]`), guarded through the
+// class; inside it, `super().__setattr__(name, v)` and `object.__setattr__(self, name, v)` are
+// the plain store, `super().__setitem__(k, v)` the base's. A write the capture makes after the
+// object escaped is replayed by calling that base slot on it, never the class's hook again.
 int Monitor::new_object(int cls, PyObject* real) {
     int obj = m_cap.new_value(ValueKind::FreshObject, real,
                               std::string(Py_TYPE(real)->tp_name) + "(...)");
     m_cap.v(obj).cls = cls;
+    PyTypeObject* base = user_class_base(Py_TYPE(real));
+    if (base && base != &PyBaseObject_Type) {
+        int items = m_cap.fresh(ValueKind::FreshDict, {}, real);
+        m_cap.v(items).owner = obj;
+        m_cap.v(items).label = m_cap.v(obj).label;
+        m_cap.v(obj).mapping = items;
+    }
     return obj;
+}
+
+// The items of `value` when it is an object made in the call that is a dict whose class keeps
+// the base's `slot` (`__getitem__`, `__len__` ...), else `value` itself.
+int Monitor::as_mapping(int value, const char* slot) {
+    const Value& o = m_cap.v(value);
+    if (o.kind != ValueKind::FreshObject || o.mapping < 0) return value;
+    PyTypeObject* type = Py_TYPE(o.real.get());
+    PyObject* own = _PyType_Lookup(type, interned(slot));
+    return own && own == _PyType_Lookup(user_class_base(type), interned(slot)) ? o.mapping : value;
+}
+
+// A write to the items of an object made in the call once it escaped: replayed as its C base's
+// `method` (`__setitem__`, `pop`) called on the object, so no hook of its class runs again.
+// False: the dict is not such items.
+bool Monitor::escaped_mapping_write(int dict, const char* method, const std::vector<int>& args) {
+    int owner = m_cap.v(dict).owner;
+    if (owner < 0 || m_cap.v(owner).built < 0) return false;
+    PyTypeObject* base = user_class_base(Py_TYPE(m_cap.v(owner).real.get()));
+    PyObject* fn = base ? _PyType_Lookup(base, interned(method)) : nullptr;
+    if (!fn) return m_cap.internal_error("a mapping base without " + std::string(method)), true;
+    std::vector<int> values = {m_cap.const_value(fn, std::string(base->tp_name) + "." + method),
+                               owner};
+    values.insert(values.end(), args.begin(), args.end());
+    Step s;
+    s.kind = StepKind::Call;
+    m_cap.record_effect(std::move(s), values);
+    return true;
 }
 
 static bool is_data_descriptor(PyTypeObject* type, PyObject* name) {
@@ -352,7 +399,15 @@ bool Monitor::set_object_attr(int obj, PyObject* name, int val) {
     }
     dict_set(obj, m_cap.const_value(name), val);
     if (m_cap.v(obj).built >= 0) {  // made at replay already: the write is an effect
+        static PyObject* plain_set = _PyType_Lookup(&PyBaseObject_Type, interned("__setattr__"));
         Step s;
+        if (_PyType_Lookup(Py_TYPE(m_cap.v(obj).real.get()), interned("__setattr__")) != plain_set) {
+            // the class's own __setattr__ was traced around this store: the store itself
+            s.kind = StepKind::Call;
+            m_cap.record_effect(std::move(s), {m_cap.const_value(plain_set, "object.__setattr__"),
+                                               obj, m_cap.const_value(name), val});
+            return true;
+        }
         s.kind = StepKind::SetAttr;
         s.name = py::Ref::borrow(name);
         m_cap.record_effect(std::move(s), {obj, val});
@@ -362,6 +417,74 @@ bool Monitor::set_object_attr(int obj, PyObject* name, int val) {
 
 // obj.name of an object made in the call: what was set, else the class's attribute (`method`:
 // a function, bound by LOAD_METHOD with the object as self).
+// [Note: hooks of objects made in the call] Whether the instruction pending in `p` (its `in`:
+// the object, then the hook's other arguments) runs `dunder` of the object's class, written in
+// Python: then it is traced as a method, and `p` says so.
+bool Monitor::expect_hook(Pending& p, const char* dunder) {
+    if (p.in.empty() || m_cap.v(p.in[0]).kind != ValueKind::FreshObject) return false;
+    PyTypeObject* type = Py_TYPE(m_cap.v(p.in[0]).real.get());
+    PyObject* fn = _PyType_Lookup(type, interned(dunder));
+    if (!fn || !PyFunction_Check(fn)) return false;
+    auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn));
+    if (!py::code_is_plain_function(code)) {
+        m_cap.fail(breaks::kUnsupportedAttribute,
+                   "`" + std::string(type->tp_name) + "." + dunder + "` is not a plain function",
+                   "define it with def");
+        return true;
+    }
+    int fv = class_member(p.in[0], interned(dunder), fn);
+    if (fv < 0) return true;
+    p.callee = CalleeInfo{};
+    p.callee.kind = CallKind::InlineFunction;
+    p.callee.name = std::string(type->tp_name) + "." + dunder;
+    p.callee.code = code;
+    p.callee_value = fv;
+    p.hook = true;
+    return true;
+}
+
+// CallKind::ObjectSlot, after the call ran: `object.__setattr__(obj, name, v)` is the plain
+// store; dict's and OrderedDict's item slots act on the object's items.
+int Monitor::object_slot_call(const Pending& p, PyObject* result) {
+    const std::string& slot = p.callee.op;
+    int obj = p.in[0];
+    int items = m_cap.v(obj).mapping;
+    size_t n = p.in.size();
+    auto key_const = [&](size_t i) { return require_const({p.in[i]}, "the key of " + p.callee.name); };
+    if (!result) return -1;  // it raised: the exception is followed as any other
+    if (p.kwnames) {
+        m_cap.fail(breaks::kUnsupportedCallee, "`" + p.callee.name + "` with keywords",
+                   "pass the arguments by position");
+        return -1;
+    }
+    if (slot == "__init__" && n == 1) return m_cap.const_value(Py_None);
+    if (slot == "__setattr__" && n == 3 && key_const(1) &&
+        PyUnicode_Check(m_cap.v(p.in[1]).real.get())) {
+        if (!set_object_attr(obj, m_cap.v(p.in[1]).real.get(), p.in[2])) return -1;
+        return m_cap.const_value(Py_None);
+    }
+    if (items >= 0 && slot == "__setitem__" && n == 3 && key_const(1)) {
+        set_fresh_item(items, p.in[1], p.in[2]);
+        return m_cap.const_value(Py_None);
+    }
+    if (items >= 0 && slot == "__getitem__" && n == 2) return subscript(items, p.in[1], result);
+    if (items >= 0 && slot == "__delitem__" && n == 2 && key_const(1)) {
+        if (remove_dict_item(items, p.in[1], nullptr, false) < 0) return -1;
+        return m_cap.const_value(Py_None);
+    }
+    if (items >= 0 && (slot == "__len__" || slot == "__contains__")) {
+        // the keys are constants: so is the answer
+        if (!require_const(std::vector<int>(p.in.begin() + 1, p.in.end()), p.callee.name))
+            return -1;
+        return m_cap.const_value(result);
+    }
+    if (!m_cap.failed())
+        m_cap.fail(breaks::kUnsupportedCallee,
+                   "`" + p.callee.name + "` is called on " + m_cap.v(obj).label,
+                   "use the object's attributes and items directly");
+    return -1;
+}
+
 int Monitor::object_attr(int obj, PyObject* name, PyObject* real, bool method) {
     const Value& o = m_cap.v(obj);
     std::string label = o.label + "." + str(name);
@@ -696,6 +819,7 @@ int Monitor::fresh_dict_slot(int dict, PyObject* key) {
 // replay (it escaped) the write is replayed there too.
 void Monitor::set_fresh_item(int dict, int key, int val) {
     dict_set(dict, key, val);
+    if (escaped_mapping_write(dict, "__setitem__", {key, val})) return;
     if (m_cap.v(dict).built >= 0) {
         Step s;
         s.kind = StepKind::SetItem;
@@ -779,6 +903,7 @@ int Monitor::remove_dict_item(int dict, int key, PyObject* present, bool want_va
         std::vector<int>& items = m_cap.v(dict).items;
         removed = items[static_cast<size_t>(at)];
         items.erase(items.begin() + at - 1, items.begin() + at + 1);
+        if (escaped_mapping_write(dict, "pop", {key})) return removed;
         if (m_cap.v(dict).built < 0) return removed;
     } else {
         if (m_cap.v(dict).mutated) {
@@ -1061,6 +1186,13 @@ int Monitor::super_method(int sup, PyObject* name, PyObject* real) {
     std::string what = "`super()." + str(name) + "`";
     // object.__init__ (a base class's `super().__init__()` at the top): called as a slot, a no-op
     bool object_init = raw && raw == _PyType_Lookup(&PyBaseObject_Type, interned("__init__"));
+    // a slot or method of the C base of an object made in the call (`super().__setitem__(k, v)`
+    // in a dict subclass, `super().__setattr__(name, v)`): followed on its attributes and items
+    PyTypeObject* base = user_class_base(type);
+    bool base_method = raw && m_cap.v(obj).kind == ValueKind::FreshObject && base &&
+                       (Py_TYPE(raw) == &PyWrapperDescr_Type || Py_TYPE(raw) == &PyMethodDescr_Type) &&
+                       PyType_IsSubtype(base, PyDescr_TYPE(raw));
+    object_init = object_init || base_method;
     if (!raw || !(object_init || PyFunction_Check(raw)) || !real ||
         (!object_init && (!PyMethod_Check(real) || PyMethod_GET_FUNCTION(real) != raw)))
         return m_cap.fail(breaks::kUnsupportedAttribute, what + " is not a plain method",
@@ -1222,7 +1354,7 @@ void Monitor::on_call(PyFrameObject* fo) {
     if ((co->co_flags & CO_GENERATOR) && resume_generator(fo, f, co)) return;
     ShadowFrame& top = m_frames.back();
     Pending& p = top.pending;
-    bool inline_call = p.opcode == CALL || p.opcode == CALL_FUNCTION_EX || p.property_get;
+    bool inline_call = p.opcode == CALL || p.opcode == CALL_FUNCTION_EX || p.property_get || p.hook;
     // `self` of a forward whose comprehensions read it is a cell by now (MAKE_CELL has run).
     PyObject* first = co->co_nlocalsplus > 0 ? py::frame_local_value(f, co, 0) : nullptr;
     bool made_here = p.callee.kind == CallKind::UserClass && first &&
@@ -2052,6 +2184,13 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case STORE_ATTR: {
         PyObject* name = py::code_name(f.code, ins.oparg);
         int obj = pop(f), val = pop(f);
+        if (m_cap.v(obj).kind == ValueKind::FreshObject)
+            p.in = {obj, m_cap.const_value(name), val};
+        if (expect_hook(p, "__setattr__")) {
+            p.depth_after = depth - 2;
+            f.pending = std::move(p);
+            return;
+        }
         return store_attr(obj, name, val);
     }
     case DELETE_SUBSCR: {
@@ -2072,6 +2211,13 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     }
     case STORE_SUBSCR: {
         int key = pop(f), cont = pop(f), val = pop(f);
+        p.in = {cont, key, val};
+        if (expect_hook(p, "__setitem__")) {
+            p.depth_after = depth - 3;
+            f.pending = std::move(p);
+            return;
+        }
+        cont = as_mapping(cont, "__setitem__");
         Value& c = m_cap.v(cont);
         if (c.tensor) {
             Step s;
@@ -2232,6 +2378,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case BEFORE_WITH: defer(1, 2); return;
     case BINARY_OP: case COMPARE_OP: case BINARY_SUBSCR: case IS_OP: case CONTAINS_OP:
         defer(2, 1);
+        if (ins.opcode == BINARY_SUBSCR) expect_hook(f.pending, "__getitem__");
         return;
     case UNARY_NEGATIVE: case UNARY_POSITIVE: case UNARY_INVERT: case UNARY_NOT: case GET_ITER:
         defer(1, 1);
@@ -2278,6 +2425,14 @@ void Monitor::complete(ShadowFrame& f) {
     auto out = [&](int id) {
         if (id >= 0) push(f, id);
     };
+    if (p.hook) {  // [Note: hooks of objects made in the call]
+        if (!p.inline_bound || p.inline_result < 0)
+            return m_cap.fail(breaks::kUnsupportedAttribute,
+                              "`" + p.callee.name + "` ran without being traced",
+                              "use plain attributes and items");
+        if (p.opcode == BINARY_SUBSCR) out(p.inline_result);
+        return;
+    }
     if (p.property_get) {  // [Note: properties] the getter returned what the attribute is
         if (!p.inline_bound || p.inline_result < 0)
             return m_cap.fail(breaks::kUnsupportedAttribute,
@@ -2415,7 +2570,7 @@ void Monitor::complete(ShadowFrame& f) {
         // `x in c` is a constant when x is known and so is what it is compared with: the
         // keys of a dict (present ones read, absent ones guarded absent) or the items of a
         // sequence.
-        int needle = p.in[0], hay = p.in[1];
+        int needle = p.in[0], hay = as_mapping(p.in[1], "__contains__");
         if (!known(needle)) {
             require_const({needle}, "an `in` test");
             return;
@@ -2455,7 +2610,7 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     }
     case BINARY_SUBSCR:
-        out(subscript(p.in[0], p.in[1], tos));
+        out(subscript(as_mapping(p.in[0], "__getitem__"), p.in[1], tos));
         return;
     case UNARY_NEGATIVE: case UNARY_POSITIVE: case UNARY_INVERT: case UNARY_NOT: {
         Value& a = m_cap.v(p.in[0]);
@@ -2857,6 +3012,31 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
             return dispatch_call(f, func, std::move(args), kwnames);
         }
     }
+    if (!args.empty() && m_cap.v(args[0]).kind == ValueKind::FreshObject &&
+        (Py_TYPE(fn) == &PyMethodDescr_Type || Py_TYPE(fn) == &PyWrapperDescr_Type)) {
+        // [Note: objects made in the call] a C method of the object's base class, called on it
+        const Value& o = m_cap.v(args[0]);
+        PyTypeObject* owner = PyDescr_TYPE(fn);
+        PyTypeObject* base = user_class_base(Py_TYPE(o.real.get()));
+        std::string method = str(PyDescr_NAME(fn));
+        if (base && PyType_IsSubtype(base, owner) && Py_TYPE(fn) == &PyWrapperDescr_Type) {
+            p.callee = CalleeInfo{};
+            p.callee.kind = CallKind::ObjectSlot;
+            p.callee.op = method;
+            p.callee.name = std::string(owner->tp_name) + "." + method;
+            p.callee_value = callable;
+            p.kwnames = kwnames;
+            p.in = std::move(args);
+            return;
+        }
+        if (base && PyType_IsSubtype(base, owner) && o.mapping >= 0) {
+            if (method == "copy" || method == "fromkeys")  // they make an object of the class
+                return m_cap.fail(breaks::kUnsupportedCallee,
+                                  "`" + method + "()` of " + o.label + ", a dict made in the call",
+                                  "use dict(obj.items()) for a plain copy");
+            args[0] = o.mapping;  // obj.keys(), dict.get(obj, k): on its items
+        }
+    }
     p.callee = classify_callee(fn);
     if (c.ctx_exit) {  // the end of a captured with block
         p.callee.kind = CallKind::ContextExit;
@@ -3118,7 +3298,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                  p.callee.kind == CallKind::Print || p.callee.kind == CallKind::Warn ||
                  p.callee.kind == CallKind::Log || p.callee.kind == CallKind::AutogradApply ||
                  p.callee.kind == CallKind::CachedCall || p.callee.kind == CallKind::RandomDraw ||
-                 p.callee.kind == CallKind::ClockRead;
+                 p.callee.kind == CallKind::ClockRead || p.callee.kind == CallKind::ObjectSlot;
     if (sym_number_call(p, result))  // min(decay, (1 + step) / (10 + step)) with step dynamic
         return push_out(record_sym_number(p, result));
     if (!flows)  // builtins and the like compute with the number itself
@@ -3222,7 +3402,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     }
     case CallKind::Len: {
         if (p.in.size() != 1) return m_cap.internal_error("len arity");
-        int a = p.in[0];
+        int a = as_mapping(p.in[0], "__len__");
         Value& v = m_cap.v(a);
         if (v.tensor && (v.dyn_shape || m_cap.sym_tensor(a)))
             return push_out(m_cap.size_of(a, 0, result));
@@ -3665,9 +3845,25 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         int obj = p.made;
         if (obj < 0 && p.callee.code)
             return m_cap.internal_error("__init__ of " + name + " was not traced");
-        if (obj < 0) obj = new_object(p.callee_value, result);
+        if (obj < 0) {
+            obj = new_object(p.callee_value, result);
+            int items = m_cap.v(obj).mapping;
+            size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
+            if (items >= 0 && p.in.size() > nkw)
+                return m_cap.fail(breaks::kUnsupportedCallee,
+                                  "`" + name + "()` with items given by position",
+                                  "give the items as keywords, or set them one by one");
+            for (size_t k = 0; items >= 0 && k < nkw; ++k)  // Config(a=1, b=2): dict's __init__
+                dict_set(items, m_cap.const_value(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))),
+                         p.in[p.in.size() - nkw + k]);
+        }
         if (m_cap.v(obj).real.get() != result)
             return m_cap.internal_error("the object made is not the one returned");
+        if (int items = m_cap.v(obj).mapping;
+            items >= 0 && PyDict_Size(result) != static_cast<Py_ssize_t>(m_cap.v(items).items.size() / 2))
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`" + name + "()` holds items the capture did not see",
+                              "set items in __init__ with self[key] = value");
         // what __init__ set is all the object holds
         PyObject* d = PyObject_GenericGetDict(result, nullptr);
         Py_ssize_t n = d ? PyDict_Size(d) : -1;
@@ -3679,6 +3875,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         push_out(obj);
         return;
     }
+    case CallKind::ObjectSlot:
+        return push_out(object_slot_call(p, result));
     case CallKind::MakePartial:
         if (!result || Py_TYPE(result) != functools_partial_type())
             return m_cap.internal_error("functools.partial() did not make a partial");
@@ -4096,6 +4294,7 @@ void Monitor::advance_iterator(int it, bool ran_out) {
 }
 
 int Monitor::make_iter(int src, PyObject* real_iter) {
+    src = as_mapping(src, "__iter__");  // its keys ([Note: objects made in the call])
     if (real_iter == m_cap.v(src).real.get()) {  // iter(it) is it: an iterator passed in
         int it = input_iterator(src);
         if (it >= 0 || m_cap.failed()) return it;

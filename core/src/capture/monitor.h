@@ -58,6 +58,9 @@ private:
                                           // UserClass: its __init__
         int made = -1;                    // UserClass: the object made (bound as self)
         bool property_get = false;        // LOAD_ATTR of a property: its getter is traced
+        bool hook = false;                // a class's own __setattr__/__setitem__/__getitem__
+                                          // the instruction runs, traced ([Note: hooks of
+                                          // objects made in the call]); `in` its arguments
         py::Ref cache_as;                 // a cached_property's name: the getter's result is
                                           // set on the object made in the call (in[0])
         int key_map = -1;                 // sorted/min/max(key=f): the record of f's calls
@@ -256,6 +259,10 @@ private:
     // A new list (or tuple) of the objects the values stand for (None where one has none).
     py::Ref reals_of(const std::vector<int>& items, bool list);
     int new_object(int cls, PyObject* real);
+    int as_mapping(int value, const char* slot);
+    bool escaped_mapping_write(int dict, const char* method, const std::vector<int>& args);
+    bool expect_hook(Pending& p, const char* dunder);
+    int object_slot_call(const Pending& p, PyObject* result);
     int object_attr(int obj, PyObject* name, PyObject* real, bool method);
     int class_member(int obj, PyObject* name, PyObject* attr);
     bool set_object_attr(int obj, PyObject* name, int val);
