@@ -1281,7 +1281,11 @@ class ProgramGen:
         other = self.gen_t_exact(env, e.shape, 1) or e
         n, o = self.name("t"), self.name("o")
         env[n] = V("t", e.shape, True)
-        g = self.r.randrange(5)
+        g = self.r.randrange(6)
+        if g == 5:  # a ModelOutput passed in (a global the caller changes between calls)
+            env[n] = V("t", (self.F,), True)
+            read = self.choice(["G_OUT[0]", "G_OUT[-1]", "G_OUT['main']", "G_OUT.main"])
+            return [f"{n} = {read} + (G_OUT.aux if 'aux' in G_OUT else 0) * len(G_OUT)"]
         if g == 0:
             aux = self.choice(["None", f"{other.code} * 2"])
             return [f"{o} = Result(main={e.code}, aux={aux})",
@@ -2104,7 +2108,7 @@ class ProgramGen:
 
         # mutations between calls
         mut = ["def mutate(i):",
-               "    global BATCH, G_INT, G_FLOAT, G_FLAG, G_OPT, G_T, G_B, HELPER"]
+               "    global BATCH, G_INT, G_FLOAT, G_FLAG, G_OPT, G_T, G_B, HELPER, G_OUT"]
         flip_defaults = []
         if defaults and not kwonly:
             flip_defaults = ["fn.__defaults__ = _flip_all(fn.__defaults__)"]
@@ -2130,6 +2134,8 @@ class ProgramGen:
             "globals()['abs'] = _my_abs", "globals()['min'] = _my_min",
             "globals()['len'] = _my_len",
             "LST.append(torch.randn(F + 1))",
+            "G_OUT['aux'] = torch.randn(F)", "G_OUT = Result(main=torch.randn(F))",
+            "G_OUT.main = torch.randn(F)",
         ] + flip_defaults
         for i in range(1, nc):
             acts = []
@@ -2497,6 +2503,7 @@ _hooks = []
 _SINK = io.StringIO()
 HELPER = {self.choice(['helper_a', 'helper_b'])}
 OBJ = Obj()
+G_OUT = Result(main=torch.randn(F), aux=torch.randn(F))
 NET = {'SubNet' if self.p(0.3) else 'Net'}()
 NET.train({self.choice(['True', 'False'])})
 LST = [torch.randn(F) for _ in range({r.randint(1, 3)})]

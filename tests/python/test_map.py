@@ -146,3 +146,38 @@ def test_dict_built_from_pairs_with_a_repeated_key_keeps_the_last_value():
 
     cf = check(f, [torch.randn(2) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+class Chain(nn.Module):
+    """functools.reduce over a ModuleList with a lambda, and over partial products with a
+    method: f is called from C with what the call before returned ([Note: map], fold)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+
+    def _gate(self, acc, t):
+        return acc * torch.sigmoid(t)
+
+    def forward(self, x):
+        import functools
+        h = functools.reduce(lambda acc, block: block(acc).relu() + acc, self.blocks, x)
+        g = functools.reduce(self._gate, [h, x, h * 2])
+        only = functools.reduce(lambda a, b: a + b, [g])  # one item: f is never called
+        empty = functools.reduce(lambda a, b: a + b, [], x)  # no items: the initial value
+        return h, g, only is g, empty is x
+
+
+def test_functools_reduce_with_a_python_function_is_traced():
+    m = Chain()
+    cf = check(m, [torch.randn(2, 4) for _ in range(3)], pin=(m,))
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_an_exception_inside_a_reduced_function_is_raised_like_eager():
+    import functools
+
+    def f(x, ks):
+        return functools.reduce(lambda acc, k: acc + x[k], ks, x.sum())
+
+    assert_raises_like_eager(f, lambda: (torch.randn(3), [0, 7]), IndexError)

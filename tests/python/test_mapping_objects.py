@@ -68,6 +68,9 @@ class ModelOutput(collections.OrderedDict):
     def to_tuple(self):
         return tuple(self[k] for k in self.keys())
 
+    def __reduce__(self):  # copies (the tests' fresh_copy) are made by the dataclass __init__
+        return type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
 
 @dataclasses.dataclass
 class BaseModelOutputWithPooling(ModelOutput):
@@ -266,3 +269,40 @@ def test_what_the_capture_cannot_follow_breaks_and_stays_exact():
     for _ in range(2):
         with pytest.raises(Exception, match="You cannot use ``__delitem__``"):
             cf(torch.randn(2))
+
+
+def test_a_model_output_passed_in_is_read_through_its_getitem():
+    # a loss function compiled on its own, given the model's output
+    def loss_fn(out, labels):
+        return F.cross_entropy(out[0], labels) + out["logits"].sum() * 0 + out.logits.mean()
+
+    calls = [(SequenceClassifierOutput(logits=torch.randn(2, 3)), torch.tensor([0, 2]))
+             for _ in range(3)]
+    cf = check(loss_fn, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+class Doubling(dict):
+    """A dict passed in whose Python slots disagree with the dict's own."""
+
+    def __getitem__(self, k):
+        return dict.__getitem__(self, k) * 2
+
+    def __contains__(self, k):
+        return k == "anything"
+
+
+def test_the_python_slots_of_a_dict_passed_in_are_not_bypassed():
+    # Guards fetch items as dict does; a class that changes what d[k] or `k in d` means
+    # must not be read that way (this returned the undoubled item before).
+    def reads(d):
+        return d["a"] + 1
+
+    def tests(d):
+        return d["a"] + (1 if "anything" in d else 0)
+
+    calls = [Doubling(a=torch.randn(2)) for _ in range(3)]
+    cf = check(reads, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    cf = check(tests, calls)
+    assert break_ids(cf) == ["MB007"] and "Doubling.__contains__" in str(magpy.explain(cf))

@@ -132,6 +132,7 @@ int Monitor::modules_dict(int container) {
 bool Monitor::items_of(int seq, std::vector<int>& out) {
     if (generator_of(seq) || map_of(seq)) return lazy_items(seq, out);  // a, b = map(f, zs)
     seq = as_mapping(seq, "__iter__");  // its keys ([Note: objects made in the call])
+    if (seq < 0) return false;
     Value& s = m_cap.v(seq);
     PyObject* o = s.real.get();
     if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
@@ -323,8 +324,33 @@ int Monitor::new_object(int cls, PyObject* real) {
 
 // The items of `value` when it is an object made in the call that is a dict whose class keeps
 // the base's `slot` (`__getitem__`, `__len__` ...), else `value` itself.
+// The C class whose layout instances of `type` have (dict for a dict subclass).
+static PyTypeObject* c_base(PyTypeObject* type) {
+    while (type && (type->tp_flags & Py_TPFLAGS_HEAPTYPE)) type = type->tp_base;
+    return type;
+}
+
+bool Monitor::input_dict(int value) {
+    const Value& o = m_cap.v(value);
+    return o.kind == ValueKind::Input && !o.tensor && o.real && PyDict_Check(o.real.get());
+}
+
 int Monitor::as_mapping(int value, const char* slot) {
     const Value& o = m_cap.v(value);
+    if (o.kind == ValueKind::Input && !o.tensor && o.real && PyDict_Check(o.real.get()) &&
+        !PyDict_CheckExact(o.real.get())) {
+        // A dict subclass passed in is read as a dict (guards fetch its items as dict does):
+        // only while the class keeps the dict's slot.
+        PyTypeObject* type = Py_TYPE(o.real.get());
+        if (_PyType_Lookup(type, interned(slot)) != _PyType_Lookup(c_base(type), interned(slot))) {
+            m_cap.fail(breaks::kUnsupportedAttribute,
+                       "`" + std::string(type->tp_name) + "." + slot + "` of " + o.label +
+                           ", a dict passed in, is Python code",
+                       "pass a plain dict, or use dict's own methods (dict.get(d, k))");
+            return -1;
+        }
+        return value;
+    }
     if (o.kind != ValueKind::FreshObject || o.mapping < 0) return value;
     PyTypeObject* type = Py_TYPE(o.real.get());
     PyObject* own = _PyType_Lookup(type, interned(slot));
@@ -421,10 +447,22 @@ bool Monitor::set_object_attr(int obj, PyObject* name, int val) {
 // the object, then the hook's other arguments) runs `dunder` of the object's class, written in
 // Python: then it is traced as a method, and `p` says so.
 bool Monitor::expect_hook(Pending& p, const char* dunder) {
-    if (p.in.empty() || m_cap.v(p.in[0]).kind != ValueKind::FreshObject) return false;
-    PyTypeObject* type = Py_TYPE(m_cap.v(p.in[0]).real.get());
+    if (p.in.empty()) return false;
+    const Value& o = m_cap.v(p.in[0]);
+    bool input = o.kind == ValueKind::Input && !o.tensor && o.real && !PyType_Check(o.real.get()) &&
+                 !PyObject_TypeCheck(o.real.get(), torch_api().module_type);
+    if (o.kind != ValueKind::FreshObject && !input) return false;
+    PyTypeObject* type = Py_TYPE(o.real.get());
     PyObject* fn = _PyType_Lookup(type, interned(dunder));
     if (!fn || !PyFunction_Check(fn)) return false;
+    if (input && std::strcmp(dunder, "__getitem__") != 0) {
+        // a write through the hook of an object passed in: what it leaves is not followed
+        m_cap.fail(breaks::kUnsupportedAttribute,
+                   "`" + std::string(type->tp_name) + "." + dunder + "` of " + o.label +
+                       ", passed in, is Python code",
+                   "change the object outside the compiled function");
+        return true;
+    }
     auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn));
     if (!py::code_is_plain_function(code)) {
         m_cap.fail(breaks::kUnsupportedAttribute,
@@ -432,7 +470,8 @@ bool Monitor::expect_hook(Pending& p, const char* dunder) {
                    "define it with def");
         return true;
     }
-    int fv = class_member(p.in[0], interned(dunder), fn);
+    int fv = input ? class_attr(p.in[0], interned(dunder), fn)
+                   : class_member(p.in[0], interned(dunder), fn);
     if (fv < 0) return true;
     p.callee = CalleeInfo{};
     p.callee.kind = CallKind::InlineFunction;
@@ -448,6 +487,13 @@ bool Monitor::expect_hook(Pending& p, const char* dunder) {
 int Monitor::object_slot_call(const Pending& p, PyObject* result) {
     const std::string& slot = p.callee.op;
     int obj = p.in[0];
+    if (m_cap.v(obj).kind == ValueKind::Input) {  // a dict passed in: read as dict reads it
+        if (slot == "__getitem__" && p.in.size() == 2 && !p.kwnames && result)
+            return subscript(obj, p.in[1], result);
+        m_cap.fail(breaks::kUnsupportedCallee, "`" + p.callee.name + "` is called on " +
+                       m_cap.v(obj).label, "read its items with d[key]");
+        return -1;
+    }
     int items = m_cap.v(obj).mapping;
     size_t n = p.in.size();
     auto key_const = [&](size_t i) { return require_const({p.in[i]}, "the key of " + p.callee.name); };
@@ -616,6 +662,52 @@ void Monitor::prepare_key(Pending& p) {
     p.key_map = map_record(key, {items}, "the key of `" + name + "()`",
                            "use a lambda or a def as the key, or " + name +
                            "() before calling the compiled function");
+}
+
+// [Note: map] functools.reduce(f, xs[, init]) with f a Python function calls f from C once per
+// item, with what the call before returned first: a map record over the items whose first
+// column is filled in as each call returns (MapRecord::fold). What the last call returned is
+// the result; the calls are traced, so nothing runs at replay but the steps they recorded.
+// (reduce of a pure builtin over constants, `reduce(operator.mul, x.shape)`, is folded.)
+void Monitor::prepare_fold(Pending& p) {
+    if (p.kwnames || p.in.size() < 2 || p.in.size() > 3) return;
+    PyObject* fn = m_cap.v(p.in[0]).real.get();
+    if (!fn || !(PyFunction_Check(fn) ||
+                 (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn)))))
+        return;  // a builtin: folded over constants, or refused, as any pure builtin
+    std::vector<int> items;
+    if (!items_of(p.in[1], items)) return;
+    std::vector<int> accs(items.size(), m_cap.null_value());  // filled in as calls return
+    if (p.in.size() == 3) {
+        accs.insert(accs.begin(), p.in[2]);
+    } else if (!items.empty()) {
+        accs.insert(accs.begin(), items[0]);
+        items.erase(items.begin());
+    }
+    accs.resize(items.size());
+    p.fold_map = map_record(p.in[0], {accs, items}, "the function given to `functools.reduce()`",
+                            "reduce with a lambda or a def, or write the loop");
+    if (p.fold_map >= 0) m_maps[static_cast<size_t>(p.fold_map)].fold = true;
+}
+
+// The result of a reduce() whose calls were traced: what the last one returned (or the
+// initial value, or the only item, when f was never called).
+int Monitor::fold_result(const Pending& p, PyObject* result) {
+    const MapRecord& rec = m_maps[static_cast<size_t>(p.fold_map)];
+    if (!result) return -1;
+    int r = -1;
+    if (!rec.steps.empty()) {
+        if (rec.results.size() != rec.steps.size())
+            return m_cap.internal_error("reduce() made other calls than its items say"), -1;
+        r = rec.results.back();
+    } else {
+        std::vector<int> items;
+        if (p.in.size() == 3) r = p.in[2];
+        else if (items_of(p.in[1], items) && items.size() == 1) r = items[0];
+    }
+    if (r < 0 || (m_cap.v(r).real.get() != result && m_cap.v(r).kind != ValueKind::Const))
+        return m_cap.internal_error("reduce() returned another object than its last call"), -1;
+    return r;
 }
 
 // A sort key whose comparisons the guards fix: a number, string, bytes, bool or None the
@@ -1134,7 +1226,9 @@ void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
 // (AccessKind::SuperLookup on type(obj)), so a base method replaced later recompiles. The
 // method is then called with the object first and traced like any method of the user's
 // (`super().forward(x)`, `super().__init__(...)` on an object made in the call). Attributes
-// other than plain functions (properties, class or static methods, C slots) break (MB007).
+// other than plain functions (properties, class or static methods) break (MB007), but for the
+// slots and methods of the C base of an object made in the call, or of a dict passed in
+// (`super().__setitem__(k, v)`: CallKind::ObjectSlot, [Note: objects made in the call]).
 void Monitor::dispatch_super(ShadowFrame& f, Pending& p) {
     int cls = -1, obj = -1;
     if (p.in.empty() && !p.kwnames) {
@@ -1189,7 +1283,9 @@ int Monitor::super_method(int sup, PyObject* name, PyObject* real) {
     // a slot or method of the C base of an object made in the call (`super().__setitem__(k, v)`
     // in a dict subclass, `super().__setattr__(name, v)`): followed on its attributes and items
     PyTypeObject* base = user_class_base(type);
-    bool base_method = raw && m_cap.v(obj).kind == ValueKind::FreshObject && base &&
+    if (input_dict(obj)) base = c_base(type);  // `super().__getitem__(k)` of a dict passed in
+    bool base_method = raw && (m_cap.v(obj).kind == ValueKind::FreshObject || input_dict(obj)) &&
+                       base &&
                        (Py_TYPE(raw) == &PyWrapperDescr_Type || Py_TYPE(raw) == &PyMethodDescr_Type) &&
                        PyType_IsSubtype(base, PyDescr_TYPE(raw));
     object_init = object_init || base_method;
@@ -1625,7 +1721,10 @@ void Monitor::on_return(PyFrameObject* fo, PyObject* value) {
         return;
     }
     if (done.map >= 0) {  // one call made by a map ([Note: map])
-        m_maps[static_cast<size_t>(done.map)].results.push_back(done.return_value);
+        MapRecord& m = m_maps[static_cast<size_t>(done.map)];
+        m.results.push_back(done.return_value);
+        if (m.fold && m.results.size() < m.steps.size())  // reduce: the next call's accumulator
+            m.steps[m.results.size()][m.self_value >= 0 ? 1 : 0] = done.return_value;
         m_cap.set_in_try(m_frames.back().in_try);
         return;
     }
@@ -2195,7 +2294,8 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     }
     case DELETE_SUBSCR: {
         // del d[key] on a dict with a constant key (before it runs: the key is still there)
-        int key = pop(f), cont = pop(f);
+        int key = pop(f), cont = as_mapping(pop(f), "__delitem__");
+        if (cont < 0) return;
         Value& c = m_cap.v(cont);
         bool dict = c.kind == ValueKind::FreshDict ||
                     (c.kind == ValueKind::Input && !c.tensor && PyDict_Check(c.real.get()));
@@ -2218,6 +2318,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
             return;
         }
         cont = as_mapping(cont, "__setitem__");
+        if (cont < 0) return;
         Value& c = m_cap.v(cont);
         if (c.tensor) {
             Step s;
@@ -2571,6 +2672,7 @@ void Monitor::complete(ShadowFrame& f) {
         // keys of a dict (present ones read, absent ones guarded absent) or the items of a
         // sequence.
         int needle = p.in[0], hay = as_mapping(p.in[1], "__contains__");
+        if (hay < 0) return;
         if (!known(needle)) {
             require_const({needle}, "an `in` test");
             return;
@@ -2610,7 +2712,8 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     }
     case BINARY_SUBSCR:
-        out(subscript(as_mapping(p.in[0], "__getitem__"), p.in[1], tos));
+        if (int cont = as_mapping(p.in[0], "__getitem__"); cont >= 0)
+            out(subscript(cont, p.in[1], tos));
         return;
     case UNARY_NEGATIVE: case UNARY_POSITIVE: case UNARY_INVERT: case UNARY_NOT: {
         Value& a = m_cap.v(p.in[0]);
@@ -3012,14 +3115,18 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
             return dispatch_call(f, func, std::move(args), kwnames);
         }
     }
-    if (!args.empty() && m_cap.v(args[0]).kind == ValueKind::FreshObject &&
+    if (!args.empty() && (m_cap.v(args[0]).kind == ValueKind::FreshObject || input_dict(args[0])) &&
         (Py_TYPE(fn) == &PyMethodDescr_Type || Py_TYPE(fn) == &PyWrapperDescr_Type)) {
         // [Note: objects made in the call] a C method of the object's base class, called on it
+        // (or on a dict subclass passed in: `dict.__getitem__(self, k)` in its __getitem__)
         const Value& o = m_cap.v(args[0]);
         PyTypeObject* owner = PyDescr_TYPE(fn);
-        PyTypeObject* base = user_class_base(Py_TYPE(o.real.get()));
+        PyTypeObject* base = o.kind == ValueKind::FreshObject ? user_class_base(Py_TYPE(o.real.get()))
+                                                              : c_base(Py_TYPE(o.real.get()));
         std::string method = str(PyDescr_NAME(fn));
-        if (base && PyType_IsSubtype(base, owner) && Py_TYPE(fn) == &PyWrapperDescr_Type) {
+        bool slot = Py_TYPE(fn) == &PyWrapperDescr_Type ||  // dict's __getitem__ and
+                    (method.size() > 4 && method.rfind("__", 0) == 0);  // __contains__ are methods
+        if (base && PyType_IsSubtype(base, owner) && slot) {
             p.callee = CalleeInfo{};
             p.callee.kind = CallKind::ObjectSlot;
             p.callee.op = method;
@@ -3029,7 +3136,8 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
             p.in = std::move(args);
             return;
         }
-        if (base && PyType_IsSubtype(base, owner) && o.mapping >= 0) {
+        if (base && PyType_IsSubtype(base, owner) && o.kind == ValueKind::FreshObject &&
+            o.mapping >= 0) {
             if (method == "copy" || method == "fromkeys")  // they make an object of the class
                 return m_cap.fail(breaks::kUnsupportedCallee,
                                   "`" + method + "()` of " + o.label + ", a dict made in the call",
@@ -3118,6 +3226,7 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     case CallKind::PureBuiltin:
         if (p.callee.name == "sorted" || p.callee.name == "min" || p.callee.name == "max")
             prepare_key(p);
+        if (p.callee.name == "reduce") prepare_fold(p);
         return;
     case CallKind::ListMethod:
         if (p.callee.op == "sort") prepare_key(p);
@@ -3403,6 +3512,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::Len: {
         if (p.in.size() != 1) return m_cap.internal_error("len arity");
         int a = as_mapping(p.in[0], "__len__");
+        if (a < 0) return;
         Value& v = m_cap.v(a);
         if (v.tensor && (v.dyn_shape || m_cap.sym_tensor(a)))
             return push_out(m_cap.size_of(a, 0, result));
@@ -3527,6 +3637,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::PureBuiltin:
     case CallKind::TypeCtor: {
         if (p.key_map >= 0) return push_out(keyed_result(p, result));
+        if (p.fold_map >= 0) return push_out(fold_result(p, result));
         size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
         if (p.callee.kind == CallKind::TypeCtor && p.in.size() <= 1 + nkw &&
             (name == "dict" || name == "collections.OrderedDict")) {
@@ -4295,6 +4406,7 @@ void Monitor::advance_iterator(int it, bool ran_out) {
 
 int Monitor::make_iter(int src, PyObject* real_iter) {
     src = as_mapping(src, "__iter__");  // its keys ([Note: objects made in the call])
+    if (src < 0) return -1;
     if (real_iter == m_cap.v(src).real.get()) {  // iter(it) is it: an iterator passed in
         int it = input_iterator(src);
         if (it >= 0 || m_cap.failed()) return it;

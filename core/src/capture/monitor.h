@@ -64,6 +64,7 @@ private:
         py::Ref cache_as;                 // a cached_property's name: the getter's result is
                                           // set on the object made in the call (in[0])
         int key_map = -1;                 // sorted/min/max(key=f): the record of f's calls
+        int fold_map = -1;                // functools.reduce(f, xs[, init]): the same for f
         int had_key = -1;                 // d.setdefault(k, v): 1 if d held k before the call
         py::Ref dict_before;              // d.update(...) on a dict passed in: a copy of d
                                           // before the call
@@ -113,11 +114,15 @@ private:
         int self_value = -1;           // f a bound method: its self, bound first
         std::vector<std::vector<int>> steps;  // the arguments of each call, in order
         std::vector<int> results;      // what the calls made so far returned
+        bool fold = false;             // functools.reduce: each call's first argument (after
+                                       // self) is what the call before returned
     };
     std::vector<MapRecord> m_maps;
     MapRecord* map_of(int value);
     int make_map(const std::vector<int>& args, PyObject* result);
     void prepare_key(Pending& p);
+    void prepare_fold(Pending& p);
+    int fold_result(const Pending& p, PyObject* result);
     // warnings.warn, logger.info & co: the site they report, found while the frames run
     // ([Note: effects that read the caller's frame])
     void prepare_caller_effect(ShadowFrame& f, Pending& p);
@@ -260,6 +265,7 @@ private:
     py::Ref reals_of(const std::vector<int>& items, bool list);
     int new_object(int cls, PyObject* real);
     int as_mapping(int value, const char* slot);
+    bool input_dict(int value);  // a dict (or dict subclass) passed in
     bool escaped_mapping_write(int dict, const char* method, const std::vector<int>& args);
     bool expect_hook(Pending& p, const char* dunder);
     int object_slot_call(const Pending& p, PyObject* result);
