@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 import magpy
-from conftest import assert_stats, break_ids, check
+from conftest import assert_raises_like_eager, assert_stats, break_ids, check
 
 torch.manual_seed(0)
 
@@ -630,3 +630,42 @@ def test_a_named_tuple_of_an_op_unpacked_into_a_call():
 
     cf = check(f, [torch.randn(3, 4)] * 3)
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def _env_flagged(x):
+    import os
+    if os.environ.get("MAGPY_TEST_DEBUG_SCALE", "0") == "1":
+        x = x * 2
+    if "MAGPY_TEST_DEBUG_SHIFT" in os.environ:
+        x = x + float(os.environ["MAGPY_TEST_DEBUG_SHIFT"])
+    return x + int(os.getenv("MAGPY_TEST_DEBUG_N", "3"))
+
+
+def test_environment_variables_read_in_a_forward_are_guarded(monkeypatch):
+    # [Note: environment reads]: a debug flag read on every call is a constant of the
+    # capture, guarded in os.environ._data; setting it recompiles and says which.
+    for name in ("MAGPY_TEST_DEBUG_SCALE", "MAGPY_TEST_DEBUG_SHIFT", "MAGPY_TEST_DEBUG_N"):
+        monkeypatch.delenv(name, raising=False)
+
+    def change(i):
+        if i == 2:
+            monkeypatch.setenv("MAGPY_TEST_DEBUG_SCALE", "1")
+        if i == 3:
+            monkeypatch.setenv("MAGPY_TEST_DEBUG_SHIFT", "0.5")
+        if i == 4:
+            monkeypatch.setenv("MAGPY_TEST_DEBUG_N", "7")
+
+    cf = check(_env_flagged, [torch.randn(3) for _ in range(6)], mutate=change)
+    assert_stats(cf, graphs=4, breaks=0, hits=2, misses=4)
+    reasons = magpy.explain(cf).recompile_reasons
+    assert "expected no key b'MAGPY_TEST_DEBUG_SCALE', found one (b'1')" in reasons[0]
+
+
+def test_a_missing_environment_variable_raises_like_eager(monkeypatch):
+    import os
+    monkeypatch.delenv("MAGPY_TEST_MISSING", raising=False)
+
+    def f(x):
+        return x * len(os.environ["MAGPY_TEST_MISSING"])
+
+    assert_raises_like_eager(f, lambda: (torch.randn(2),), KeyError)

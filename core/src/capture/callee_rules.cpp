@@ -398,6 +398,9 @@ CalleeInfo classify_callee(PyObject* f) {
         info.op = py::str_of(fn->func_name);
         if (api.module_member_fn(f)) {
             info.kind = CallKind::ModuleMembers;
+        } else if (m == "os" && info.name == "getenv") {
+            info.kind = CallKind::EnvRead;
+            info.name = "os.getenv";
         } else if (m == "logging" && logger_level(info.name) >= 0) {
             info.kind = CallKind::Log;  // logger.info(...) & co
         } else if ((m == "numpy" || starts_with(m, "numpy.")) && !starts_with(m, "numpy.random")) {

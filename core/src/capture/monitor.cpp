@@ -482,6 +482,63 @@ bool Monitor::expect_hook(Pending& p, const char* dunder) {
     return true;
 }
 
+// os.environ, as os made it (borrowed; kept for the process), or null.
+static PyObject* os_environ() {
+    static PyObject* environ = [] {
+        PyObject* os = PyImport_ImportModule("os");
+        PyObject* e = os ? PyObject_GetAttrString(os, "environ") : nullptr;
+        Py_XDECREF(os);
+        if (!e) PyErr_Clear();
+        return e;
+    }();
+    return environ;
+}
+
+// [Note: environment reads] `os.environ.get(name, default)`, `os.getenv(name)`,
+// `os.environ[name]` and `name in os.environ` (a debug flag read in a forward) read the process
+// environment, which may change between calls. os.environ keeps it in a plain dict of bytes
+// (`_data`, what os.putenv was given through it): the read is guarded there, the value by
+// equality or the name's absence, so a changed variable recompiles and the answer is a
+// constant of the capture. `fallback`: the value when the variable is not set (-1: none).
+int Monitor::environ_read(int name, PyObject* result, int fallback) {
+    auto fail = [&](const std::string& why) {
+        m_cap.fail(breaks::kUnsupportedCallee, why,
+                   "read the environment variable outside the compiled function");
+        return -1;
+    };
+    if (!require_const({name}, "the name of an environment variable")) return -1;
+    PyObject* key = m_cap.v(name).real.get();
+    py::Ref os = py::Ref::steal(PyImport_ImportModule("os"));
+    py::Ref data = py::Ref::steal(PyObject_GetAttrString(os_environ(), "_data"));
+    py::Ref encoded = key && PyUnicode_Check(key)
+                          ? py::Ref::steal(PyObject_CallMethod(os_environ(), "encodekey", "O", key))
+                          : py::Ref();
+    if (!os || !data || !PyDict_CheckExact(data.get()) || !encoded) {
+        PyErr_Clear();
+        return fail("os.environ is read in a way the capture does not know");
+    }
+    // os.environ is still the object read here (os.getenv reads it from os too), and _data its
+    int env = m_cap.input_child(m_cap.constant_root(os.get(), "sys.modules['os']"),
+                                AccessKind::Attr, 0, interned("environ"), ".environ", os_environ());
+    if (env < 0) return -1;
+    m_cap.guard_identity(env);
+    int d = m_cap.input_child(env, AccessKind::Attr, 0, interned("_data"), "._data", data.get());
+    if (d < 0) return -1;
+    PyObject* held = PyDict_GetItemWithError(data.get(), encoded.get());  // borrowed
+    if (!held && PyErr_Occurred()) {
+        PyErr_Clear();
+        return fail("os.environ is read in a way the capture does not know");
+    }
+    if (!held) {
+        m_cap.guard_no_key(d, encoded.get());
+        return fallback;
+    }
+    int v = m_cap.input_child(d, AccessKind::DictItem, 0, encoded.get(),
+                              "[" + py::repr_string(encoded.get()) + "]", held);
+    if (v < 0 || !require_const({v}, "an environment variable")) return -1;
+    return result ? m_cap.const_value(result) : -1;
+}
+
 // CallKind::ObjectSlot, after the call ran: `object.__setattr__(obj, name, v)` is the plain
 // store; dict's and OrderedDict's item slots act on the object's items.
 int Monitor::object_slot_call(const Pending& p, PyObject* result) {
@@ -2479,7 +2536,8 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case BEFORE_WITH: defer(1, 2); return;
     case BINARY_OP: case COMPARE_OP: case BINARY_SUBSCR: case IS_OP: case CONTAINS_OP:
         defer(2, 1);
-        if (ins.opcode == BINARY_SUBSCR) expect_hook(f.pending, "__getitem__");
+        if (ins.opcode == BINARY_SUBSCR && m_cap.v(f.pending.in[0]).real.get() != os_environ())
+            expect_hook(f.pending, "__getitem__");
         return;
     case UNARY_NEGATIVE: case UNARY_POSITIVE: case UNARY_INVERT: case UNARY_NOT: case GET_ITER:
         defer(1, 1);
@@ -2673,6 +2731,10 @@ void Monitor::complete(ShadowFrame& f) {
         // sequence.
         int needle = p.in[0], hay = as_mapping(p.in[1], "__contains__");
         if (hay < 0) return;
+        if (m_cap.v(hay).real.get() == os_environ()) {  // `name in os.environ`
+            if (environ_read(needle, tos, m_cap.const_value(tos)) >= 0) out(m_cap.const_value(tos));
+            return;
+        }
         if (!known(needle)) {
             require_const({needle}, "an `in` test");
             return;
@@ -2712,8 +2774,15 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     }
     case BINARY_SUBSCR:
-        if (int cont = as_mapping(p.in[0], "__getitem__"); cont >= 0)
+        if (m_cap.v(p.in[0]).real.get() == os_environ()) {  // os.environ[name]
+            if (m_cap.v(p.in[1]).real && PyUnicode_Check(m_cap.v(p.in[1]).real.get()))
+                out(environ_read(p.in[1], tos, -1));
+            else
+                m_cap.fail(breaks::kUnsupportedCallee, "os.environ is indexed with " +
+                           m_cap.v(p.in[1]).label, "index it with a str");
+        } else if (int cont = as_mapping(p.in[0], "__getitem__"); cont >= 0) {
             out(subscript(cont, p.in[1], tos));
+        }
         return;
     case UNARY_NEGATIVE: case UNARY_POSITIVE: case UNARY_INVERT: case UNARY_NOT: {
         Value& a = m_cap.v(p.in[0]);
@@ -3153,6 +3222,12 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     p.callee_value = callable;
     p.kwnames = kwnames;
     p.in = std::move(args);
+    if (p.callee.kind == CallKind::InlineFunction && p.callee.name == "Mapping.get" &&
+        !p.in.empty() && m_cap.v(p.in[0]).real.get() == os_environ()) {
+        p.callee.kind = CallKind::EnvRead;  // os.environ.get(name[, default])
+        p.callee.name = "os.environ.get";
+        p.in.erase(p.in.begin());
+    }
     if (p.callee.kind == CallKind::InlineModule) p.expect_self = fn;
     if (p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::LeafModule) {
         // [Note: module hooks] Hooks run code the module's forward does not show (a forward
@@ -3988,6 +4063,12 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     }
     case CallKind::ObjectSlot:
         return push_out(object_slot_call(p, result));
+    case CallKind::EnvRead:
+        if (p.kwnames || p.in.empty() || p.in.size() > 2)
+            return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "()` with these arguments",
+                              "pass the name and the default by position");
+        return push_out(environ_read(p.in[0], result,
+                                     p.in.size() == 2 ? p.in[1] : m_cap.const_value(Py_None)));
     case CallKind::MakePartial:
         if (!result || Py_TYPE(result) != functools_partial_type())
             return m_cap.internal_error("functools.partial() did not make a partial");

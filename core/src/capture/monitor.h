@@ -269,6 +269,7 @@ private:
     bool escaped_mapping_write(int dict, const char* method, const std::vector<int>& args);
     bool expect_hook(Pending& p, const char* dunder);
     int object_slot_call(const Pending& p, PyObject* result);
+    int environ_read(int name, PyObject* result, int fallback);  // [Note: environment reads]
     int object_attr(int obj, PyObject* name, PyObject* real, bool method);
     int class_member(int obj, PyObject* name, PyObject* attr);
     bool set_object_attr(int obj, PyObject* name, int val);
