@@ -2267,6 +2267,115 @@ class HFStyleOutputClassifier(HFStyleClassifier):
                                         hidden_states=out["hidden_states"])
 
 
+@dataclass
+class BaseModelOutputWithPoolingAndAttentions(HFModelOutput):
+    last_hidden_state: torch.Tensor = None
+    pooler_output: Optional[torch.Tensor] = None
+    hidden_states: Optional[tuple] = None
+    attentions: Optional[tuple] = None
+
+
+class HFSelfAttentionLayer(nn.Module):
+    """A BERT layer in Hugging Face's style: returns a tuple whose tail holds the attention
+    probabilities when asked for them."""
+
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def transpose_for_scores(self, x):
+        return x.view(x.size()[:-1] + (self.heads, self.head_dim)).permute(0, 2, 1, 3)
+
+    def forward(self, hidden, mask, output_attentions=False):
+        q, k, v = map(self.transpose_for_scores, self.qkv(hidden).chunk(3, dim=-1))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim) + mask
+        probs = scores.softmax(-1)
+        ctx = (probs @ v).permute(0, 2, 1, 3).flatten(2)
+        out = self.norm(hidden + self.out(ctx))
+        return (out, probs) if output_attentions else (out,)
+
+
+class HFNestedOutputsEncoder(nn.Module):
+    """transformers' BertModel + BertForSequenceClassification: all_hidden_states and
+    all_attentions grown as tuples, a ModelOutput from the base model read by position and by
+    name in the head, `return_dict=False` turning it into a tuple, and the head's own
+    ModelOutput with a loss."""
+
+    def __init__(self, dim=16, layers=2):
+        super().__init__()
+        self.embed = nn.Embedding(40, dim)
+        self.layers = nn.ModuleList([HFSelfAttentionLayer(dim) for _ in range(layers)])
+        self.pooler = nn.Linear(dim, dim)
+        self.classifier = nn.Linear(dim, 3)
+
+    def base(self, ids, attention_mask, output_hidden_states, output_attentions, return_dict):
+        ext = (1.0 - attention_mask[:, None, None, :].to(torch.float32)) * -10000.0
+        hidden = self.embed(ids)
+        all_hidden_states = () if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden_states = all_hidden_states + (hidden,)
+            layer_outputs = layer(hidden, ext, output_attentions)
+            hidden = layer_outputs[0]
+            if output_attentions:
+                all_attentions = all_attentions + (layer_outputs[1],)
+        if output_hidden_states:
+            all_hidden_states = all_hidden_states + (hidden,)
+        pooled = torch.tanh(self.pooler(hidden[:, 0]))
+        if not return_dict:
+            return tuple(v for v in [hidden, pooled, all_hidden_states, all_attentions]
+                         if v is not None)
+        return BaseModelOutputWithPoolingAndAttentions(
+            last_hidden_state=hidden, pooler_output=pooled, hidden_states=all_hidden_states,
+            attentions=all_attentions)
+
+    def forward(self, ids, attention_mask, labels=None, output_attentions=True, return_dict=True):
+        outputs = self.base(ids, attention_mask, True, output_attentions, return_dict)
+        logits = self.classifier(outputs[1])
+        loss = F.cross_entropy(logits, labels) if labels is not None else None
+        if not return_dict:
+            output = (logits,) + outputs[2:]
+            return ((loss,) + output) if loss is not None else output
+        return SequenceClassifierOutput(loss=loss, logits=logits,
+                                        hidden_states=outputs.hidden_states)
+
+
+def hf_nested_inputs(return_dict=True):
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[1, 4:] = 0
+    return Args(torch.randint(0, 40, (2, 6)), mask, labels=torch.tensor([1, 2]),
+                return_dict=return_dict)
+
+
+class EnvDebugMultiTaskLoss(nn.Module):
+    """Research code's knobs: a debug flag and a loss weight read from the environment in the
+    forward, and the task losses summed with functools.reduce over a lambda."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(16, 32), nn.ReLU())
+        self.heads = nn.ModuleDict({"cls": nn.Linear(32, 4), "reg": nn.Linear(32, 1)})
+
+    def forward(self, x, targets):
+        import os
+        h = self.trunk(x)
+        if os.environ.get("MAGPY_CORPUS_DEBUG_NAN_CHECK", "0") == "1":
+            assert not torch.isnan(h).any(), "NaN in trunk"
+        weight = float(os.getenv("MAGPY_CORPUS_REG_WEIGHT", "0.5"))
+        losses = {"cls": F.cross_entropy(self.heads["cls"](h), targets["cls"]),
+                  "reg": weight * F.mse_loss(self.heads["reg"](h).squeeze(-1), targets["reg"])}
+        total = functools.reduce(lambda a, b: a + b, losses.values())
+        return total, {k: v.detach() for k, v in losses.items()}
+
+
+def env_debug_inputs():
+    return (torch.randn(5, 16), {"cls": torch.randint(0, 4, (5,)), "reg": torch.randn(5)})
+
+
 def hf_style_inputs():
     mask = torch.ones(2, 5)
     mask[1, 3:] = 0
@@ -3526,6 +3635,15 @@ def programs():
                 lambda: Args(torch.randn(2, 5, 16), labels=torch.tensor([0, 2])),
                 note="returns a transformers-style ModelOutput (an OrderedDict dataclass with "
                      "__post_init__, __setattr__ and __setitem__ of its own)"),
+        Program("prog/hf_nested_model_outputs", HFNestedOutputsEncoder, hf_nested_inputs,
+                note="BertModel-style ModelOutput read by position and name in the head; "
+                     "hidden states and attentions grown as tuples; a ModelOutput with a loss"),
+        Program("prog/hf_nested_return_dict_false", HFNestedOutputsEncoder,
+                lambda: hf_nested_inputs(return_dict=False),
+                note="the same with return_dict=False: tuples sliced and concatenated"),
+        Program("prog/env_debug_multitask_loss", EnvDebugMultiTaskLoss, env_debug_inputs,
+                train=True, note="os.environ.get / os.getenv knobs in forward; task losses "
+                                 "summed with functools.reduce(lambda ...)"),
         Program("prog/hf_config_no_pooler_tuple",
                 lambda: HFStyleClassifier(HFStyleConfig(use_return_dict=False,
                                                         embedding_multiplier=0.5,
