@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import magpy
-from conftest import assert_same, assert_stats, break_ids, check
+from conftest import assert_raises_like_eager, assert_same, assert_stats, break_ids, check
 
 
 class ModelOutput(collections.OrderedDict):
@@ -306,3 +306,29 @@ def test_the_python_slots_of_a_dict_passed_in_are_not_bypassed():
     assert_stats(cf, graphs=1, breaks=0, hits=2)
     cf = check(tests, calls)
     assert break_ids(cf) == ["MB007"] and "Doubling.__contains__" in str(magpy.explain(cf))
+
+
+@dataclasses.dataclass(frozen=True)
+class Box:
+    """A frozen dataclass: its __init__ sets fields with object.__setattr__, its own
+    __setattr__ raises."""
+    lo: torch.Tensor
+    hi: torch.Tensor
+
+    def width(self):
+        return self.hi - self.lo
+
+
+def test_a_frozen_dataclass_made_in_the_call():
+    def make(x):
+        b = Box(x, x + 2)
+        return b.width() * 2, b
+
+    def assign(x):
+        b = Box(x, x + 2)
+        b.lo = x  # FrozenInstanceError, from the class's own __setattr__
+        return b
+
+    cf = check(make, [torch.randn(3) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    assert_raises_like_eager(assign, lambda: (torch.randn(2),), dataclasses.FrozenInstanceError)

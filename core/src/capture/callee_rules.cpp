@@ -305,12 +305,10 @@ PyTypeObject* user_class_base(PyTypeObject* t) {
     // Setting an attribute is the generic store, or a __setattr__ of the class's in Python,
     // traced as a method ([Note: hooks of objects made in the call] in monitor.cpp).
     if (t->tp_setattro != PyObject_GenericSetAttr) {
+        // (A __delattr__ of the class's never runs in a capture: `del obj.name` breaks.)
         static PyObject* set_name = PyUnicode_InternFromString("__setattr__");  // kept
-        static PyObject* del_name = PyUnicode_InternFromString("__delattr__");
         PyObject* set = _PyType_Lookup(t, set_name);
         if (!set || (set != _PyType_Lookup(&PyBaseObject_Type, set_name) && !PyFunction_Check(set)))
-            return nullptr;
-        if (_PyType_Lookup(t, del_name) != _PyType_Lookup(&PyBaseObject_Type, del_name))
             return nullptr;
     }
     return base;

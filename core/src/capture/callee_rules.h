@@ -85,7 +85,7 @@ bool is_namedtuple_type(PyTypeObject* type);
 // in the call] in monitor.cpp): a Python class whose only C base is object, dict or
 // OrderedDict (returned; null: not followed), made by that base's __new__, attributes in
 // __dict__ through the generic getattr, set generically or by a __setattr__ in Python, no
-// __del__ or __delattr__.
+// __del__.
 PyTypeObject* user_class_base(PyTypeObject* type);
 bool is_plain_user_class(PyTypeObject* type);
 
