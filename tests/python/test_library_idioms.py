@@ -669,3 +669,21 @@ def test_a_missing_environment_variable_raises_like_eager(monkeypatch):
         return x * len(os.environ["MAGPY_TEST_MISSING"])
 
     assert_raises_like_eager(f, lambda: (torch.randn(2),), KeyError)
+
+
+def test_a_numpy_array_passed_in_is_guarded_by_its_dtype_and_shape():
+    # torch.from_numpy(a) makes a tensor of a's dtype and shape: a capture that branched on
+    # them must not be replayed for an array of another dtype (a float32 array took the
+    # float64 path, a wrong result, before the array's metadata was guarded).
+    import numpy as np
+
+    def f(a):
+        t = torch.from_numpy(a)
+        if t.dtype == torch.float64:
+            return t * 2
+        return t[: t.shape[0] - 1] + 1
+
+    arrays = [np.full(3, 3.0), np.full(3, 3.0), np.full(3, 3.0, dtype=np.float32),
+              np.full(4, 3.0), np.full(6, 3.0)[::2]]
+    cf = check(f, arrays)
+    assert "`L['a'].dtype`" in magpy.explain(cf).recompile_reasons[0]

@@ -8,6 +8,7 @@
 #include "guards/tensor_check.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace magpy {
 
@@ -1011,11 +1012,52 @@ static PyObject* make_object_function() {
     return fn;
 }
 
+// A numpy array passed in and given to a step (`torch.from_numpy(a)`): the step reads its data
+// at replay, but what the step makes of it (dtype, shape, layout) follows from its metadata,
+// which an array keeps in attributes: guarded by value (`a.dtype.str`, `a.shape`, `a.strides`).
+// Without them a float32 array took the float64 path a capture specialised on.
+bool Capture::guard_array(int id) {
+    static PyObject* const kNames[] = {PyUnicode_InternFromString("dtype"),  // kept
+                                       PyUnicode_InternFromString("shape"),
+                                       PyUnicode_InternFromString("strides")};
+    static PyObject* const kStr = PyUnicode_InternFromString("str");
+    for (PyObject* name : kNames) {
+        py::Ref attr = py::Ref::steal(PyObject_GetAttr(v(id).real.get(), name));
+        if (!attr) {
+            PyErr_Clear();
+            internal_error("a numpy array without " + py::str_of(name));
+            return false;
+        }
+        int a = input_child(id, AccessKind::Attr, 0, name, "." + py::str_of(name), attr.get());
+        if (a < 0) return false;
+        if (name == kNames[0]) {  // a dtype compares by its str ('<f4'), a constant
+            py::Ref str = py::Ref::steal(PyObject_GetAttr(attr.get(), kStr));
+            if (!str) {
+                PyErr_Clear();
+                internal_error("a numpy dtype without str");
+                return false;
+            }
+            a = input_child(a, AccessKind::Attr, 0, kStr, ".str", str.get());
+            if (a < 0) return false;
+        }
+        if (v(a).kind != ValueKind::Const) {
+            internal_error("numpy array metadata that is not a constant");
+            return false;
+        }
+    }
+    return true;
+}
+
 bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
     Value& val = v(id);
     switch (val.kind) {
     case ValueKind::Input: {
         PyObject* o = val.real.get();
+        if (!escape && !val.tensor && std::strcmp(Py_TYPE(o)->tp_name, "numpy.ndarray") == 0) {
+            if (!guard_array(id)) return false;
+            out = Arg::input(v(id).node);
+            return true;
+        }
         if (!escape && !val.tensor && (PyList_CheckExact(o) || PyTuple_CheckExact(o)) &&
             !guard_contents(id, 0))
             return false;

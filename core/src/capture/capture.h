@@ -309,6 +309,7 @@ private:
     void add_type_guards(int value, PyObject* real, bool by_type);
     bool build_arg(int value, Arg& out, bool escape, int depth);
     bool guard_contents(int value, int depth);
+    bool guard_array(int value);  // a numpy array given to a step: its dtype, shape, strides
     void add_step(Step step);
     void may_decline();
     bool undoable_write(const Step& step, const std::vector<int>& values);

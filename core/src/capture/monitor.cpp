@@ -1345,9 +1345,9 @@ int Monitor::super_method(int sup, PyObject* name, PyObject* real) {
                        base &&
                        (Py_TYPE(raw) == &PyWrapperDescr_Type || Py_TYPE(raw) == &PyMethodDescr_Type) &&
                        PyType_IsSubtype(base, PyDescr_TYPE(raw));
-    object_init = object_init || base_method;
-    if (!raw || !(object_init || PyFunction_Check(raw)) || !real ||
-        (!object_init && (!PyMethod_Check(real) || PyMethod_GET_FUNCTION(real) != raw)))
+    bool c_slot = object_init || base_method;  // called with the object first, as a slot
+    if (!raw || !(c_slot || PyFunction_Check(raw)) || !real ||
+        (!c_slot && (!PyMethod_Check(real) || PyMethod_GET_FUNCTION(real) != raw)))
         return m_cap.fail(breaks::kUnsupportedAttribute, what + " is not a plain method",
                           "call a plain method of the base class"),
                -1;
