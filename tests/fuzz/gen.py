@@ -1281,7 +1281,13 @@ class ProgramGen:
         other = self.gen_t_exact(env, e.shape, 1) or e
         n, o = self.name("t"), self.name("o")
         env[n] = V("t", e.shape, True)
-        g = self.r.randrange(6)
+        g = self.r.randrange(7)
+        if g == 6:  # a numpy array passed in: dtype, layout and data change between calls
+            env[n] = V("t", (self.F,), True)
+            a = self.name("a")
+            return [f"{a} = torch.from_numpy(G_NP)",
+                    f"{n} = {a}.float() * 2 if {a}.dtype == torch.float64 else {a}.float() + 1",
+                    f"{n} = {n} + torch.as_tensor(G_NP, dtype=torch.float32)"]
         if g == 5:  # a ModelOutput passed in (a global the caller changes between calls)
             env[n] = V("t", (self.F,), True)
             read = self.choice(["G_OUT[0]", "G_OUT[-1]", "G_OUT['main']", "G_OUT.main"])
@@ -2108,7 +2114,7 @@ class ProgramGen:
 
         # mutations between calls
         mut = ["def mutate(i):",
-               "    global BATCH, G_INT, G_FLOAT, G_FLAG, G_OPT, G_T, G_B, HELPER, G_OUT"]
+               "    global BATCH, G_INT, G_FLOAT, G_FLAG, G_OPT, G_T, G_B, HELPER, G_OUT, G_NP"]
         flip_defaults = []
         if defaults and not kwonly:
             flip_defaults = ["fn.__defaults__ = _flip_all(fn.__defaults__)"]
@@ -2136,6 +2142,8 @@ class ProgramGen:
             "LST.append(torch.randn(F + 1))",
             "G_OUT['aux'] = torch.randn(F)", "G_OUT = Result(main=torch.randn(F))",
             "G_OUT.main = torch.randn(F)",
+            "G_NP = G_NP.astype(np.float32)", "G_NP = np.linspace(0.0, 2.0, 2 * F)[::2]",
+            "G_NP[0] = 5.0", "G_NP = np.arange(F)",
         ] + flip_defaults
         for i in range(1, nc):
             acts = []
@@ -2193,6 +2201,7 @@ import io
 import logging
 import warnings
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -2504,6 +2513,7 @@ _SINK = io.StringIO()
 HELPER = {self.choice(['helper_a', 'helper_b'])}
 OBJ = Obj()
 G_OUT = Result(main=torch.randn(F), aux=torch.randn(F))
+G_NP = np.linspace(-1.0, 1.0, F)
 NET = {'SubNet' if self.p(0.3) else 'Net'}()
 NET.train({self.choice(['True', 'False'])})
 LST = [torch.randn(F) for _ in range({r.randint(1, 3)})]

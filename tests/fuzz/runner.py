@@ -36,6 +36,7 @@ for _p in (HERE, os.path.join(ROOT, "core", "python"), os.path.join(ROOT, "build
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import magpy  # noqa: E402
@@ -252,6 +253,17 @@ class Comparer:
             if type(a).__name__ != type(b).__name__:
                 self.diff(path, f"{_tname(a)}: {a!s:.200} (eager) vs {_tname(b)}: {b!s:.200}"
                                 " (compiled)")
+            return
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            if type(a) is not type(b):
+                return self.diff(path, f"{_tname(a)} (eager) vs {_tname(b)} (compiled)")
+            for attr in ("dtype", "shape", "strides"):
+                if getattr(a, attr) != getattr(b, attr):
+                    return self.diff(path, f"{attr} {getattr(a, attr)} (eager) vs "
+                                           f"{getattr(b, attr)} (compiled)")
+            if not np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+                self.diff(path, f"values differ\n      eager:    {a!r:.200}\n"
+                                f"      compiled: {b!r:.200}")
             return
         ua, ub = _user_type(a), _user_type(b)
         if ua or ub:
