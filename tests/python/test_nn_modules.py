@@ -584,3 +584,60 @@ def test_module_dict_by_key_and_a_sliced_module_list_live_at_a_break(log):
         assert e.graph_count == 1
     m.lateral["p3"] = nn.Linear(4, 4)  # another module under the key: guarded
     check(m, [(torch.randn(2, 4), log)], compiled=cf)
+
+
+class CountingLinear(nn.Linear):
+    """A module whose class defines __call__: it counts calls, then runs Module.__call__."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.calls = 0
+
+    def __call__(self, x):
+        self.calls += 1
+        return super().__call__(x)
+
+
+class WithCounted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = CountingLinear(4, 4)
+
+    def forward(self, x):
+        return self.inner(x).relu() + self.inner(x)
+
+
+def test_a_submodule_with_its_own_call_runs_it_on_every_call():
+    # Found by a probe: the capture traced the forward only, so the count the class's __call__
+    # keeps stayed at 1 (a wrong visible state, with right outputs).
+    m = WithCounted()
+    cf = check(m, [torch.randn(2, 4) for _ in range(3)], pin=(m,))
+    calls = m.inner.calls
+    cf(torch.randn(2, 4))
+    assert m.inner.calls == calls + 2
+    assert_stats(cf, breaks=0)
+
+
+def test_giving_a_module_class_a_call_later_recompiles():
+    class Plain(nn.Linear):
+        pass
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Plain(4, 4)
+
+        def forward(self, x):
+            return self.inner(x)
+
+    m = Outer()
+    cf = magpy.compile(m)
+    x = torch.randn(2, 4)
+    cf(x)
+    cf(x)
+    Plain.__call__ = lambda self, t: nn.Module.__call__(self, t) * 2
+    try:
+        assert torch.equal(cf(x), m(x))
+        assert magpy.explain(cf).cache_entries == 2
+    finally:
+        del Plain.__call__

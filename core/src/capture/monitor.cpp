@@ -3232,13 +3232,28 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     if (p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::LeafModule) {
         // [Note: module hooks] Hooks run code the module's forward does not show (a forward
         // hook storing features, weight_norm's pre-hook). Without any, the guards say so;
-        // with some, the module's __call__ (Module._call_impl) is traced, hooks and all.
-        int hooks = module_hooks(callable);
+        // with some, the module's __call__ (Module._call_impl) is traced, hooks and all. So is
+        // a __call__ the module's class defines itself (a call counter, a wrapper that changes
+        // the module before `super().__call__(x)`); that Module's own __call__ is the one that
+        // runs is guarded through the class of a user module, as its forward is.
+        static PyObject* module_call =
+            _PyType_Lookup(torch_api().module_type, interned("__call__"));  // kept by torch
+        PyObject* call = _PyType_Lookup(Py_TYPE(fn), interned("__call__"));
+        bool own_call = call != module_call;
+        if (!own_call && c.kind == ValueKind::Input && p.callee.kind == CallKind::InlineModule) {
+            int cls = m_cap.input_child(callable, AccessKind::TypeOf, 0, nullptr, ".__class__",
+                                        reinterpret_cast<PyObject*>(Py_TYPE(fn)));
+            if (cls < 0 || m_cap.input_child(cls, AccessKind::TypeLookup, 0, interned("__call__"),
+                                             ".__call__", call) < 0)
+                return;
+        }
+        int hooks = own_call ? 1 : module_hooks(callable);
         if (hooks < 0) return;
         if (hooks > 0) {
-            PyObject* call = _PyType_Lookup(Py_TYPE(fn), interned("__call__"));
             if (c.kind != ValueKind::Input || !call || !PyFunction_Check(call))
-                return m_cap.fail(breaks::kUnsupportedCallee, c.label + " has hooks registered",
+                return m_cap.fail(breaks::kUnsupportedCallee,
+                                  c.label + (own_call ? " has a __call__ of its own"
+                                                      : " has hooks registered"),
                                   "remove the hooks or compile the module without them");
             int func = class_attr(callable, interned("__call__"), call);
             if (func < 0) return;
