@@ -591,3 +591,23 @@ def test_container_methods_read_as_attributes():
         assert_same(actual, expected)
         assert_same(log_c, log_e)
     assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_copies_of_dicts_are_dicts_made_in_the_call():
+    import collections
+    import copy
+
+    def f(x, d, od, **kw):
+        k = kw.copy()               # the keyword dict, copied and then changed
+        scale = k.pop("scale", 1.0)
+        c = copy.copy(d)            # copy.copy dispatches to dict.copy
+        c["x"] = x
+        o = od.copy()               # an OrderedDict's copy is an OrderedDict
+        o["y"] = x * 2
+        return x * len(k) * scale, c, o, sorted(k), d
+
+    calls = [Call(torch.randn(2), {"a": torch.randn(2)},
+                  collections.OrderedDict(b=torch.randn(2)), scale=2.0, extra=1)
+             for _ in range(3)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

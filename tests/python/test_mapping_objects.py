@@ -291,21 +291,43 @@ class Doubling(dict):
     def __contains__(self, k):
         return k == "anything"
 
+    def __len__(self):
+        return 42
+
 
 def test_the_python_slots_of_a_dict_passed_in_are_not_bypassed():
-    # Guards fetch items as dict does; a class that changes what d[k] or `k in d` means
-    # must not be read that way (this returned the undoubled item before).
+    # Guards fetch items as dict does; a class that changes what d[k], `k in d` or len(d)
+    # means must not be read that way (d["a"] returned the undoubled item before).
     def reads(d):
-        return d["a"] + 1
+        return d["a"] + (1 if "anything" in d and "a" not in d else 0)
 
-    def tests(d):
-        return d["a"] + (1 if "anything" in d else 0)
+    def counts(d):
+        return d["a"] * len(d)
 
     calls = [Doubling(a=torch.randn(2)) for _ in range(3)]
     cf = check(reads, calls)
     assert_stats(cf, graphs=1, breaks=0, hits=2)
-    cf = check(tests, calls)
-    assert break_ids(cf) == ["MB007"] and "Doubling.__contains__" in str(magpy.explain(cf))
+    cf = check(counts, calls)
+    assert break_ids(cf) == ["MB007"] and "Doubling.__len__" in str(magpy.explain(cf))
+
+
+def test_membership_in_module_and_parameter_dicts():
+    class Heads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = nn.ModuleDict({"cls": nn.Linear(4, 2)})
+            self.scales = nn.ParameterDict({"cls": nn.Parameter(torch.ones(2))})
+
+        def forward(self, x, name):
+            y = self.heads[name](x) if name in self.heads else x[:, :2]
+            if name in self.scales and "box" not in self.scales:
+                y = y * self.scales[name]
+            return y
+
+    m = Heads()
+    cf = check(m, [(torch.randn(3, 4), "cls"), (torch.randn(3, 4), "cls"),
+                   (torch.randn(3, 4), "box")], pin=(m,))
+    assert_stats(cf, graphs=2, breaks=0, hits=1)
 
 
 @dataclasses.dataclass(frozen=True)

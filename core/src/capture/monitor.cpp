@@ -302,10 +302,11 @@ int Monitor::fresh_dict(const std::vector<int>& pairs, PyObject* real) {
 // the base's slots and methods act on (`obj[k]`, `k in obj`, `len(obj)`, iteration,
 // `obj.keys()`, `super().__setitem__(k, v)`, `dict.get(obj, k)`), and which the object is
 // made with at replay, items in their order, set as the base sets them.
-// [Note: hooks of objects made in the call] A class's own __setattr__, __setitem__ or
-// __getitem__ written in Python is traced like a method when an instruction runs it
-// (`self.loss = loss` in a dataclass __init__, `self[name] = v`, `out[0]`), guarded through the
-// class; inside it, `super().__setattr__(name, v)` and `object.__setattr__(self, name, v)` are
+// [Note: hooks of objects made in the call] A class's own __setattr__, __setitem__,
+// __getitem__ or __contains__ written in Python is traced like a method when an instruction
+// runs it (`self.loss = loss` in a dataclass __init__, `self[name] = v`, `out[0]`, `k in obj`),
+// guarded through the class; the reading ones also on objects passed in (`name in
+// self.heads` of a ModuleDict, `outputs["logits"]` of a ModelOutput). Inside a hook, `super().__setattr__(name, v)` and `object.__setattr__(self, name, v)` are
 // the plain store, `super().__setitem__(k, v)` the base's. A write the capture makes after the
 // object escaped is replayed by calling that base slot on it, never the class's hook again.
 int Monitor::new_object(int cls, PyObject* real) {
@@ -449,13 +450,16 @@ bool Monitor::set_object_attr(int obj, PyObject* name, int val) {
 bool Monitor::expect_hook(Pending& p, const char* dunder) {
     if (p.in.empty()) return false;
     const Value& o = m_cap.v(p.in[0]);
+    bool read = std::strcmp(dunder, "__getitem__") == 0 || std::strcmp(dunder, "__contains__") == 0;
+    // (ModuleList and Sequential items are read by the module rules, not their __getitem__)
     bool input = o.kind == ValueKind::Input && !o.tensor && o.real && !PyType_Check(o.real.get()) &&
-                 !PyObject_TypeCheck(o.real.get(), torch_api().module_type);
+                 (std::strcmp(dunder, "__getitem__") != 0 ||
+                  !PyObject_TypeCheck(o.real.get(), torch_api().module_type));
     if (o.kind != ValueKind::FreshObject && !input) return false;
     PyTypeObject* type = Py_TYPE(o.real.get());
     PyObject* fn = _PyType_Lookup(type, interned(dunder));
     if (!fn || !PyFunction_Check(fn)) return false;
-    if (input && std::strcmp(dunder, "__getitem__") != 0) {
+    if (input && !read) {
         // a write through the hook of an object passed in: what it leaves is not followed
         m_cap.fail(breaks::kUnsupportedAttribute,
                    "`" + std::string(type->tp_name) + "." + dunder + "` of " + o.label +
@@ -2538,6 +2542,12 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         defer(2, 1);
         if (ins.opcode == BINARY_SUBSCR && m_cap.v(f.pending.in[0]).real.get() != os_environ())
             expect_hook(f.pending, "__getitem__");
+        if (ins.opcode == CONTAINS_OP &&  // `key in container`: container.__contains__(key)
+            m_cap.v(f.pending.in[1]).real.get() != os_environ()) {
+            Pending& q = f.pending;
+            std::swap(q.in[0], q.in[1]);
+            if (!expect_hook(q, "__contains__")) std::swap(q.in[0], q.in[1]);
+        }
         return;
     case UNARY_NEGATIVE: case UNARY_POSITIVE: case UNARY_INVERT: case UNARY_NOT: case GET_ITER:
         defer(1, 1);
@@ -2590,6 +2600,8 @@ void Monitor::complete(ShadowFrame& f) {
                               "`" + p.callee.name + "` ran without being traced",
                               "use plain attributes and items");
         if (p.opcode == BINARY_SUBSCR) out(p.inline_result);
+        if (p.opcode == CONTAINS_OP && require_const({p.inline_result}, "an `in` test"))
+            out(m_cap.const_value(tos));  // what __contains__ gave, as `in` or `not in` made it
         return;
     }
     if (p.property_get) {  // [Note: properties] the getter returned what the attribute is
@@ -4847,6 +4859,13 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         vv.iter_view = true;
         vv.items = std::move(items);
         return view;
+    }
+    if (name == "copy" && args.size() == 1 && result && PyDict_Check(result)) {
+        // kwargs.copy(), copy.copy(d): a dict made in the call with the same items (an
+        // OrderedDict's copy is made again as an OrderedDict)
+        std::vector<int> pairs;
+        if (!dict_view(d, DictView::Items, pairs)) return -1;
+        return fresh_dict(pairs, result);
     }
     if (name == "get" && (args.size() == 2 || args.size() == 3) &&
         m_cap.v(args[1]).kind == ValueKind::Const) {
