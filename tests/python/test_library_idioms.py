@@ -687,3 +687,21 @@ def test_a_numpy_array_passed_in_is_guarded_by_its_dtype_and_shape():
               np.full(4, 3.0), np.full(6, 3.0)[::2]]
     cf = check(f, arrays)
     assert "`L['a'].dtype`" in magpy.explain(cf).recompile_reasons[0]
+
+
+def test_typing_subscripts_are_constants():
+    # torchvision-style `torch.jit.annotate(List[Tensor], [])` and typing.cast: typing's
+    # aliases are guarded by identity, so List[Tensor] (from typing's own cache) is a constant
+    from typing import Dict, List, Optional, Tuple, cast
+
+    def f(x):
+        outs = torch.jit.annotate(List[torch.Tensor], [])
+        for i in range(2):
+            outs.append(x * i)
+        d = cast(Dict[str, torch.Tensor], {"a": x})
+        t = cast(Tuple[int, int], (1, 2))
+        o = cast(Optional[torch.Tensor], None)
+        return torch.stack(outs).sum() + d["a"] + t[0] + (0 if o is None else o)
+
+    cf = check(f, [torch.randn(3) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

@@ -95,7 +95,19 @@ static PyTypeObject* enum_meta_type() {
 
 // Objects a guard checks by identity: classes, functions, modules, and singletons (enum
 // members, bare `object()` sentinels), whose identity is what programs test with `is`.
+// typing's special forms and aliases (`List`, `Optional`, `List[Tensor]`, a TypeVar) and
+// `list[int]`: made once, never changed, compared by identity (`List[Tensor]` in
+// torch.jit.annotate and typing.cast is then a constant of the capture).
+bool is_typing_object(PyObject* o) {
+    PyTypeObject* t = Py_TYPE(o);
+    if (t == &Py_GenericAliasType) return true;
+    if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || !t->tp_dict) return false;
+    PyObject* module = PyDict_GetItemString(t->tp_dict, "__module__");  // borrowed
+    return module && PyUnicode_Check(module) && PyUnicode_CompareWithASCIIString(module, "typing") == 0;
+}
+
 static bool is_identity_object(PyObject* o) {
+    if (is_typing_object(o)) return true;
     if (PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) || PyModule_Check(o) ||
         PyCode_Check(o) || Py_TYPE(o) == &PyMethodDescr_Type ||
         Py_TYPE(o) == &PyWrapperDescr_Type || Py_TYPE(o) == &PyClassMethodDescr_Type ||

@@ -158,6 +158,8 @@ void set_graph_break_error(PyObject* type);
 // A value guarded by equality and used as a constant: None, numbers, strings, dtypes, devices,
 // ranges, and tuples and frozensets of them.
 bool is_constant_like(PyObject* o, int depth = 0);
+// typing's special forms and aliases (`List[Tensor]`) and `list[int]`: guarded by identity.
+bool is_typing_object(PyObject* o);
 std::string format_break(const BreakInfo& b);
 
 // PRECONDITION for every method: GIL held, called from the trace callback of this thread.

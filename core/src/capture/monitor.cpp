@@ -3968,7 +3968,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         bool args_known = true;
         for (int a : p.in) args_known = args_known && known(a);
         if (args_known && result && (result == Py_None || is_number(result) ||
-                                     PyUnicode_CheckExact(result) || PyBool_Check(result)))
+                                     PyUnicode_CheckExact(result) || PyBool_Check(result) ||
+                                     is_typing_object(result)))  // List[Tensor]: typing's cache
             return push_out(m_cap.const_value(result));
         return m_cap.fail(breaks::kUnsupportedCallee,
                           "the cached function `" + name + "` returns " +
