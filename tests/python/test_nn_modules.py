@@ -641,3 +641,36 @@ def test_giving_a_module_class_a_call_later_recompiles():
         assert magpy.explain(cf).cache_entries == 2
     finally:
         del Plain.__call__
+
+
+class SoloBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return x + torch.relu(self.fc(x))
+
+
+def test_each_layer_compiled_on_its_own_has_its_own_cache_limit():
+    # Found by a probe: twelve blocks compiled one by one share SoloBlock.forward's code; the
+    # cache limit counted every block's entry, so blocks 9 to 12 ran eagerly (MB013).
+    blocks = [SoloBlock() for _ in range(12)]
+    compiled = [magpy.compile(b) for b in blocks]
+    x = torch.randn(2, 8)
+    for _ in range(2):
+        for b, cb in zip(blocks, compiled):
+            assert torch.equal(cb(x), b(x))
+    for cb in compiled:  # each explains its own entry, not its siblings'
+        assert_stats(cb, graphs=1, breaks=0, hits=1, misses=1, entries=1)
+
+
+def test_entries_of_one_code_are_bounded_across_compiled_objects():
+    # the engine's kMaxSharedEntries (64): past it, a new block runs eagerly, with a reason
+    blocks = [SoloBlock() for _ in range(66)]
+    x = torch.randn(1, 8)
+    results = [(magpy.compile(b)(x), b(x)) for b in blocks]
+    assert all(torch.equal(a, e) for a, e in results)
+    last = magpy.compile(blocks[-1])
+    last(x)
+    assert break_ids(last) == ["MB013"] and "from all its compiled objects" in str(magpy.explain(last))

@@ -41,6 +41,13 @@ struct CallStats {
 };
 
 struct CompiledState {
+    // Tells this wrapper's cache entries from those of other wrappers of the same code (one
+    // per layer compiled on its own: each has its own cache limit and its own explain()).
+    uint64_t id = next_id();
+    static uint64_t next_id() {  // PRECONDITION: GIL held
+        static uint64_t n = 0;
+        return ++n;
+    }
     py::Ref target;  // the user's function or module (called as given)
     py::Ref code;    // the code object whose frames are captured (null: nothing to capture)
     PyObject* expect_self = nullptr;  // module or bound-method self (owned by target)

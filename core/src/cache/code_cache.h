@@ -7,6 +7,7 @@
 #include "capture/capture.h"
 #include "replay/resume.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -20,6 +21,12 @@ namespace magpy {
 struct CacheEntry {
     uint64_t id = 0;
     std::string options_key;  // CompileOptions::key() of the wrapper that made it
+    // CompiledState::id of the wrapper that made it, then of each other wrapper (same code,
+    // same options) that hit it: whose cache limit it counts against, whose explain() shows it
+    std::vector<uint64_t> users;
+    bool used_by(uint64_t wrapper) const {
+        return std::find(users.begin(), users.end(), wrapper) != users.end();
+    }
     std::unique_ptr<GuardTree> guards;
     std::shared_ptr<const Plan> plan;       // null: the capture broke; the frame runs eagerly
     // Set when the plan is a segment that ends at a graph break: the plan's result is the
@@ -65,6 +72,9 @@ struct CodeCache {
 
 
 constexpr size_t kDefaultCacheLimit = 8;
+// Entries of one code object under one set of options, whatever wrappers made them (each
+// wrapper has its own limit, CompileOptions::cache_limit): past it, new inputs run eagerly.
+constexpr size_t kMaxSharedEntries = 64;
 
 // PRECONDITION: GIL held. Returns the cache for `code`, creating it.
 CodeCache* code_cache(PyCodeObject* code, bool create);

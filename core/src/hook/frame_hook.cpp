@@ -149,6 +149,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     CacheEntry e;
     e.id = next_entry_id();
     e.options_key = st.options_key;
+    e.users = {st.id};
     e.guards = std::move(r.guards);
     e.breaks = r.breaks;
     e.refgraph_nodes = std::move(r.refgraph_nodes);
@@ -231,19 +232,22 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
     ValuesLease lease;
     std::vector<PyObject*>& values = *lease.values;
     const std::string& key = st.options_key;
-    size_t own_entries = 0;
-    CacheEntry* last_own = nullptr;  // most recently used entry of these options
+    size_t own_entries = 0;          // made by this wrapper
+    size_t shared_entries = 0;       // made under these options by any wrapper
+    CacheEntry* last_own = nullptr;  // most recently used entry of these options this wrapper used
     bool relation_failed = false;    // an entry's guards passed but a replay Check did not
     auto count_hit = [&](std::list<CacheEntry>::iterator it) {
         (reinterpret_cast<PyObject*>(code) == st.code.get() ? st.stats.hits : st.stats.resume_hits)++;
         it->hits++;
+        if (!it->used_by(st.id)) it->users.push_back(st.id);
         if (it != cc->entries.begin()) cc->entries.splice(cc->entries.begin(), cc->entries, it);
     };
     int64_t guard_start = now_ns();
     for (auto it = cc->entries.begin(); it != cc->entries.end(); ++it) {
         if (it->options_key != key) continue;
-        if (!last_own) last_own = &*it;
-        ++own_entries;
+        ++shared_entries;
+        if (it->users.front() == st.id) ++own_entries;
+        if (!last_own && it->used_by(st.id)) last_own = &*it;
         bool ok = it->guards->check(frame, values);
         if (!ok) {
             GuardTree::release_values(values);
@@ -315,12 +319,16 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
         }
         st.stats.recompile_reasons.push_back(why.empty() ? "guard failed" : why);
     }
-    if (own_entries >= st.options.cache_limit) {
+    if (own_entries >= st.options.cache_limit || shared_entries >= kMaxSharedEntries) {
         BreakInfo b;
         b.reason_id = breaks::kCacheLimit;
-        b.reason = "`" + st.name + "` was recompiled " + std::to_string(own_entries) +
-                   " times (cache limit " + std::to_string(st.options.cache_limit) +
-                   "); further new inputs run eagerly";
+        b.reason = own_entries >= st.options.cache_limit
+                       ? "`" + st.name + "` was recompiled " + std::to_string(own_entries) +
+                             " times (cache limit " + std::to_string(st.options.cache_limit) +
+                             "); further new inputs run eagerly"
+                       : "the code of `" + st.name + "` has " + std::to_string(shared_entries) +
+                             " cache entries from all its compiled objects (limit " +
+                             std::to_string(kMaxSharedEntries) + "); further new inputs run eagerly";
         b.hint = "see recompile_reasons: mark changing sizes dynamic or keep Python values fixed";
         st.add_break(b);
         st.add_note("cache limit reached: " + b.reason);

@@ -99,7 +99,7 @@ nlohmann::json make_report(const CompiledState& st) {
     int64_t deferred = 0;
     auto add_entries = [&](CodeCache* cc, int starts_at_line) {
         for (const CacheEntry& e : cc->entries) {
-            if (e.options_key != st.options_key) continue;  // another wrapper's
+            if (e.options_key != st.options_key || !e.used_by(st.id)) continue;  // another's
             nlohmann::json entry;
             entry["id"] = e.id;
             entry["kind"] = e.plan ? "graph" : "eager";
