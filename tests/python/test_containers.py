@@ -611,3 +611,35 @@ def test_copies_of_dicts_are_dicts_made_in_the_call():
              for _ in range(3)]
     cf = check(f, calls)
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_defaultdicts_made_in_the_call():
+    # grouping by name, counting, a missing key read for its default: the items the factory
+    # makes are values of the capture; the dict returned keeps its factory
+    def f(x, names):
+        groups = collections.defaultdict(list)
+        counts = collections.defaultdict(int)
+        for i, n in enumerate(names):
+            groups[n].append(x[i])
+            counts[n] += 1
+        means = {k: torch.stack(v).sum(0) / counts[k] for k, v in groups.items()}
+        return means, groups, counts["never"], dict(counts)
+
+    cf = check(f, [(torch.randn(4, 3), ["a", "b", "a", "c"]) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    groups = cf(torch.randn(4, 3), ["a", "b", "a", "c"])[1]
+    assert type(groups) is collections.defaultdict and groups.default_factory is list
+
+    def other_factory(x):
+        d = collections.defaultdict(lambda: x)
+        return d["k"] + 1
+
+    cf = check(other_factory, [torch.randn(2) for _ in range(2)])
+    assert break_ids(cf) == ["MB004"] and "the factory of a defaultdict" in str(magpy.explain(cf))
+
+    def set_factory(x):
+        d = collections.defaultdict(set)
+        return len(d["k"]) + x
+
+    cf = check(set_factory, [torch.randn(2) for _ in range(2)])
+    assert break_ids(cf) == ["MB003"] and "runs its factory" in str(magpy.explain(cf))

@@ -577,7 +577,7 @@ CalleeInfo classify_callee(PyObject* f) {
         if (t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type || t == &PyUnicode_Type ||
             t == &PyTuple_Type || t == &PyList_Type || t == &PyRange_Type ||
             t == &PySlice_Type || t == api.size_type || t == api.device_type ||
-            t == api.ordered_dict_type || t == &PyDict_Type)
+            t == api.ordered_dict_type || t == api.defaultdict_type || t == &PyDict_Type)
             info.kind = CallKind::TypeCtor;
         if (api.is_context_type(f)) info.kind = CallKind::Context;
         if (t == &PyType_Type) info.kind = CallKind::TypeOf;

@@ -1113,6 +1113,7 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         bool object = val.kind == ValueKind::FreshObject;
         int cls = val.cls;
         int mapping = object ? val.mapping : -1;
+        int factory = val.default_factory;  // a defaultdict's: set once its items are in
         if (val.owner >= 0) {  // made with its object, never alone
             internal_error("the items of an object made in the call are built without it");
             return false;
@@ -1130,6 +1131,15 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         s.out = m_plan->add_slot();
         out = Arg::slot(s.out);
         add_step(std::move(s));
+        if (factory >= 0) {  // defaultdict() then .default_factory = factory
+            Step sf;
+            sf.kind = StepKind::SetAttr;
+            sf.name = py::Ref::steal(PyUnicode_InternFromString("default_factory"));
+            Arg fa;
+            if (!build_arg(factory, fa, false, depth + 1)) return false;
+            sf.args = {out, fa};
+            add_step(std::move(sf));
+        }
         if (object) {  // make_object(cls, {attributes}[, {items}])
             Step mk;
             mk.kind = StepKind::Call;

@@ -3741,19 +3741,23 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         if (p.key_map >= 0) return push_out(keyed_result(p, result));
         if (p.fold_map >= 0) return push_out(fold_result(p, result));
         size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
-        if (p.callee.kind == CallKind::TypeCtor && p.in.size() <= 1 + nkw &&
-            (name == "dict" || name == "collections.OrderedDict")) {
+        // defaultdict(factory, ...): the factory first, then as dict()
+        size_t first = name == "collections.defaultdict" ? 1 : 0;
+        if (p.callee.kind == CallKind::TypeCtor && p.in.size() <= first + 1 + nkw &&
+            p.in.size() >= first + nkw &&
+            (name == "dict" || name == "collections.OrderedDict" || first == 1)) {
             // Built as its own type at replay; dict(pairs) / dict(other_dict) take the items,
             // then dict(..., name=v) the keywords.
+            if (first == 1 && !require_const({p.in[0]}, "the factory of a defaultdict")) return;
             std::vector<int> pairs;
-            if (p.in.size() > nkw) {
-                const Value& src = m_cap.v(p.in[0]);
+            if (p.in.size() > first + nkw) {
+                const Value& src = m_cap.v(p.in[first]);
                 if (src.kind == ValueKind::FreshDict ||
                     (src.kind == ValueKind::Input && PyDict_Check(src.real.get()))) {
-                    if (!pairs_of(p.in[0], pairs)) return;
+                    if (!pairs_of(p.in[first], pairs)) return;
                 } else {
                     std::vector<int> seq;
-                    if (!items_of(p.in[0], seq)) return;
+                    if (!items_of(p.in[first], seq)) return;
                     for (int pair : seq) {
                         std::vector<int> kv;
                         if (!items_of(pair, kv)) return;
@@ -3770,7 +3774,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                 pairs.push_back(m_cap.const_value(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))));
                 pairs.push_back(p.in[p.in.size() - nkw + k]);
             }
-            push_out(fresh_dict(pairs, result));
+            int d = fresh_dict(pairs, result);
+            if (first == 1) m_cap.v(d).default_factory = p.in[0];
+            push_out(d);
             return;
         }
         if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 &&
@@ -5214,6 +5220,30 @@ Monitor::IndexKey Monitor::index_key(int key, int depth) {
     return {false, false};
 }
 
+// d[key] of a defaultdict made in the call that did not hold key: the item its factory just
+// made and stored (an empty list or dict made in the call, or 0 and 0.0).
+int Monitor::default_item(int dict, int key, PyObject* real) {
+    PyObject* factory = m_cap.v(m_cap.v(dict).default_factory).real.get();
+    int item = -1;
+    if (!real) return -1;
+    if (factory == reinterpret_cast<PyObject*>(&PyList_Type) && PyList_CheckExact(real))
+        item = m_cap.fresh(ValueKind::FreshList, {}, real);
+    else if (factory == reinterpret_cast<PyObject*>(&PyDict_Type) && PyDict_CheckExact(real))
+        item = fresh_dict({}, real);
+    else if ((factory == reinterpret_cast<PyObject*>(&PyLong_Type) ||
+              factory == reinterpret_cast<PyObject*>(&PyFloat_Type)) && is_constant_like(real))
+        item = m_cap.const_value(real);
+    if (item < 0) {
+        m_cap.fail(breaks::kUnsupportedCallee,
+                   "a missing key of " + m_cap.v(dict).label + " runs its factory " +
+                       py::repr_string(factory),
+                   "use defaultdict(list), (dict), (int) or (float), or dict.setdefault");
+        return -1;
+    }
+    set_fresh_item(dict, key, item);
+    return item;
+}
+
 int Monitor::subscript(int cont, int key, PyObject* real) {
     Value& c = m_cap.v(cont);
     Value& k = m_cap.v(key);
@@ -5246,6 +5276,7 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
     if (c.kind == ValueKind::FreshDict) {
         int at = fresh_dict_slot(cont, kr);
         if (at >= 0) return c.items[static_cast<size_t>(at)];
+        if (c.default_factory >= 0) return default_item(cont, key, real);
     }
     if (c.kind == ValueKind::Input) {
         PyObject* o = c.real.get();

@@ -205,6 +205,7 @@ private:
     int load_deref(ShadowFrame& f, int index);
     int load_attr(int obj, PyObject* name, PyObject* real);
     int subscript(int container, int key, PyObject* real);
+    int default_item(int dict, int key, PyObject* real);
     struct IndexKey {
         bool ok;
         bool dyn_shape;

@@ -57,6 +57,8 @@ bool init_torch_api() {
     if (!collections) return false;
     api.ordered_dict_type = get_type(collections.get(), "OrderedDict");
     if (!api.ordered_dict_type) return false;
+    api.defaultdict_type = get_type(collections.get(), "defaultdict");
+    if (!api.defaultdict_type) return false;
     py::Ref tv = py::Ref::steal(PyImport_ImportModule("torch.torch_version"));
     api.version_type = tv ? get_type(tv.get(), "TorchVersion") : nullptr;
     if (!api.version_type) PyErr_Clear();

@@ -23,6 +23,7 @@ struct TorchApi {
     PyTypeObject* device_type = nullptr;  // torch.device
     PyTypeObject* layout_type = nullptr;  // torch.layout
     PyTypeObject* ordered_dict_type = nullptr;  // collections.OrderedDict
+    PyTypeObject* defaultdict_type = nullptr;   // collections.defaultdict
     PyTypeObject* version_type = nullptr;  // torch.torch_version.TorchVersion (optional)
     // torch._ops.OpOverloadPacket and OpOverload: torch.ops.ns.op(...) (optional)
     std::vector<PyTypeObject*> op_types;

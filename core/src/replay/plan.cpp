@@ -675,7 +675,11 @@ std::string Plan::render(const std::string& fn_name) const {
             for (size_t i = 0; i + 1 < s.args.size(); i += 2)
                 rhs += (i ? ", " : "") + a(i) + ": " + a(i + 1);
             rhs += "}";
-            if (s.name) rhs = callable_name(s.name.get()) + "(" + rhs + ")";
+            if (s.name) {  // an OrderedDict, or a defaultdict whose factory is set next
+                std::string type = callable_name(s.name.get());
+                bool factory = type.find("defaultdict") != std::string::npos;
+                rhs = type + "(" + (factory ? "None, " : "") + rhs + ")";
+            }
             break;
         case StepKind::BuildSlice:
             rhs = "slice(" + a(0) + ", " + a(1) + (s.args.size() > 2 ? ", " + a(2) : "") + ")";
