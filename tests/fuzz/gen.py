@@ -1281,7 +1281,21 @@ class ProgramGen:
         other = self.gen_t_exact(env, e.shape, 1) or e
         n, o = self.name("t"), self.name("o")
         env[n] = V("t", e.shape, True)
-        g = self.r.randrange(7)
+        g = self.r.randrange(9)
+        if g == 7:  # grouping with a defaultdict made in the call
+            dd = self.name("dd")
+            lines = [f"{dd} = collections.defaultdict(list)",
+                     f"{dd}['a'].append({e.code})", f"{dd}['b'].append({other.code})",
+                     f"{dd}['a'].append({e.code} * 2)",
+                     f"{n} = torch.stack({dd}['a']).sum(0) + len({dd}['missing'])"]
+            if self.p(0.5):
+                lines.append(f"G_LOG.append({dd})")
+            return lines
+        if g == 8:  # copies of a dict passed in, changed after the copy
+            c = self.name("c")
+            how = self.choice(["DCT.copy()", "copy.copy(DCT)", "dict(DCT)"])
+            return [f"{c} = {how}", f"{c}['z'] = {e.code}",
+                    f"{n} = {e.code} * len({c}) + {c}['z']"]
         if g == 6:  # a numpy array passed in: dtype, layout and data change between calls
             env[n] = V("t", (self.F,), True)
             a = self.name("a")
@@ -2195,6 +2209,7 @@ class ProgramGen:
 # magpy fuzz program, seed {self.seed}
 import builtins
 import collections
+import copy
 import dataclasses
 import functools
 import io
