@@ -1279,6 +1279,53 @@ void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
     p.cache_as = std::move(cache_as);
 }
 
+// [Note: properties] `obj.name = v` where the class has a property whose setter is a Python
+// function, on an object passed in or made in the call (`self.scale = s` in a forward): the
+// setter's frame is traced like a callee with (obj, v), found and guarded through the class as
+// a getter is. What it sets is followed as any write of its code. False: not such a store.
+bool Monitor::expect_property_setter(Pending& p, int obj, PyObject* name, int val) {
+    const Value& o = m_cap.v(obj);
+    PyObject* target = o.real.get();
+    if (!target || o.tensor || PyType_Check(target) ||
+        !(o.kind == ValueKind::Input || o.kind == ValueKind::FreshObject))
+        return false;
+    PyObject* prop = _PyType_Lookup(Py_TYPE(target), name);
+    if (!prop || !PyObject_TypeCheck(prop, &PyProperty_Type) ||
+        Py_TYPE(prop)->tp_descr_set != PyProperty_Type.tp_descr_set)
+        return false;
+    // a class's own __setattr__ runs first (nn.Module's reaches the property through
+    // object.__setattr__ for values it does not register): only the plain store, or Module's
+    PyObject* set = _PyType_Lookup(Py_TYPE(target), interned("__setattr__"));
+    PyObject* module_set = _PyType_Lookup(torch_api().module_type, interned("__setattr__"));
+    if (set != _PyType_Lookup(&PyBaseObject_Type, interned("__setattr__")) &&
+        (set != module_set || is_tensor(m_cap.v(val).real.get()) ||
+         PyObject_TypeCheck(m_cap.v(val).real.get(), torch_api().module_type)))
+        return false;
+    py::Ref fset = py::Ref::steal(PyObject_GetAttrString(prop, "fset"));
+    if (!fset) PyErr_Clear();
+    if (!fset || !PyFunction_Check(fset.get())) return false;
+    int prop_value = -1;
+    if (o.kind == ValueKind::Input) {
+        prop_value = class_attr(obj, name, prop);
+    } else if (o.cls >= 0 && m_cap.v(o.cls).kind == ValueKind::Input) {
+        prop_value = m_cap.input_child(o.cls, AccessKind::TypeLookup, 0, name, "." + str(name), prop);
+    } else {
+        prop_value = m_cap.const_value(prop);
+    }
+    if (prop_value < 0) return false;
+    int fn = m_cap.input_child(prop_value, AccessKind::Attr, 0, interned("fset"), ".fset",
+                               fset.get());
+    if (fn < 0) return false;
+    p.in = {obj, val};
+    p.callee = CalleeInfo{};
+    p.callee.kind = CallKind::InlineFunction;
+    p.callee.name = "property `" + str(name) + "` setter";
+    p.callee.code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fset.get()));
+    p.callee_value = fn;
+    p.hook = true;
+    return true;
+}
+
 // [Note: super] `super()` in a traced frame is `super(__class__, <first argument>)`: the class
 // comes from the frame's `__class__` cell (guarded by identity, as closure cells are) and the
 // object from its first local, as CPython takes them; `super(cls, obj)` gives both. The call
@@ -2344,6 +2391,12 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case STORE_ATTR: {
         PyObject* name = py::code_name(f.code, ins.oparg);
         int obj = pop(f), val = pop(f);
+        if (expect_property_setter(p, obj, name, val)) {
+            p.depth_after = depth - 2;
+            f.pending = std::move(p);
+            return;
+        }
+        if (m_cap.failed()) return;
         if (m_cap.v(obj).kind == ValueKind::FreshObject)
             p.in = {obj, m_cap.const_value(name), val};
         if (expect_hook(p, "__setattr__")) {

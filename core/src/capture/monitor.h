@@ -221,6 +221,7 @@ private:
                                             std::string& why_not);
     int container_method(int obj, PyObject* name, PyObject* real);
     void expect_property_getter(ShadowFrame& f, PyObject* name);  // [Note: properties]
+    bool expect_property_setter(Pending& p, int obj, PyObject* name, int val);
     bool prints_the_same(int value, int depth = 0);  // print(value) replayed ([Note: print])
     bool require_prints_the_same(const std::vector<int>& values, const std::string& what);
     bool require_const(const std::vector<int>& values, const std::string& what);
