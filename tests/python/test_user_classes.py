@@ -519,3 +519,21 @@ def test_a_property_setter_on_a_module_and_replacing_it():
     Scaled.scale = property(Scaled.scale.fget, lambda self, v: setattr(self, "scale_factor", -v))
     x = torch.randn(3)
     assert torch.equal(cf(x), x * -2) and m.scale_factor == -2
+
+
+def test_dataclasses_replace_and_class_of_values():
+    # dataclasses.replace reads obj.__class__; `x.__class__.__name__` in messages: both are
+    # the value's type, guarded or fixed as for type(obj)
+    @dataclasses.dataclass
+    class Span:
+        start: int
+        end: int
+        emb: torch.Tensor = None
+
+    def f(x):
+        s = Span(0, 2, x)
+        s2 = dataclasses.replace(s, end=3)
+        return s2.emb[s2.start:s2.end] * 2, x.__class__.__name__, s2, s.__class__ is Span
+
+    cf = check(f, [torch.randn(4) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

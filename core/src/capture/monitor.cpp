@@ -5135,6 +5135,8 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
     auto it = m_cap.overlay().find({obj, n});
     if (it != m_cap.overlay().end()) return it->second;
     Value& o = m_cap.v(obj);
+    if (n == "__class__" && o.real && !PyType_Check(o.real.get()) && real == reinterpret_cast<PyObject*>(Py_TYPE(o.real.get())))
+        return m_cap.const_value(real);  // as type(obj): every value's type is guarded or fixed
     if (!o.tensor && o.real && PyTuple_Check(o.real.get()) &&
         (o.kind == ValueKind::FreshTuple || o.kind == ValueKind::Input)) {
         int idx = namedtuple_field(Py_TYPE(o.real.get()), name);  // det.boxes
