@@ -209,3 +209,19 @@ def test_fullgraph_accepts_item_in_arithmetic():
     for _ in range(3):
         x = torch.randn(4)
         assert torch.equal(cf(x), f(x))
+
+
+def test_numbers_of_tolist_slice_and_loop_like_int_of_an_item():
+    # NLP code: per-sample lengths as Python ints (found by a probe: `lengths.tolist()[i]` as a
+    # slice bound broke, where `int(lengths[i])` did not)
+    def per_sample_means(h, lengths):
+        out = []
+        for i, n in enumerate(lengths.tolist()):
+            out.append(h[i, :n].mean(0))
+        return torch.stack(out), sum(lengths.tolist())
+
+    calls = [(torch.randn(3, 5, 4), torch.tensor([5, 2, 3])),
+             (torch.randn(3, 5, 4), torch.tensor([1, 4, 3])),
+             (torch.randn(3, 5, 4), torch.tensor([2, 2, 5]))]
+    cf = check(per_sample_means, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

@@ -3643,6 +3643,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         if (result && p.callee.kind == CallKind::TorchOp && p.callee.op == "tolist" &&
             args_fold(p))
             return push_out(constant_of(result));  // [Note: tensors of constants]
+        if (result && p.callee.kind == CallKind::TorchOp && p.callee.op == "tolist")
+            if (int r = tolist_numbers(p, result); r >= 0 || m_cap.failed()) return push_out(r);
         if (result && !is_tensor(result) && (is_number(result) || PyUnicode_Check(result)) &&
             !reads_tensor && !p.callee.bound_self) {
             // torch.distributed.is_initialized(), torch.get_num_threads(): a fact of the process
@@ -4270,6 +4272,41 @@ int Monitor::number_from_data(Pending& p, PyObject* result) {
     int r = record_call(p, result, false, false);
     if (r >= 0) m_cap.v(r).dyn_scalar = true;
     return r;
+}
+
+// [Note: numbers from tensor data] `lengths.tolist()` of a 1-D tensor whose length the guards
+// fix: a list made in the call whose items are numbers read at replay (the list is made by a
+// step, each item taken from it by another), so `for i, n in enumerate(lengths.tolist()):
+// h[i, :n]` unrolls over the length and slices by numbers from data, as `int(lengths[i])`
+// does. -1 with no failure: not such a call (it is recorded whole, as before).
+int Monitor::tolist_numbers(Pending& p, PyObject* result) {
+    if (p.in.size() != 1 || p.kwnames || !PyList_CheckExact(result)) return -1;
+    int t = p.in[0];
+    const Value& tv = m_cap.v(t);
+    if (!tv.tensor || tv.dyn_shape || m_cap.sym_tensor(t)) return -1;  // its length may vary
+    Py_ssize_t n = PyList_GET_SIZE(result);
+    if (n > 64) return -1;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* it = PyList_GET_ITEM(result, i);
+        if (!(PyLong_CheckExact(it) || PyFloat_CheckExact(it))) return -1;  // nested, or bools
+    }
+    int list = record_call(p, result, false, false);
+    if (list < 0) return -1;
+    std::vector<int> items;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        Step s;
+        s.kind = StepKind::GetItem;
+        Arg a;
+        if (!m_cap.arg_of(list, a)) return -1;
+        py::Ref index = py::Ref::steal(PyLong_FromSsize_t(i));
+        s.args = {a, Arg::value(index.get())};
+        int r = m_cap.record(std::move(s), PyList_GET_ITEM(result, i),
+                             m_cap.v(list).label + "[" + std::to_string(i) + "]", false);
+        if (r < 0) return -1;
+        m_cap.v(r).dyn_scalar = true;
+        items.push_back(r);
+    }
+    return m_cap.fresh(ValueKind::FreshList, std::move(items), result);
 }
 
 bool Monitor::args_fold(const Pending& p) {

@@ -178,6 +178,7 @@ private:
     // A Python number computed from tensor data (t.item(), int(t), float(t), round(of one)):
     // read at replay, never guarded (Value::dyn_scalar, [Note: numbers from tensor data]).
     int number_from_data(Pending& p, PyObject* result);
+    int tolist_numbers(Pending& p, PyObject* result);  // lengths.tolist()
     // Data that follows from the guards ([Note: tensors of constants]): whether the callee and
     // every argument fold, and the value Python gets for what the call returned.
     bool args_fold(const Pending& p);
