@@ -407,7 +407,6 @@ def test_class_attribute_change_recompiles():
 
 
 @pytest.mark.parametrize("make, reason", [
-    (lambda x: Slotted(x, 1).a, "`Slotted` has no capture rule"),
     (lambda x: WithGetattr().anything * x, "`WithGetattr` has no capture rule"),
 ])
 def test_unsupported_objects_made_inside_break(make, reason):
@@ -537,3 +536,29 @@ def test_dataclasses_replace_and_class_of_values():
 
     cf = check(f, [torch.randn(4) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_objects_with_slots_made_in_the_call():
+    # attributes kept in the slots of __slots__ are followed as those in __dict__ are
+    class Span:
+        __slots__ = ("start", "end", "emb")
+
+        def __init__(self, start, end, emb):
+            self.start, self.end, self.emb = start, end, emb
+
+        def width(self):
+            return self.end - self.start
+
+    def f(x, log):
+        s = Span(0, x.shape[0] - 1, x)
+        s.end = s.end - 1
+        log.append(s)  # escapes: made with object.__new__ and its slots set
+        s.emb = s.emb * s.width()
+        return s.emb[s.start:s.end], Slotted(x, 2).b
+
+    cf = check(f, [(torch.randn(5), []) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    log = []
+    x = torch.randn(5)
+    cf(x, log)
+    assert (log[0].start, log[0].end) == (0, 3) and torch.equal(log[0].emb, x * 3)

@@ -284,8 +284,8 @@ static bool is_namedtuple_method(PyCodeObject* code, const char* name) {
 
 PyTypeObject* user_class_base(PyTypeObject* t) {
     if (Py_TYPE(t) != &PyType_Type || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) return nullptr;
-    if (t->tp_dictoffset == 0 || t->tp_finalize || t->tp_getattro != PyObject_GenericGetAttr)
-        return nullptr;
+    // (attributes in __dict__, or in the slots of __slots__)
+    if (t->tp_finalize || t->tp_getattro != PyObject_GenericGetAttr) return nullptr;
     // Every base but object is a Python class, or the C classes of one mapping: dict, or
     // OrderedDict (and its base dict). Instances have that base's layout.
     bool dict = false, ordered = false;

@@ -84,8 +84,8 @@ bool is_namedtuple_type(PyTypeObject* type);
 // Whether instances of `type` are attribute bags the capture can follow ([Note: objects made
 // in the call] in monitor.cpp): a Python class whose only C base is object, dict or
 // OrderedDict (returned; null: not followed), made by that base's __new__, attributes in
-// __dict__ through the generic getattr, set generically or by a __setattr__ in Python, no
-// __del__.
+// __dict__ or slots through the generic getattr, set generically or by a __setattr__ in
+// Python, no __del__.
 PyTypeObject* user_class_base(PyTypeObject* type);
 bool is_plain_user_class(PyTypeObject* type);
 

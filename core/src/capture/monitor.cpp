@@ -323,6 +323,35 @@ int Monitor::new_object(int cls, PyObject* real) {
     return obj;
 }
 
+// How many attributes an object holds: the items of its __dict__ and the slots of
+// `__slots__` that are set (-1: not known).
+static Py_ssize_t attributes_set(PyObject* obj) {
+    Py_ssize_t n = 0;
+    if (_PyObject_GetDictPtr(obj)) {
+        PyObject* d = PyObject_GenericGetDict(obj, nullptr);  // new reference
+        if (!d) {
+            PyErr_Clear();
+            return -1;
+        }
+        n = PyDict_Size(d);
+        Py_DECREF(d);
+    }
+    PyObject* mro = Py_TYPE(obj)->tp_mro;
+    for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+        PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+        Py_ssize_t pos = 0;
+        PyObject *key, *descr;
+        while (dict && PyDict_Next(dict, &pos, &key, &descr)) {
+            if (Py_TYPE(descr) != &PyMemberDescr_Type) continue;
+            PyObject* v = Py_TYPE(descr)->tp_descr_get(descr, obj, nullptr);  // new reference
+            if (v) ++n;
+            else PyErr_Clear();
+            Py_XDECREF(v);
+        }
+    }
+    return n;
+}
+
 // The items of `value` when it is an object made in the call that is a dict whose class keeps
 // the base's `slot` (`__getitem__`, `__len__` ...), else `value` itself.
 // The C class whose layout instances of `type` have (dict for a dict subclass).
@@ -376,9 +405,11 @@ bool Monitor::escaped_mapping_write(int dict, const char* method, const std::vec
     return true;
 }
 
+// A data descriptor of the class other than a slot of `__slots__` (a slot holds an attribute
+// of an object made in the call as __dict__ does: followed the same way).
 static bool is_data_descriptor(PyTypeObject* type, PyObject* name) {
     PyObject* d = _PyType_Lookup(type, name);
-    return d && Py_TYPE(d)->tp_descr_set;
+    return d && Py_TYPE(d)->tp_descr_set && Py_TYPE(d) != &PyMemberDescr_Type;
 }
 
 // A data descriptor whose get or set runs Python code: a property, or any other but a slot or
@@ -4140,10 +4171,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                               "`" + name + "()` holds items the capture did not see",
                               "set items in __init__ with self[key] = value");
         // what __init__ set is all the object holds
-        PyObject* d = PyObject_GenericGetDict(result, nullptr);
-        Py_ssize_t n = d ? PyDict_Size(d) : -1;
-        Py_XDECREF(d);
-        if (n != static_cast<Py_ssize_t>(m_cap.v(obj).items.size() / 2))
+        if (attributes_set(result) != static_cast<Py_ssize_t>(m_cap.v(obj).items.size() / 2))
             return m_cap.fail(breaks::kUnsupportedCallee,
                               "`" + name + "()` sets attributes the capture did not see",
                               "set attributes in __init__ with self.name = value");
