@@ -12,7 +12,8 @@ import torch
 import torch.nn as nn
 
 import magpy
-from conftest import assert_stats, break_ids, check, module_state, restore_module
+from conftest import (assert_raises_like_eager, assert_stats, break_ids, check, module_state,
+                      restore_module)
 
 lin = nn.Linear(4, 4)
 
@@ -523,3 +524,59 @@ def test_a_break_inside_an_inference_mode_block_runs_the_rest_as_eager_does():
     reasons = [b.reason for b in magpy.explain(cf).breaks]
     assert any("what the block's end restores is kept where it cannot be checked" in r
                for r in reasons), reasons
+
+
+@contextlib.contextmanager
+def logged_block(log, name):
+    log.append(("enter", name))
+    yield name.upper()
+    log.append(("exit", name))
+
+
+@contextlib.contextmanager
+def maybe_no_grad(flag):
+    if flag:
+        with torch.no_grad():
+            yield
+    else:
+        yield
+
+
+def test_contextmanager_functions_of_the_user():
+    # [Note: generator context managers]: what the generator does before and after its
+    # yield is replayed around the block, in order; `as` binds what it yielded
+    def f(x, log):
+        with logged_block(log, "proj") as name:
+            y = x * len(name)
+        with maybe_no_grad(True):
+            z = y + 1
+        with maybe_no_grad(False):
+            w = y * 2
+        return z, w
+
+    cf = check(f, [(torch.randn(3, requires_grad=True), []) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    log = []
+    z, w = cf(torch.randn(3, requires_grad=True), log)
+    assert log == [("enter", "proj"), ("exit", "proj")]
+    assert not z.requires_grad and w.requires_grad
+
+
+def test_contextmanager_misuse_and_breaks_inside_stay_exact():
+    @contextlib.contextmanager
+    def yields_twice():
+        yield
+        yield
+
+    def twice(x):
+        with yields_twice():
+            y = x + 1
+        return y
+
+    def branch_inside(x, log):
+        with logged_block(log, "b"):
+            y = x * 2 if x.sum() > 0 else x * 3  # a branch on data inside the block
+        return y
+
+    assert_raises_like_eager(twice, lambda: (torch.randn(2),), RuntimeError)
+    check(branch_inside, [(torch.randn(4), []) for _ in range(3)])

@@ -39,6 +39,10 @@ enum class CallKind : uint8_t {
     ModuleMembers,   // m.parameters(), m.named_modules() & co: an iterator over guarded members
     UserClass,       // a plain class of the user's called: an object made in the call, its
                      // __init__ (`code`, null for object's) traced ([Note: objects made in the call])
+    GenContext,      // a @contextlib.contextmanager function called: its generator made, its
+                     // context manager a GenContext value ([Note: generator context managers])
+    GenContextExit,  // that context manager's __exit__(None, None, None): the generator runs
+                     // on to its end, traced
     EnvRead,         // os.environ.get(name[, default]), os.getenv(...): the variable's value
                      // guarded in os.environ._data ([Note: environment reads] in monitor.cpp)
     ObjectSlot,      // a slot of object, dict or OrderedDict called on an object made in the

@@ -1354,7 +1354,7 @@ void set_graph_break_error(PyObject* type) {
 void Capture::describe_graph(CaptureResult& r) {
     static const char* kKinds[] = {"null",  "input",    "const", "op",      "list",    "tuple",
                                    "dict",  "object",   "iterator", "cell", "function",
-                                   "super", "partial", "method"};
+                                   "super", "partial", "context", "method"};
     static_assert(sizeof(kKinds) / sizeof(kKinds[0]) ==
                       static_cast<size_t>(ValueKind::BoundMethod) + 1,
                   "a name for every ValueKind");

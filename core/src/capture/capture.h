@@ -57,6 +57,10 @@ enum class ValueKind : uint8_t {
     Super,       // the object super() made: `items` {the class it starts after, the object}
     Partial,     // a functools.partial made in the call: `items` {func, args..., keyword
                  // values...}, the keyword names those of `real`'s keywords ([Note: partials])
+    GenContext,  // what a @contextlib.contextmanager function returned, made in the call, or
+                 // (its `real` a bound method) that object's __exit__ after BEFORE_WITH:
+                 // `items` {its generator's iterator value} ([Note: generator context
+                 // managers] in monitor.cpp)
     BoundMethod, // a list, dict, set or tuple method read as an attribute (`log.append` where
                  // CPython emits LOAD_ATTR, not LOAD_METHOD): `items` {the method descriptor,
                  // the object}; calling it calls the descriptor with the object first

@@ -3067,6 +3067,59 @@ void Monitor::complete(ShadowFrame& f) {
 
 // [SECTION] calls ------------------------------------------------------------------------------
 
+// The code of the function @contextlib.contextmanager makes (shared by every function it
+// decorates), found once. Borrowed; kept for the process.
+static PyObject* contextmanager_helper_code() {
+    static PyObject* code = [] {
+        PyObject* contextlib = PyImport_ImportModule("contextlib");
+        PyObject* decorate = contextlib ? PyObject_GetAttrString(contextlib, "contextmanager") : nullptr;
+        PyObject* sample = decorate ? PyObject_CallOneArg(decorate, decorate) : nullptr;
+        PyObject* c = sample && PyFunction_Check(sample) ? PyFunction_GET_CODE(sample) : nullptr;
+        Py_XINCREF(c);
+        Py_XDECREF(sample);
+        Py_XDECREF(decorate);
+        Py_XDECREF(contextlib);
+        PyErr_Clear();
+        return c;
+    }();
+    return code;
+}
+
+// [Note: generator context managers] `with timer(log) as t:` over a @contextlib.contextmanager
+// function of the user's. Calling it makes a _GeneratorContextManager around a generator of the
+// function the decorator wrapped (`__wrapped__`, guarded by identity): that generator is
+// recorded as one made in the call ([Note: generators]), and the object is a GenContext value.
+// BEFORE_WITH runs its __enter__ (contextlib's code, untraced), which resumes the generator: its
+// frame is traced up to the yield, whose value is what `as` binds. At the block's end
+// __exit__(None, None, None) resumes it again, traced to its end (contextlib catches the
+// StopIteration, untraced). What the generator did before and after its yield (appends, torch
+// context blocks, ops) is thus recorded in program order around the block; nothing of contextlib
+// runs at replay. The object itself cannot escape, an exception leaving the block is followed
+// as any other (the call runs eagerly), and a graph break inside the block runs the call
+// eagerly (a with block).
+void Monitor::dispatch_gen_context(Pending& p, int callable, std::vector<int> args,
+                                   PyObject* kwnames) {
+    const Value& c = m_cap.v(callable);
+    py::Ref wrapped = py::Ref::steal(PyObject_GetAttrString(c.real.get(), "__wrapped__"));
+    if (!wrapped) PyErr_Clear();
+    if (!wrapped || !PyFunction_Check(wrapped.get()) || c.kind != ValueKind::Input)
+        return m_cap.fail(breaks::kUnsupportedCallee,
+                          "the @contextmanager function " + c.label + " cannot be followed",
+                          "define it at module level");
+    int func = m_cap.input_child(callable, AccessKind::Attr, 0, interned("__wrapped__"),
+                                 ".__wrapped__", wrapped.get());
+    if (func < 0) return;
+    p.callee = classify_callee(wrapped.get());
+    if (p.callee.kind != CallKind::Generator)
+        return m_cap.fail(breaks::kUnsupportedCallee,
+                          "the @contextmanager function " + c.label + " is not a plain generator",
+                          "write it as a generator function");
+    p.callee.kind = CallKind::GenContext;
+    p.callee_value = func;
+    p.kwnames = kwnames;
+    p.in = std::move(args);
+}
+
 // [Note: partials] A functools.partial is called as what it stands for:
 // func(*p.args, *args, **{**p.keywords, **kwargs}). One passed in (`self.act = partial(F.gelu,
 // approximate="tanh")`) has its func, the items of its args and its keywords guarded like any
@@ -3279,6 +3332,17 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
             args.insert(args.begin(), callable);
             return dispatch_call(f, func, std::move(args), kwnames);
         }
+    }
+    if (PyFunction_Check(fn) && PyFunction_GET_CODE(fn) == contextmanager_helper_code())
+        return dispatch_gen_context(p, callable, std::move(args), kwnames);
+    if (c.kind == ValueKind::GenContext && PyMethod_Check(fn)) {  // the with block ends
+        p.callee = CalleeInfo{};
+        p.callee.kind = CallKind::GenContextExit;
+        p.callee.name = c.label;
+        p.callee_value = callable;
+        p.kwnames = kwnames;
+        p.in = std::move(args);
+        return;
     }
     if (!args.empty() && (m_cap.v(args[0]).kind == ValueKind::FreshObject || input_dict(args[0])) &&
         (Py_TYPE(fn) == &PyMethodDescr_Type || Py_TYPE(fn) == &PyWrapperDescr_Type)) {
@@ -4180,6 +4244,41 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     }
     case CallKind::ObjectSlot:
         return push_out(object_slot_call(p, result));
+    case CallKind::GenContext: {
+        // the context manager made: its generator, recorded to be traced when __enter__ and
+        // __exit__ resume it (untraced contextlib code in between)
+        if (!result) return;
+        py::Ref gen = py::Ref::steal(PyObject_GetAttrString(result, "gen"));
+        if (!gen || !PyGen_Check(gen.get())) {
+            PyErr_Clear();
+            return m_cap.internal_error("a @contextmanager object without its generator");
+        }
+        GenRecord g;
+        g.code = p.callee.code;
+        g.call = p;
+        g.call.callee.kind = CallKind::Generator;
+        g.func_value = p.callee_value;
+        g.object = gen.get();
+        int it = m_cap.new_value(ValueKind::Iterator, gen.get(), name + "(...) generator");
+        m_cap.v(it).iter_kind = IterKind::Generator;
+        m_cap.v(it).iter_source = static_cast<int>(m_gens.size());
+        m_gens.push_back(std::move(g));
+        int cm = m_cap.new_value(ValueKind::GenContext, result, name + "(...)");
+        m_cap.v(cm).items = {it};
+        return push_out(cm);
+    }
+    case CallKind::GenContextExit: {
+        if (!result) return;  // the generator raised, or did not stop: followed as any error
+        for (int a : p.in)
+            if (m_cap.v(a).real.get() != Py_None || p.kwnames)
+                return m_cap.internal_error("__exit__ of a @contextmanager with an exception");
+        GenRecord* g = generator_of(m_cap.v(p.callee_value).items[0]);
+        if (!g || !g->done || result != Py_False)
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`" + name + "` did not end its generator at the end of the with "
+                              "block", "yield exactly once in a @contextmanager function");
+        return push_out(m_cap.const_value(result));
+    }
     case CallKind::EnvRead:
         if (p.kwnames || p.in.empty() || p.in.size() > 2)
             return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "()` with these arguments",
@@ -4563,6 +4662,22 @@ void Monitor::note_context_type(PyObject* t) {
 }
 
 void Monitor::with_enter(ShadowFrame& f, int ctx, PyObject* exit, PyObject* entered) {
+    if (m_cap.v(ctx).kind == ValueKind::GenContext) {
+        // [Note: generator context managers] __enter__ ran the generator to its yield
+        GenRecord* g = generator_of(m_cap.v(ctx).items[0]);
+        if (!g || g->done || g->yielded.empty())
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "the generator of " + m_cap.v(ctx).label + " did not yield",
+                              "yield exactly once in a @contextmanager function");
+        int as = g->yielded.back();
+        if (m_cap.v(as).real.get() != entered && m_cap.v(as).kind != ValueKind::Const)
+            return m_cap.internal_error("a @contextmanager entered another value than it yielded");
+        int ex = m_cap.new_value(ValueKind::GenContext, exit, m_cap.v(ctx).label + ".__exit__");
+        m_cap.v(ex).items = m_cap.v(ctx).items;
+        push(f, ex);
+        push(f, as);
+        return;
+    }
     Value& c = m_cap.v(ctx);
     PyObject* obj = c.real.get();
     PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj));

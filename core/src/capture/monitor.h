@@ -260,6 +260,7 @@ private:
                   int had_key = -1);
     int class_attr(int obj, PyObject* name, PyObject* real);
     void dispatch_super(ShadowFrame& f, Pending& p);  // [Note: super]
+    void dispatch_gen_context(Pending& p, int callable, std::vector<int> args, PyObject* kwnames);
     int super_method(int sup, PyObject* name, PyObject* real);
     bool items_of(int seq, std::vector<int>& out);
     bool iterator_items(int it, std::vector<int>& out);
