@@ -1281,7 +1281,23 @@ class ProgramGen:
         other = self.gen_t_exact(env, e.shape, 1) or e
         n, o = self.name("t"), self.name("o")
         env[n] = V("t", e.shape, True)
-        g = self.r.randrange(9)
+        g = self.r.randrange(12)
+        if g == 9:  # a @contextmanager block of the program's own
+            nm = self.name("nm")
+            label = self.choice(["'a'", "'bc'"])
+            return [f"with logged(G_LOG, {label}) as {nm}:",
+                    f"    {n} = {e.code} * len({nm})",
+                    f"with maybe_no_grad({self.choice(['True', 'False', 'G_FLAG'])}):",
+                    f"    {n} = {n} + {other.code}"]
+        if g == 10:  # an object with __slots__ made in the call
+            sl = self.name("sl")
+            return [f"{sl} = Slots2({e.code}, {self.small_int(env, 3)})",
+                    f"{sl}.b = {sl}.b + 1",
+                    f"{n} = {sl}.a * {sl}.b"]
+        if g == 11:  # numbers read from data through tolist()
+            ls = self.name("ls")
+            return [f"{ls} = ({other.code}.detach().flatten()[:2].abs() * 3).long().tolist()",
+                    f"{n} = {e.code} * (sum({ls}) + 1) + {ls}[0]"]
         if g == 7:  # grouping with a defaultdict made in the call
             dd = self.name("dd")
             lines = [f"{dd} = collections.defaultdict(list)",
@@ -2209,6 +2225,7 @@ class ProgramGen:
 # magpy fuzz program, seed {self.seed}
 import builtins
 import collections
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -2319,6 +2336,30 @@ class Out(collections.OrderedDict):
 class Result(Out):
     main: torch.Tensor = None
     aux: torch.Tensor = None
+
+
+@contextlib.contextmanager
+def logged(log, name):
+    log.append(("enter", name))
+    yield name.upper()
+    log.append(("exit", name))
+
+
+@contextlib.contextmanager
+def maybe_no_grad(flag):
+    if flag:
+        with torch.no_grad():
+            yield
+    else:
+        yield
+
+
+class Slots2:
+    __slots__ = ("a", "b")
+
+    def __init__(self, a, b):
+        self.a = a
+        self.b = b
 
 
 class Bag(dict):
