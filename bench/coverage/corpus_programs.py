@@ -20,6 +20,7 @@ minutes on a 2-core machine) and mark the cheap, representative ones `quick=True
 """
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import enum
@@ -27,6 +28,7 @@ import functools
 import logging
 import math
 import random
+import time
 import warnings
 from collections import namedtuple
 from dataclasses import dataclass
@@ -2376,6 +2378,102 @@ def env_debug_inputs():
     return (torch.randn(5, 16), {"cls": torch.randint(0, 4, (5,)), "reg": torch.randn(5)})
 
 
+@contextlib.contextmanager
+def timed(stats, name):
+    """Research code's timer: a @contextmanager recording how long a block took."""
+    start = time.perf_counter()
+    yield
+    stats[name] = stats.get(name, 0.0) + (time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def maybe_frozen(frozen):
+    if frozen:
+        with torch.no_grad():
+            yield
+    else:
+        yield
+
+
+class TimedFrozenBackboneHead(nn.Module):
+    """A frozen backbone under a @contextmanager that wraps torch.no_grad, blocks timed by
+    another, and a temperature property annealed by its setter in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 32))
+        self.head = nn.Linear(32, 5)
+        self.freeze_backbone = True
+        self.stats = {}
+        self._temperature = 2.0
+
+    @property
+    def temperature(self):
+        return self._temperature
+
+    @temperature.setter
+    def temperature(self, value):
+        self._temperature = max(0.5, float(value))
+
+    def forward(self, x):
+        with timed(self.stats, "backbone"), maybe_frozen(self.freeze_backbone):
+            h = self.backbone(x)
+        with timed(self.stats, "head"):
+            logits = self.head(h) / self.temperature
+        self.temperature = self.temperature * 0.9
+        return logits.log_softmax(-1)
+
+
+class LengthPooledEncoder(nn.Module):
+    """NLP pooling over per-sample lengths taken to Python with tolist(): a mean of each
+    sequence's valid steps, and the longest length used to trim the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(8, 16, batch_first=True)
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x, lengths):
+        h, _ = self.rnn(x)
+        pooled = []
+        for i, n in enumerate(lengths.tolist()):
+            pooled.append(h[i, :n].mean(0))
+        longest = max(lengths.tolist())
+        return self.out(torch.stack(pooled)), h[:, :longest]
+
+
+class Box:
+    __slots__ = ("label", "score", "coords")
+
+    def __init__(self, label, score, coords):
+        self.label, self.score, self.coords = label, score, coords
+
+
+class PerClassBoxPostprocess(nn.Module):
+    """Detection post-processing in plain Python: boxes as __slots__ objects, grouped per class
+    in a defaultdict(list), a copy of the config dict adjusted per call."""
+
+    def __init__(self, num_classes=3):
+        super().__init__()
+        self.cls = nn.Linear(16, num_classes)
+        self.reg = nn.Linear(16, 4)
+        self.config = {"score_scale": 1.0, "max_per_class": 2}
+
+    def forward(self, feats, labels):
+        cfg = self.config.copy()
+        cfg["score_scale"] = cfg["score_scale"] * 0.5
+        scores = self.cls(feats).softmax(-1) * cfg["score_scale"]
+        coords = self.reg(feats)
+        groups = collections.defaultdict(list)
+        for i, label in enumerate(labels):
+            groups[label].append(Box(label, scores[i, label], coords[i]))
+        out = {}
+        for label, boxes in sorted(groups.items()):
+            kept = boxes[:cfg["max_per_class"]]
+            out[label] = torch.stack([b.coords * b.score for b in kept])
+        return out
+
+
 def hf_style_inputs():
     mask = torch.ones(2, 5)
     mask[1, 3:] = 0
@@ -3644,6 +3742,17 @@ def programs():
         Program("prog/env_debug_multitask_loss", EnvDebugMultiTaskLoss, env_debug_inputs,
                 train=True, note="os.environ.get / os.getenv knobs in forward; task losses "
                                  "summed with functools.reduce(lambda ...)"),
+        Program("prog/contextmanager_frozen_timed_head", TimedFrozenBackboneHead,
+                lambda: (torch.randn(4, 16),), separate_worlds=True, calls=6,
+                note="@contextmanager timer and a no_grad wrapper around the backbone; a "
+                     "temperature property setter annealed in forward"),
+        Program("prog/length_tolist_pooling", LengthPooledEncoder,
+                lambda: (torch.randn(3, 6, 8), torch.tensor([6, 2, 4])),
+                note="GRU states pooled per sample over lengths.tolist(); max of the lengths"),
+        Program("prog/per_class_slots_defaultdict", PerClassBoxPostprocess,
+                lambda: (torch.randn(5, 16), [0, 2, 0, 1, 0]),
+                note="__slots__ Box objects grouped in a defaultdict(list) per class; "
+                     "config.copy() adjusted per call"),
         Program("prog/hf_config_no_pooler_tuple",
                 lambda: HFStyleClassifier(HFStyleConfig(use_return_dict=False,
                                                         embedding_multiplier=0.5,
