@@ -247,16 +247,18 @@ def test_default_list_of_an_inner_function_is_shared_between_its_calls():
     assert_stats(cf, graphs=1, breaks=0, hits=1)
 
 
-def test_inner_function_returned_breaks():
+def test_inner_function_returned_is_made_again_at_replay():
     def f(x):
         def inner(t):
             return t * 2
         return inner
 
     cf = magpy.compile(f)
-    g = cf(torch.randn(2))
-    assert torch.equal(g(torch.ones(1)), torch.ones(1) * 2)
-    assert break_ids(cf) == ["MB009"]
+    made = [cf(torch.randn(2)) for _ in range(3)]
+    assert all(torch.equal(g(torch.ones(1)), torch.ones(1) * 2) for g in made)
+    assert made[1] is not made[2] and made[2].__qualname__ == "test_inner_function_returned_" \
+        "is_made_again_at_replay.<locals>.f.<locals>.inner"
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
 
 
 def test_comprehension_in_another_module_reads_its_globals_and_builtins():
@@ -494,3 +496,69 @@ def test_inner_function_live_at_a_call_that_reads_the_frame():
     cf = check(inner_function_at_a_frame_reading_call, [SMALL, SMALL * 2, BIG])
     _, names = cf(SMALL)
     assert names == ["g", "s", "x"]
+
+
+class HookedLinear(torch.nn.Module):
+    """Gradient hooks made in forward: a lambda that clips, a def that records into self."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.grad_norms = []
+
+    def forward(self, x, scale):
+        h = self.fc(x)
+        h.register_hook(lambda g, lo=-0.1: g.clamp(lo, -lo) * scale)
+
+        def record(g):
+            self.grad_norms.append(g.norm())
+
+        h.register_hook(record)
+        return h.relu().sum()
+
+
+def test_functions_made_in_the_call_given_to_ops_or_returned():
+    # [Note: functions made in the call]: made again at replay from their code, defaults and
+    # closure; before, the whole call ran eagerly (MB009)
+    m = HookedLinear()
+    cf = magpy.compile(m)
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        m.zero_grad()
+        m.grad_norms.clear()
+        m(x, 2.0).backward()
+        eager = (m.fc.weight.grad.clone(), list(m.grad_norms))
+        m.zero_grad()
+        m.grad_norms.clear()
+        cf(x, 2.0).backward()
+        assert torch.equal(m.fc.weight.grad, eager[0])
+        assert len(m.grad_norms) == 1 and torch.equal(m.grad_norms[0], eager[1][0])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+    def returns_one(x, k):
+        s = k * 2
+        return (lambda t, b=1: t * s + b), x + 1
+
+    cf = magpy.compile(returns_one)
+    for k in (3, 3, 3):
+        (f, y), (fe, ye) = cf(torch.ones(2), k), returns_one(torch.ones(2), k)
+        assert torch.equal(y, ye) and torch.equal(f(torch.ones(2)), fe(torch.ones(2)))
+        assert f.__name__ == "<lambda>" and f.__defaults__ == (1,)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_a_variable_assigned_after_its_function_left_the_call_breaks():
+    def f(x):
+        h = x * 2
+        s = 2.0
+        h.register_hook(lambda g: g * s)
+        s = 3.0  # the hook, run in backward, sees 3.0
+        return h.sum() * s
+
+    cf = magpy.compile(f)
+    for _ in range(2):
+        x = torch.randn(3, requires_grad=True)
+        cf(x).backward()
+        expected = torch.full((3,), 2.0 * 3.0 * 3.0)
+        assert torch.equal(x.grad, expected)
+    assert break_ids(cf) == ["MB009"] and "`s` is assigned after" in str(magpy.explain(cf))

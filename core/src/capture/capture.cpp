@@ -1016,6 +1016,36 @@ static PyObject* make_object(PyObject*, PyObject* const* args, Py_ssize_t n) {
     return obj;
 }
 
+// At replay, a function made in the call that leaves it (a hook given to register_hook, a
+// lambda returned): made again from its code and globals, with its defaults and closure cells
+// ([Note: functions made in the call]). (code, globals, qualname, defaults, kwdefaults,
+// cells...)
+static PyObject* make_function(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (n < 5 || !PyCode_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "magpy: make_function(code, globals, qualname, ...)");
+        return nullptr;
+    }
+    PyObject* fn = PyFunction_NewWithQualName(args[0], args[1], args[2]);  // new reference
+    if (!fn) return nullptr;
+    py::Ref closure = py::Ref::steal(n > 5 ? PyTuple_New(n - 5) : nullptr);
+    for (Py_ssize_t i = 5; i < n; ++i) PyTuple_SET_ITEM(closure.get(), i - 5, Py_NewRef(args[i]));
+    if ((args[3] != Py_None && PyFunction_SetDefaults(fn, args[3]) < 0) ||
+        (args[4] != Py_None && PyFunction_SetKwDefaults(fn, args[4]) < 0) ||
+        (closure && PyFunction_SetClosure(fn, closure.get()) < 0)) {
+        Py_DECREF(fn);
+        return nullptr;
+    }
+    return fn;
+}
+
+static PyObject* make_cell(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    return PyCell_New(n == 1 ? args[0] : nullptr);  // (value) or () for an empty cell
+}
+
+static PyObject* c_function(PyMethodDef* def) {
+    return PyCFunction_New(def, nullptr);  // kept for the process by the caller's static
+}
+
 static PyObject* make_object_function() {
     static PyMethodDef def = {"make_object", reinterpret_cast<PyCFunction>(
                                                  reinterpret_cast<void (*)()>(make_object)),
@@ -1191,6 +1221,82 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         }
         if (escape) v(id).built = out.index;
         m_built_slots[out.index] = id;
+        return true;
+    }
+    case ValueKind::Function: {
+        // [Note: functions made in the call] A lambda or def made in the call that an op is
+        // given (t.register_hook(lambda g: ...)) or that leaves the call is made again at
+        // replay from its code, its defaults and new cells holding what its closure cells
+        // hold (cells of the compiled function's own closure are those cells themselves).
+        // A cell the capture then assigns again would differ from eager's: that fails (in
+        // Monitor's STORE_DEREF); so does one live at a graph break, whose frame goes on with
+        // cells of its own.
+        if (val.built >= 0) {
+            out = Arg::slot(val.built);
+            return true;
+        }
+        PyObject* fn = val.real.get();
+        if (m_ending_segment || !fn || !PyFunction_Check(fn) || val.items.size() != 2) {
+            fail(breaks::kEscapingObject,
+                 "a function made in the call (" + val.label + ") is live at a graph break",
+                 "define it outside the compiled function");
+            return false;
+        }
+        static PyMethodDef fn_def = {"make_function", reinterpret_cast<PyCFunction>(
+                                         reinterpret_cast<void (*)()>(make_function)),
+                                     METH_FASTCALL, "magpy: a function made in the call"};
+        static PyMethodDef cell_def = {"make_cell", reinterpret_cast<PyCFunction>(
+                                           reinterpret_cast<void (*)()>(make_cell)),
+                                       METH_FASTCALL, "magpy: a closure cell made in the call"};
+        static PyObject* make_fn = c_function(&fn_def);
+        static PyObject* make_cl = c_function(&cell_def);
+        auto* f = reinterpret_cast<PyFunctionObject*>(fn);
+        std::vector<int> parts = val.items;  // defaults, keyword defaults
+        Step s;
+        s.kind = StepKind::Call;
+        s.args = {Arg::value(make_fn), Arg::value(f->func_code), Arg::value(f->func_globals),
+                  Arg::value(f->func_qualname)};
+        for (int part : parts) {
+            Arg a;
+            if (!build_arg(part, a, false, depth + 1)) return false;
+            s.args.push_back(std::move(a));
+        }
+        PyObject* closure = f->func_closure;
+        for (Py_ssize_t i = 0; closure && i < PyTuple_GET_SIZE(closure); ++i) {
+            PyObject* cell = PyTuple_GET_ITEM(closure, i);
+            if (m_external_cells.count(cell)) {  // the compiled function's own (guarded)
+                s.args.push_back(Arg::value(cell));
+                continue;
+            }
+            auto known = m_cells.find(cell);
+            if (known == m_cells.end()) {
+                fail(breaks::kEscapingObject,
+                     "a function made in the call (" + val.label + ") reads a variable the "
+                     "capture does not follow", "pass the value as an argument");
+                return false;
+            }
+            auto copied = m_built_cells.find(cell);
+            if (copied == m_built_cells.end()) {
+                int content = known->second;
+                Step c;
+                c.kind = StepKind::Call;
+                c.args = {Arg::value(make_cl)};
+                if (content >= 0) {
+                    Arg a;
+                    if (!build_arg(content, a, false, depth + 1)) return false;
+                    c.args.push_back(std::move(a));
+                }
+                c.out = m_plan->add_slot();
+                m_frozen_cells[cell] = content;
+                copied = m_built_cells.emplace(cell, c.out).first;
+                add_step(std::move(c));
+            }
+            s.args.push_back(Arg::slot(copied->second));
+        }
+        s.out = m_plan->add_slot();
+        out = Arg::slot(s.out);
+        add_step(std::move(s));
+        v(id).built = out.index;
         return true;
     }
     case ValueKind::Partial: {

@@ -305,6 +305,13 @@ public:
     // Closure cells the capture knows: cell object -> value of its contents (-1 empty).
     std::unordered_map<PyObject*, int>& cells() { return m_cells; }
     std::unordered_map<PyObject*, int>& external_cells() { return m_external_cells; }
+    // [Note: functions made in the call]: a cell a function made at replay closes over, with
+    // the value it was made with; assigning the cell another value after that fails.
+    bool cell_frozen_at(PyObject* cell, int value) {
+        auto it = m_frozen_cells.find(cell);
+        return it != m_frozen_cells.end() && it->second != value;
+    }
+    void set_ending_segment() { m_ending_segment = true; }
 
     PyObject* entry_function() const { return m_entry_function; }
     size_t instructions = 0;
@@ -357,6 +364,9 @@ private:
     std::vector<int> m_dynamic_numbers; // input numbers read at replay (automatic dynamic)
     std::vector<int> m_slot_values;     // plan slot -> value recorded into it (-1: none)
     std::unordered_map<int, int> m_built_slots;  // plan slot -> the fresh container built there
+    std::unordered_map<PyObject*, int> m_frozen_cells;  // cell -> its value when first built
+    std::unordered_map<PyObject*, int> m_built_cells;   // cell -> the plan slot of its copy
+    bool m_ending_segment = false;  // live values are being built for a graph break
     uint64_t dynamic_dims_for(int node, PyObject* tensor);
     bool arg_sym(const Arg& a);
     // The value a Slot argument holds (an op result, or a container built there); -1 for

@@ -2391,7 +2391,13 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
             return m_cap.fail(breaks::kUnsupportedOpcode,
                               "a `nonlocal` variable of an enclosing function is assigned",
                               "return the new value instead of assigning it");
-        m_cap.cells()[cell] = pop(f);
+        int val = pop(f);
+        if (m_cap.cell_frozen_at(cell, val))  // [Note: functions made in the call]
+            return m_cap.fail(breaks::kEscapingObject,
+                              "`" + str(py::code_localsplus_name(f.code, ins.oparg)) +
+                                  "` is assigned after a function that reads it left the call",
+                              "assign it before making the function, or pass it as an argument");
+        m_cap.cells()[cell] = val;
         return;
     }
     case LOAD_CLOSURE:

@@ -400,6 +400,7 @@ bool Monitor::compile_callee_on_stack(const py::Instruction& at, PyObject*& call
 // site's original break, and the call is cached as eager.
 void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     m_ending = true;  // a failure here is this site's, not a new one
+    m_cap.set_ending_segment();  // functions made in the call cannot be live at the break
     BreakInfo why;
     for (const BreakSite& s : *m_seg.sites)
         if (s.offset == at.offset) why = s.info;
