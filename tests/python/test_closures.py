@@ -562,3 +562,16 @@ def test_a_variable_assigned_after_its_function_left_the_call_breaks():
         expected = torch.full((3,), 2.0 * 3.0 * 3.0)
         assert torch.equal(x.grad, expected)
     assert break_ids(cf) == ["MB009"] and "`s` is assigned after" in str(magpy.explain(cf))
+
+
+def test_a_returned_function_that_calls_itself_breaks_cleanly():
+    def f(x):
+        def fact(n):
+            return 1 if n <= 1 else n * fact(n - 1)
+        return x * fact(4), fact
+
+    cf = magpy.compile(f)
+    for _ in range(2):
+        y, fact = cf(torch.ones(2))
+        assert torch.equal(y, torch.full((2,), 24.0)) and fact(5) == 120
+    assert break_ids(cf) == ["MB009"] and "refers to itself" in str(magpy.explain(cf))

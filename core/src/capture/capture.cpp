@@ -1236,6 +1236,12 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
             return true;
         }
         PyObject* fn = val.real.get();
+        if (depth > 16) {  // a cell of its closure holds the function itself (recursion)
+            fail(breaks::kEscapingObject,
+                 "a function made in the call (" + val.label + ") refers to itself",
+                 "define it outside the compiled function");
+            return false;
+        }
         if (m_ending_segment || !fn || !PyFunction_Check(fn) || val.items.size() != 2) {
             fail(breaks::kEscapingObject,
                  "a function made in the call (" + val.label + ") is live at a graph break",
