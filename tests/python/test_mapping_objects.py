@@ -294,21 +294,26 @@ class Doubling(dict):
     def __len__(self):
         return 42
 
+    def __setitem__(self, k, v):
+        dict.__setitem__(self, k, v * 2)
+
 
 def test_the_python_slots_of_a_dict_passed_in_are_not_bypassed():
     # Guards fetch items as dict does; a class that changes what d[k], `k in d` or len(d)
-    # means must not be read that way (d["a"] returned the undoubled item before).
+    # means must not be read that way (d["a"] returned the undoubled item before): its own
+    # reading slots are traced, its writing ones break
     def reads(d):
-        return d["a"] + (1 if "anything" in d and "a" not in d else 0)
+        return d["a"] * len(d) + (1 if "anything" in d and "a" not in d else 0)
 
-    def counts(d):
-        return d["a"] * len(d)
+    def writes(d):
+        d["b"] = d["a"] + 1
+        return d["b"]
 
     calls = [Doubling(a=torch.randn(2)) for _ in range(3)]
     cf = check(reads, calls)
     assert_stats(cf, graphs=1, breaks=0, hits=2)
-    cf = check(counts, calls)
-    assert break_ids(cf) == ["MB007"] and "Doubling.__len__" in str(magpy.explain(cf))
+    cf = check(writes, calls)
+    assert "MB007" in break_ids(cf) and "Doubling.__setitem__" in str(magpy.explain(cf))
 
 
 def test_membership_in_module_and_parameter_dicts():

@@ -562,3 +562,36 @@ def test_objects_with_slots_made_in_the_call():
     x = torch.randn(5)
     cf(x, log)
     assert (log[0].start, log[0].end) == (0, 3) and torch.equal(log[0].emb, x * 3)
+
+
+class Features:
+    """A custom container: items by name or position, len() and iteration of its own."""
+
+    def __init__(self, names, tensors):
+        self._names = list(names)
+        self._t = list(tensors)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return self._t[self._names.index(key)]
+        return self._t[key]
+
+    def __len__(self):
+        return len(self._t)
+
+    def __iter__(self):
+        return iter(self._t)
+
+
+def test_custom_container_slots_are_traced():
+    # made in the call and passed in: __getitem__ (with list.index over guarded names),
+    # __len__ and __iter__ of the class's own are traced
+    def f(x, given):
+        made = Features(["s1", "s2"], [x, x * 2])
+        out = sum(t.sum() for t in made) + sum(t.mean() for t in given)
+        return out * len(made) + given["b"] + made[-1], len(given)
+
+    calls = [(torch.randn(3), Features(["a", "b"], [torch.randn(3), torch.randn(3)]))
+             for _ in range(3)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

@@ -303,10 +303,11 @@ int Monitor::fresh_dict(const std::vector<int>& pairs, PyObject* real) {
 // `obj.keys()`, `super().__setitem__(k, v)`, `dict.get(obj, k)`), and which the object is
 // made with at replay, items in their order, set as the base sets them.
 // [Note: hooks of objects made in the call] A class's own __setattr__, __setitem__,
-// __getitem__ or __contains__ written in Python is traced like a method when an instruction
-// runs it (`self.loss = loss` in a dataclass __init__, `self[name] = v`, `out[0]`, `k in obj`),
-// guarded through the class; the reading ones also on objects passed in (`name in
-// self.heads` of a ModuleDict, `outputs["logits"]` of a ModelOutput). Inside a hook, `super().__setattr__(name, v)` and `object.__setattr__(self, name, v)` are
+// __getitem__, __contains__, __len__ or __iter__ written in Python is traced like a method when
+// an instruction (or len()) runs it (`self.loss = loss` in a dataclass __init__, `self[name] =
+// v`, `out[0]`, `k in obj`, `for t in feats`), guarded through the class; the reading ones also
+// on objects passed in (`name in self.heads` of a ModuleDict, `outputs["logits"]` of a
+// ModelOutput; other modules' items, lengths and iteration keep the module rules). Inside a hook, `super().__setattr__(name, v)` and `object.__setattr__(self, name, v)` are
 // the plain store, `super().__setitem__(k, v)` the base's. A write the capture makes after the
 // object escaped is replayed by calling that base slot on it, never the class's hook again.
 int Monitor::new_object(int cls, PyObject* real) {
@@ -481,10 +482,11 @@ bool Monitor::set_object_attr(int obj, PyObject* name, int val) {
 bool Monitor::expect_hook(Pending& p, const char* dunder) {
     if (p.in.empty()) return false;
     const Value& o = m_cap.v(p.in[0]);
-    bool read = std::strcmp(dunder, "__getitem__") == 0 || std::strcmp(dunder, "__contains__") == 0;
-    // (ModuleList and Sequential items are read by the module rules, not their __getitem__)
+    bool read = std::strcmp(dunder, "__setattr__") != 0 && std::strcmp(dunder, "__setitem__") != 0;
+    // (ModuleList and Sequential items, lengths and iteration are the module rules', not their
+    // __getitem__, __len__ and __iter__'s)
     bool input = o.kind == ValueKind::Input && !o.tensor && o.real && !PyType_Check(o.real.get()) &&
-                 (std::strcmp(dunder, "__getitem__") != 0 ||
+                 (std::strcmp(dunder, "__contains__") == 0 ||
                   !PyObject_TypeCheck(o.real.get(), torch_api().module_type));
     if (o.kind != ValueKind::FreshObject && !input) return false;
     PyTypeObject* type = Py_TYPE(o.real.get());
@@ -2641,6 +2643,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         return;
     case UNARY_NEGATIVE: case UNARY_POSITIVE: case UNARY_INVERT: case UNARY_NOT: case GET_ITER:
         defer(1, 1);
+        if (ins.opcode == GET_ITER) expect_hook(f.pending, "__iter__");
         return;
     case BUILD_TUPLE: case BUILD_LIST: defer(ins.oparg, 1); return;
     case BUILD_MAP: defer(2 * ins.oparg, 1); return;
@@ -2689,9 +2692,11 @@ void Monitor::complete(ShadowFrame& f) {
             return m_cap.fail(breaks::kUnsupportedAttribute,
                               "`" + p.callee.name + "` ran without being traced",
                               "use plain attributes and items");
-        if (p.opcode == BINARY_SUBSCR) out(p.inline_result);
+        if (p.opcode == BINARY_SUBSCR || p.opcode == GET_ITER) out(p.inline_result);
         if (p.opcode == CONTAINS_OP && require_const({p.inline_result}, "an `in` test"))
             out(m_cap.const_value(tos));  // what __contains__ gave, as `in` or `not in` made it
+        if (p.opcode == CALL && require_const({p.inline_result}, "a length"))
+            out(m_cap.const_value(tos));  // len(obj): what __len__ gave, as an int
         return;
     }
     if (p.property_get) {  // [Note: properties] the getter returned what the attribute is
@@ -3394,6 +3399,9 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         p.callee.name = "os.environ.get";
         p.in.erase(p.in.begin());
     }
+    if (p.callee.kind == CallKind::Len && p.in.size() == 1 && !kwnames &&
+        expect_hook(p, "__len__"))  // len(obj) of a class with its own __len__
+        return;
     if (p.callee.kind == CallKind::InlineModule) p.expect_self = fn;
     if (p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::LeafModule) {
         // [Note: module hooks] Hooks run code the module's forward does not show (a forward
@@ -3895,6 +3903,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::PureBuiltin:
     case CallKind::TypeCtor: {
         if (p.key_map >= 0) return push_out(keyed_result(p, result));
+        if (name == "callable" && p.in.size() == 1 && !p.kwnames && result)
+            return push_out(m_cap.const_value(result));  // follows from the type: guarded
         if (p.fold_map >= 0) return push_out(fold_result(p, result));
         size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
         // defaultdict(factory, ...): the factory first, then as dict()
@@ -4096,6 +4106,14 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     }
     case CallKind::ListMethod: {
         if (p.callee.op == "sort") return push_out(sort_list(p));
+        if ((p.callee.op == "index" || p.callee.op == "count") && result && !p.in.empty()) {
+            // names.index(key) over items the guards fix: a constant (a list read, not changed)
+            std::vector<int> items;
+            if (!items_of(p.in[0], items)) return;
+            items.insert(items.end(), p.in.begin() + 1, p.in.end());
+            if (!require_const(items, "`list." + p.callee.op + "()`")) return;
+            return push_out(m_cap.const_value(result));
+        }
         int r = mutate_list(p.callee_value, name, p.in);
         if (r >= 0 && !m_cap.v(r).real && result)  // copy(): the new list
             m_cap.v(r).real = py::Ref::borrow(result);
