@@ -4445,14 +4445,7 @@ int Monitor::tolist_numbers(Pending& p, PyObject* result) {
     if (list < 0) return -1;
     std::vector<int> items;
     for (Py_ssize_t i = 0; i < n; ++i) {
-        Step s;
-        s.kind = StepKind::GetItem;
-        Arg a;
-        if (!m_cap.arg_of(list, a)) return -1;
-        py::Ref index = py::Ref::steal(PyLong_FromSsize_t(i));
-        s.args = {a, Arg::value(index.get())};
-        int r = m_cap.record(std::move(s), PyList_GET_ITEM(result, i),
-                             m_cap.v(list).label + "[" + std::to_string(i) + "]", false);
+        int r = item_of(list, i, PyList_GET_ITEM(result, i), false);
         if (r < 0) return -1;
         m_cap.v(r).dyn_scalar = true;
         items.push_back(r);
@@ -5416,7 +5409,7 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
                              "." + n, real);
 }
 
-int Monitor::item_of(int seq, Py_ssize_t i, PyObject* real) {
+int Monitor::item_of(int seq, Py_ssize_t i, PyObject* real, bool graph_op) {
     Value& s = m_cap.v(seq);
     if (s.kind == ValueKind::Input && (s.shadow || s.mutated) && PyList_CheckExact(s.real.get())) {
         if (!m_cap.shadow(seq)) return -1;
@@ -5437,7 +5430,7 @@ int Monitor::item_of(int seq, Py_ssize_t i, PyObject* real) {
         if (!m_cap.arg_of(seq, a)) return -1;
         py::Ref idx = py::Ref::steal(PyLong_FromSsize_t(i));
         st.args = {a, Arg::value(idx.get())};
-        return m_cap.record(std::move(st), real, s.label + "[" + std::to_string(i) + "]", true);
+        return m_cap.record(std::move(st), real, s.label + "[" + std::to_string(i) + "]", graph_op);
     }
     m_cap.fail(breaks::kUnsupportedOpcode, "items of " + s.label + " are read",
                "unpack lists, tuples or tensors");

@@ -213,7 +213,9 @@ private:
     };
     IndexKey index_key(int key, int depth = 0);
     int binary(int op, int a, int b, PyObject* real);
-    int item_of(int seq, Py_ssize_t i, PyObject* real);
+    // `graph_op`: an item of an op result that is a tensor op of the graph (false: a number of
+    // a Python list a step made, t.tolist())
+    int item_of(int seq, Py_ssize_t i, PyObject* real, bool graph_op = true);
     bool truthiness_known(int value);
     bool branch_to_raise(ShadowFrame& f, const py::Instruction& ins, int value);
     bool speculate_branch(int value, std::string& why_not);
