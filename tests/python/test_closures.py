@@ -575,3 +575,32 @@ def test_a_returned_function_that_calls_itself_breaks_cleanly():
         y, fact = cf(torch.ones(2))
         assert torch.equal(y, torch.full((2,), 24.0)) and fact(5) == 120
     assert break_ids(cf) == ["MB009"] and "refers to itself" in str(magpy.explain(cf))
+
+
+def test_what_an_escaping_function_closes_over_is_one_object_with_its_other_uses():
+    # Found by a probe: `seen = []` closed over by a returned lambda and returned itself was
+    # made twice at replay, so the lambda appended to a list the caller never saw.
+    def f(x):
+        seen = []
+        fn = lambda v: seen.append(v)  # noqa: E731
+        return fn, seen, x + 1
+
+    def hooked(x):
+        seen = []
+        y = x * 2
+        y.register_hook(lambda g: seen.append(g))
+        return y.sum(), seen
+
+    cf = magpy.compile(f)
+    for i in range(3):
+        fn, seen, _ = cf(torch.ones(1))
+        fn(i)
+        assert seen == [i]
+    ch = magpy.compile(hooked)
+    for _ in range(3):
+        x = torch.ones(2, requires_grad=True)
+        total, seen = ch(x)
+        total.backward()
+        assert len(seen) == 1 and torch.equal(seen[0], torch.ones(2))
+    assert_stats(cf, graphs=1, breaks=0)
+    assert_stats(ch, graphs=1, breaks=0)

@@ -359,3 +359,34 @@ def test_a_frozen_dataclass_made_in_the_call():
     cf = check(make, [torch.randn(3) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2)
     assert_raises_like_eager(assign, lambda: (torch.randn(2),), dataclasses.FrozenInstanceError)
+
+
+class Mirrored(collections.OrderedDict):
+    """An item set is also an attribute, and noted (as ModelOutput's __setitem__ does)."""
+
+    log = []
+
+    def __setitem__(self, k, v):
+        Mirrored.log.append(k)
+        super().__setitem__(k, v)
+        super().__setattr__(k, v)
+
+
+def test_ordered_dict_methods_that_reach_the_classs_own_setitem_break():
+    # Found by a probe: OrderedDict's update() and setdefault() call the class's __setitem__
+    # from C, which the capture did not see: the attributes it set were missing at replay.
+    def update(x):
+        o = Mirrored()
+        o.update(loss=x + 1)
+        return o
+
+    def setdefault(x):
+        o = Mirrored()
+        o.setdefault("loss", x * 2)
+        return o, o.get("loss"), list(o.keys())
+
+    for fn in (update, setdefault):
+        Mirrored.log.clear()
+        cf = check(fn, [torch.randn(2) for _ in range(3)])
+        assert break_ids(cf) == ["MB003"] and "item methods from C" in str(magpy.explain(cf))
+        assert Mirrored.log == ["loss"] * 6  # eager and compiled, three calls each

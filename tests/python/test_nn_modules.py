@@ -674,3 +674,26 @@ def test_entries_of_one_code_are_bounded_across_compiled_objects():
     last = magpy.compile(blocks[-1])
     last(x)
     assert break_ids(last) == ["MB013"] and "from all its compiled objects" in str(magpy.explain(last))
+
+
+def test_a_module_with_its_own_setattr_is_not_written_past_it():
+    # Found by a probe: a Module subclass's own __setattr__ (here doubling ints) was taken for
+    # Module's, so the replay used the value assigned, not the one stored.
+    class Doubling(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = 1
+
+        def __setattr__(self, name, value):
+            super().__setattr__(name, value * 2 if isinstance(value, int) else value)
+
+        def forward(self, x):
+            self.k = self.k + 1
+            return x * self.k
+
+    eager, compiled = Doubling(), Doubling()
+    cf = magpy.compile(compiled)
+    for _ in range(4):
+        x = torch.ones(1)
+        assert torch.equal(cf(x), eager(x)) and compiled.k == eager.k
+    assert "MB007" in break_ids(cf)

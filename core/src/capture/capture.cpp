@@ -1262,9 +1262,12 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         s.kind = StepKind::Call;
         s.args = {Arg::value(make_fn), Arg::value(f->func_code), Arg::value(f->func_globals),
                   Arg::value(f->func_qualname)};
+        // What it holds (defaults, cell contents) leaves the call with it: one object each,
+        // shared with every other use (found by a probe: `seen = []` closed over by a hook and
+        // returned was two lists)
         for (int part : parts) {
             Arg a;
-            if (!build_arg(part, a, false, depth + 1)) return false;
+            if (!build_arg(part, a, true, depth + 1)) return false;
             s.args.push_back(std::move(a));
         }
         PyObject* closure = f->func_closure;
@@ -1289,7 +1292,7 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
                 c.args = {Arg::value(make_cl)};
                 if (content >= 0) {
                     Arg a;
-                    if (!build_arg(content, a, false, depth + 1)) return false;
+                    if (!build_arg(content, a, true, depth + 1)) return false;
                     c.args.push_back(std::move(a));
                 }
                 c.out = m_plan->add_slot();

@@ -425,11 +425,19 @@ static bool is_code_descriptor(PyTypeObject* type, PyObject* name) {
 // only look in (or register into) its parameter, buffer and module dicts.
 static bool has_attribute_hook(PyObject* obj, bool set) {
     PyTypeObject* type = Py_TYPE(obj);
+    if (PyObject_TypeCheck(obj, torch_api().module_type)) {
+        // Module's own __setattr__ and __getattr__ only register into (or look in) its
+        // parameter, buffer and module dicts; a subclass's own __setattr__ or
+        // __getattribute__ may store or give anything (found by a probe: `value * 2`)
+        const char* name = set ? "__setattr__" : "__getattribute__";
+        PyObject* base = reinterpret_cast<PyObject*>(set ? torch_api().module_type : &PyBaseObject_Type);
+        return _PyType_Lookup(type, interned(name)) !=
+               _PyType_Lookup(reinterpret_cast<PyTypeObject*>(base), interned(name));
+    }
     bool cls = PyType_Check(obj);  // a class: its metaclass decides (FunctionMeta does not hook)
     bool custom = set ? type->tp_setattro != (cls ? PyType_Type.tp_setattro : PyObject_GenericSetAttr)
                       : type->tp_getattro != (cls ? PyType_Type.tp_getattro : PyObject_GenericGetAttr);
-    return custom && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
-           !PyObject_TypeCheck(obj, torch_api().module_type);
+    return custom && (type->tp_flags & Py_TPFLAGS_HEAPTYPE);
 }
 
 // A class with only a __getattr__ (torch.ops, lazy namespaces) runs it only when the usual
@@ -3382,6 +3390,21 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
                 return m_cap.fail(breaks::kUnsupportedCallee,
                                   "`" + method + "()` of " + o.label + ", a dict made in the call",
                                   "use dict(obj.items()) for a plain copy");
+            // OrderedDict's update, setdefault, pop... reach the class's own item slots from C
+            // (found by a probe: update() skipped a ModelOutput's __setitem__ at replay); only
+            // the reading methods act on the items alone
+            bool reads = method == "keys" || method == "values" || method == "items" ||
+                         method == "get" || method == "__len__" || method == "__contains__";
+            PyTypeObject* type = Py_TYPE(o.real.get());
+            bool hooked = false;
+            for (const char* slot : {"__setitem__", "__getitem__", "__delitem__"})
+                hooked = hooked || _PyType_Lookup(type, interned(slot)) !=
+                                       _PyType_Lookup(base, interned(slot));
+            if (hooked && !reads)
+                return m_cap.fail(breaks::kUnsupportedCallee,
+                                  "`" + method + "()` of " + o.label + " runs its class's own "
+                                  "item methods from C",
+                                  "set the items one by one with obj[key] = value");
             args[0] = o.mapping;  // obj.keys(), dict.get(obj, k): on its items
         }
     }
