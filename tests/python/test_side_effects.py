@@ -340,3 +340,34 @@ def test_attribute_store_read_by_leaf_module():
     cf = check(m, [(x, 0.0), (x, 1.0), (x, 0.0)], snapshot=lambda: m.drop.p,
                restore=lambda p: setattr(m.drop, "p", p))
     assert_stats(cf, graphs=2, hits=1, misses=2)
+
+
+class _Plain:
+    pass
+
+
+def test_writes_and_reads_through_an_instance_dict_are_not_mixed_up():
+    # A write through obj.__dict__ was not seen by a later obj.a, and obj.a = v was not seen by
+    # a later obj.__dict__["a"] (wrong results from the first replay on); both now break,
+    # while reading obj.__dict__ alone stays captured
+    def write_dict(x, o):
+        o.__dict__["a"] = x * 2
+        return o.a + 1
+
+    def write_attr(x, o):
+        o.a = x * 3
+        return o.__dict__["a"] + 1
+
+    def read_only(x, o):
+        return x + len(o.__dict__) + ("a" in o.__dict__)
+
+    def make(i):
+        o = _Plain()
+        o.a = torch.zeros(2)
+        return torch.ones(2) * i, o
+
+    for fn in (write_dict, write_attr):
+        cf = check(fn, [make(i) for i in range(3)])
+        assert len(break_ids(cf)) >= 1
+    cf = check(read_only, [make(i) for i in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

@@ -114,6 +114,7 @@ struct Value {
     int mapping = -1;
     int owner = -1;
     int default_factory = -1;  // FreshDict of a collections.defaultdict: its factory
+    int dict_of = -1;  // an Input dict that is `obj.__dict__` of the Input `obj`
     // An op result that follows from the guards alone (torch.tensor(x.shape), arange(n) and
     // what is computed from them): Python may read its data as a constant while the tensor's
     // version counter is still `const_version` ([Note: tensors of constants]).

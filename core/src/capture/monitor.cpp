@@ -943,7 +943,8 @@ bool Monitor::pairs_of(int dict, std::vector<int>& out) {
         return true;
     }
     if (d.kind == ValueKind::Input && PyDict_Check(d.real.get()) && !d.mutated) {
-        PyObject* o = d.real.get();
+        if (stale_instance_dict(dict)) return false;
+        PyObject* o = m_cap.v(dict).real.get();
         m_cap.guard_len(dict, PyDict_GET_SIZE(o));
         Py_ssize_t pos = 0;
         PyObject *key, *val;
@@ -1034,12 +1035,27 @@ void Monitor::dict_set(int dict, int key, int val) {
 
 // d[key] of a dict passed in, as a guarded input value.
 int Monitor::dict_item(int dict, PyObject* key, PyObject* real) {
+    if (stale_instance_dict(dict)) return -1;
     return m_cap.input_child(dict, AccessKind::DictItem, 0, key, "[" + py::repr_string(key) + "]",
                              real);
 }
 
 // `key` looked up in a dict passed in: the value this call wrote there, its value (guarded), or
 // the null value with the key guarded absent.
+// [Note: writes] `obj.__dict__` of an object passed in, read after the call set an attribute of
+// obj (whose write the capture keeps by attribute, not in this dict): true, after failing.
+bool Monitor::stale_instance_dict(int dict) {
+    int obj = m_cap.v(dict).dict_of;
+    if (obj < 0) return false;
+    auto it = m_cap.overlay().lower_bound({obj, std::string()});
+    if (it == m_cap.overlay().end() || it->first.first != obj) return false;
+    m_cap.fail(breaks::kMutatedThenRead,
+               "`" + m_cap.v(dict).label + "` is read after this function set attributes of " +
+                   m_cap.v(obj).label,
+               "read the attributes by name");
+    return true;
+}
+
 int Monitor::dict_lookup(int dict, PyObject* key) {
     int written = written_item(dict, key);
     if (written >= 0) return written;
@@ -1070,6 +1086,10 @@ int Monitor::written_item(int dict, PyObject* key) {
 }
 
 void Monitor::write_input_item(int dict, int key, int val, bool added) {
+    if (m_cap.v(dict).dict_of >= 0)
+        return m_cap.fail(breaks::kUnsupportedOpcode,
+                          "`" + m_cap.v(dict).label + "` is written: attributes set through "
+                          "__dict__ are not followed", "set the attribute with setattr(obj, name, value)");
     Value& d = m_cap.v(dict);
     if (added) m_added_keys[dict].push_back(key);  // a new key goes last in iteration order
     Step s;
@@ -1100,6 +1120,12 @@ int Monitor::remove_dict_item(int dict, int key, PyObject* present, bool want_va
         if (escaped_mapping_write(dict, "pop", {key})) return removed;
         if (m_cap.v(dict).built < 0) return removed;
     } else {
+        if (m_cap.v(dict).dict_of >= 0) {
+            m_cap.fail(breaks::kUnsupportedOpcode,
+                       "an item is removed from `" + m_cap.v(dict).label + "`: attributes "
+                       "deleted through __dict__ are not followed", "use delattr(obj, name)");
+            return -1;
+        }
         if (m_cap.v(dict).mutated) {
             m_cap.fail(breaks::kMutatedThenRead,
                        "an item is removed from `" + m_cap.v(dict).label +
@@ -2857,6 +2883,7 @@ void Monitor::complete(ShadowFrame& f) {
         Value& c = m_cap.v(hay);
         if (c.kind == ValueKind::Input && PyDict_Check(c.real.get()) &&
             (!c.mutated || c.keyed_writes) && m_cap.v(needle).kind == ValueKind::Const) {
+            if (stale_instance_dict(hay)) return;
             // the key's presence is guarded, not what it holds (a later d[k] reads that)
             PyObject* key = m_cap.v(needle).real.get();
             int present = written_item(hay, key) >= 0 ? 1 : PyDict_Contains(c.real.get(), key);
@@ -5357,6 +5384,14 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
     Value& o = m_cap.v(obj);
     if (n == "__class__" && o.real && !PyType_Check(o.real.get()) && real == reinterpret_cast<PyObject*>(Py_TYPE(o.real.get())))
         return m_cap.const_value(real);  // as type(obj): every value's type is guarded or fixed
+    if (n == "__dict__" && o.kind == ValueKind::Input && !o.tensor && real && PyDict_Check(real) &&
+        !PyType_Check(o.real.get()) && !PyModule_Check(o.real.get())) {
+        // `obj.__dict__` holds obj's attributes: the capture follows them by attribute, so
+        // this dict is only read, and only while no attribute of obj was set in the call
+        int d = m_cap.input_child(obj, AccessKind::Attr, 0, name, ".__dict__", real);
+        if (d >= 0) m_cap.v(d).dict_of = obj;
+        return d;
+    }
     if (!o.tensor && o.real && PyTuple_Check(o.real.get()) &&
         (o.kind == ValueKind::FreshTuple || o.kind == ValueKind::Input)) {
         int idx = namedtuple_field(Py_TYPE(o.real.get()), name);  // det.boxes

@@ -289,6 +289,7 @@ private:
     int fresh_dict_slot(int dict, PyObject* key);
     int dict_item(int dict, PyObject* key, PyObject* real);
     int dict_lookup(int dict, PyObject* key);
+    bool stale_instance_dict(int dict);
     // Input dicts changed by d["name"] = v ([Note: dict writes]).
     // `added`: the key was not in the dict before (it goes last in iteration order).
     void write_input_item(int dict, int key, int val, bool added = false);
