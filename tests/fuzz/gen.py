@@ -1321,7 +1321,12 @@ class ProgramGen:
         if g == 5:  # a ModelOutput passed in (a global the caller changes between calls)
             env[n] = V("t", (self.F,), True)
             read = self.choice(["G_OUT[0]", "G_OUT[-1]", "G_OUT['main']", "G_OUT.main"])
-            return [f"{n} = {read} + (G_OUT.aux if 'aux' in G_OUT else 0) * len(G_OUT)"]
+            lines = [f"{n} = {read} + (G_OUT.aux if 'aux' in G_OUT else 0) * len(G_OUT)"]
+            if self.p(0.4):  # written through its hooks, then read again
+                lines.append(self.choice([f"G_OUT['main'] = {n} * 0.5", f"G_OUT.aux = {n} + 1",
+                                          "G_OUT.note = len(G_OUT)"]))
+                lines.append(f"{n} = {n} + G_OUT.main - G_OUT[0]")
+            return lines
         if g == 0:
             aux = self.choice(["None", f"{other.code} * 2"])
             return [f"{o} = Result(main={e.code}, aux={aux})",

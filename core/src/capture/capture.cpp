@@ -261,8 +261,15 @@ int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
         internal_error("path step from a value with no access path");
         return -1;
     }
-    if (p.mutated && !(p.keyed_writes && (kind == AccessKind::DictItem ||
-                                          kind == AccessKind::DictKeys))) {  // [Note: dict writes]
+    // Its type, and the attributes of a dict subclass (a ModelOutput), do not change with its
+    // items: read them after writes too
+    bool beside_items = kind == AccessKind::TypeOf || kind == AccessKind::TypeLookup ||
+                        kind == AccessKind::SuperLookup ||
+                        (kind == AccessKind::Attr && p.real && PyDict_Check(p.real.get()) &&
+                         !PyDict_CheckExact(p.real.get()));
+    if (p.mutated && !beside_items &&
+        !(p.keyed_writes && (kind == AccessKind::DictItem ||
+                             kind == AccessKind::DictKeys))) {  // [Note: dict writes]
         fail(breaks::kMutatedThenRead,
              "`" + p.label + "` is read after this function changed it",
              "read it before changing it, or keep the value in a local variable");

@@ -500,8 +500,10 @@ bool Monitor::expect_hook(Pending& p, const char* dunder) {
     PyTypeObject* type = Py_TYPE(o.real.get());
     PyObject* fn = _PyType_Lookup(type, interned(dunder));
     if (!fn || !PyFunction_Check(fn)) return false;
-    if (input && !read) {
-        // a write through the hook of an object passed in: what it leaves is not followed
+    if (input && !read && !input_dict(p.in[0])) {
+        // a write through the hook of an object passed in: followed only for a dict (a
+        // ModelOutput given to a loss that sets `out.loss`), whose hook ends in the dict's and
+        // object's own slots (CallKind::ObjectSlot)
         m_cap.fail(breaks::kUnsupportedAttribute,
                    "`" + std::string(type->tp_name) + "." + dunder + "` of " + o.label +
                        ", passed in, is Python code",
@@ -589,11 +591,28 @@ int Monitor::environ_read(int name, PyObject* result, int fallback) {
 int Monitor::object_slot_call(const Pending& p, PyObject* result) {
     const std::string& slot = p.callee.op;
     int obj = p.in[0];
-    if (m_cap.v(obj).kind == ValueKind::Input) {  // a dict passed in: read as dict reads it
-        if (slot == "__getitem__" && p.in.size() == 2 && !p.kwnames && result)
+    if (m_cap.v(obj).kind == ValueKind::Input) {  // a dict passed in, as dict and object do it
+        size_t n = p.in.size();
+        if (slot == "__getitem__" && n == 2 && !p.kwnames && result)
             return subscript(obj, p.in[1], result);
-        m_cap.fail(breaks::kUnsupportedCallee, "`" + p.callee.name + "` is called on " +
-                       m_cap.v(obj).label, "read its items with d[key]");
+        bool named = n == 3 && !p.kwnames && result && require_const({p.in[1]}, p.callee.name);
+        PyObject* slot_fn = m_cap.v(p.callee_value).real.get();
+        if (named && slot == "__setitem__" && p.had_key >= 0) {  // super().__setitem__(k, v)
+            write_input_item(obj, p.in[1], p.in[2], p.had_key == 0, slot_fn);
+            return m_cap.failed() ? -1 : m_cap.const_value(Py_None);
+        }
+        if (named && slot == "__setattr__" && PyUnicode_Check(m_cap.v(p.in[1]).real.get())) {
+            // object.__setattr__(obj, name, v): the plain store, replayed as that call (not
+            // through the class's own __setattr__ again)
+            Step s;
+            s.kind = StepKind::Call;
+            m_cap.record_effect(std::move(s), {m_cap.const_value(slot_fn), obj, p.in[1], p.in[2]});
+            m_cap.overlay()[{obj, str(m_cap.v(p.in[1]).real.get())}] = p.in[2];
+            return m_cap.const_value(Py_None);
+        }
+        if (!m_cap.failed())
+            m_cap.fail(breaks::kUnsupportedCallee, "`" + p.callee.name + "` is called on " +
+                           m_cap.v(obj).label, "read its items with d[key]");
         return -1;
     }
     int items = m_cap.v(obj).mapping;
@@ -1085,18 +1104,23 @@ int Monitor::written_item(int dict, PyObject* key) {
     return it == m_cap.overlay().end() ? -1 : it->second;
 }
 
-void Monitor::write_input_item(int dict, int key, int val, bool added) {
+void Monitor::write_input_item(int dict, int key, int val, bool added, PyObject* via) {
     if (m_cap.v(dict).dict_of >= 0)
         return m_cap.fail(breaks::kUnsupportedOpcode,
                           "`" + m_cap.v(dict).label + "` is written: attributes set through "
                           "__dict__ are not followed", "set the attribute with setattr(obj, name, value)");
-    Value& d = m_cap.v(dict);
     if (added) m_added_keys[dict].push_back(key);  // a new key goes last in iteration order
     Step s;
-    s.kind = StepKind::SetItem;
-    m_cap.record_effect(std::move(s), {dict, key, val});
+    if (via) {  // the dict's own __setitem__ called past a class's hook: replayed as that call
+        s.kind = StepKind::Call;
+        m_cap.record_effect(std::move(s), {m_cap.const_value(via), dict, key, val});
+    } else {
+        s.kind = StepKind::SetItem;
+        m_cap.record_effect(std::move(s), {dict, key, val});
+    }
     std::string name = m_cap.v(key).kind == ValueKind::Const ? item_name(m_cap.v(key).real.get())
                                                              : std::string();
+    Value& d = m_cap.v(dict);  // (after record_effect, which may add values)
     d.keyed_writes = !name.empty() && (!d.mutated || d.keyed_writes);
     d.mutated = true;
     if (d.keyed_writes) m_cap.overlay()[{dict, name}] = val;
@@ -2470,7 +2494,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
             return;
         }
         if (m_cap.failed()) return;
-        if (m_cap.v(obj).kind == ValueKind::FreshObject)
+        if (m_cap.v(obj).kind == ValueKind::FreshObject || input_dict(obj))
             p.in = {obj, m_cap.const_value(name), val};
         if (expect_hook(p, "__setattr__")) {
             p.depth_after = depth - 2;
@@ -3408,6 +3432,11 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
             p.callee.name = std::string(owner->tp_name) + "." + method;
             p.callee_value = callable;
             p.kwnames = kwnames;
+            if (method == "__setitem__" && input_dict(args[0]) && args.size() == 3) {
+                // whether the key is new (it goes last): read before the call runs
+                p.had_key = PyDict_Contains(m_cap.v(args[0]).real.get(), m_cap.v(args[1]).real.get());
+                if (p.had_key < 0) PyErr_Clear();
+            }
             p.in = std::move(args);
             return;
         }

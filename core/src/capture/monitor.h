@@ -292,7 +292,8 @@ private:
     bool stale_instance_dict(int dict);
     // Input dicts changed by d["name"] = v ([Note: dict writes]).
     // `added`: the key was not in the dict before (it goes last in iteration order).
-    void write_input_item(int dict, int key, int val, bool added = false);
+    // `via`: the dict's own __setitem__, called past a class's hook (replayed as that call)
+    void write_input_item(int dict, int key, int val, bool added = false, PyObject* via = nullptr);
     std::map<int, std::vector<int>> m_added_keys;  // per input dict: the keys the call added
     int written_item(int dict, PyObject* key);  // the value written this call, or -1
     int mutate_list(int callee, const std::string& name, const std::vector<int>& in);
