@@ -225,3 +225,14 @@ def test_numbers_of_tolist_slice_and_loop_like_int_of_an_item():
              (torch.randn(3, 5, 4), torch.tensor([2, 2, 5]))]
     cf = check(per_sample_means, calls)
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_tolist_of_a_tensor_whose_length_changes():
+    # with the batch dynamic, tolist() fixes the length again, as iterating the tensor does:
+    # one capture per batch size, never a break
+    def longest(h, lengths):
+        return h[:, :max(lengths.tolist())].sum(1)
+
+    calls = [(torch.randn(b, 6, 4), torch.randint(1, 6, (b,))) for b in (2, 3, 4, 3)]
+    cf = check(longest, calls)
+    assert_stats(cf, breaks=0, hits=1)

@@ -4513,7 +4513,8 @@ int Monitor::tolist_numbers(Pending& p, PyObject* result) {
     if (p.in.size() != 1 || p.kwnames || !PyList_CheckExact(result)) return -1;
     int t = p.in[0];
     const Value& tv = m_cap.v(t);
-    if (!tv.tensor || tv.dyn_shape || m_cap.sym_tensor(t)) return -1;  // its length may vary
+    if (!tv.tensor || tv.dyn_shape) return -1;  // its length depends on data
+    if (m_cap.sym_tensor(t)) m_cap.fix_length(t);  // as iterating it: its length fixed again
     Py_ssize_t n = PyList_GET_SIZE(result);
     if (n > 64) return -1;
     for (Py_ssize_t i = 0; i < n; ++i) {
