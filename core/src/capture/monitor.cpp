@@ -4504,8 +4504,8 @@ int Monitor::number_from_data(Pending& p, PyObject* result) {
     return r;
 }
 
-// [Note: numbers from tensor data] `lengths.tolist()` of a 1-D tensor whose length the guards
-// fix: a list made in the call whose items are numbers read at replay (the list is made by a
+// [Note: numbers from tensor data] `lengths.tolist()` of a 1-D tensor (its length guarded, or
+// fixed again when symbolic): a list made in the call whose items are numbers read at replay (the list is made by a
 // step, each item taken from it by another), so `for i, n in enumerate(lengths.tolist()):
 // h[i, :n]` unrolls over the length and slices by numbers from data, as `int(lengths[i])`
 // does. -1 with no failure: not such a call (it is recorded whole, as before).
