@@ -484,12 +484,25 @@ bool Monitor::set_object_attr(int obj, PyObject* name, int val) {
 
 // obj.name of an object made in the call: what was set, else the class's attribute (`method`:
 // a function, bound by LOAD_METHOD with the object as self).
+// os.environ, as os made it (borrowed; kept for the process), or null.
+static PyObject* os_environ() {
+    static PyObject* environ = [] {
+        PyObject* os = PyImport_ImportModule("os");
+        PyObject* e = os ? PyObject_GetAttrString(os, "environ") : nullptr;
+        Py_XDECREF(os);
+        if (!e) PyErr_Clear();
+        return e;
+    }();
+    return environ;
+}
+
 // [Note: hooks of objects made in the call] Whether the instruction pending in `p` (its `in`:
 // the object, then the hook's other arguments) runs `dunder` of the object's class, written in
 // Python: then it is traced as a method, and `p` says so.
 bool Monitor::expect_hook(Pending& p, const char* dunder) {
     if (p.in.empty()) return false;
     const Value& o = m_cap.v(p.in[0]);
+    if (o.real.get() == os_environ()) return false;  // its own rule ([Note: environment reads])
     bool read = std::strcmp(dunder, "__setattr__") != 0 && std::strcmp(dunder, "__setitem__") != 0;
     // (ModuleList and Sequential items, lengths and iteration are the module rules', not their
     // __getitem__, __len__ and __iter__'s)
@@ -527,18 +540,6 @@ bool Monitor::expect_hook(Pending& p, const char* dunder) {
     p.callee_value = fv;
     p.hook = true;
     return true;
-}
-
-// os.environ, as os made it (borrowed; kept for the process), or null.
-static PyObject* os_environ() {
-    static PyObject* environ = [] {
-        PyObject* os = PyImport_ImportModule("os");
-        PyObject* e = os ? PyObject_GetAttrString(os, "environ") : nullptr;
-        Py_XDECREF(os);
-        if (!e) PyErr_Clear();
-        return e;
-    }();
-    return environ;
 }
 
 // [Note: environment reads] `os.environ.get(name, default)`, `os.getenv(name)`,
@@ -2690,10 +2691,8 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case BEFORE_WITH: defer(1, 2); return;
     case BINARY_OP: case COMPARE_OP: case BINARY_SUBSCR: case IS_OP: case CONTAINS_OP:
         defer(2, 1);
-        if (ins.opcode == BINARY_SUBSCR && m_cap.v(f.pending.in[0]).real.get() != os_environ())
-            expect_hook(f.pending, "__getitem__");
-        if (ins.opcode == CONTAINS_OP &&  // `key in container`: container.__contains__(key)
-            m_cap.v(f.pending.in[1]).real.get() != os_environ()) {
+        if (ins.opcode == BINARY_SUBSCR) expect_hook(f.pending, "__getitem__");
+        if (ins.opcode == CONTAINS_OP) {  // `key in container`: container.__contains__(key)
             Pending& q = f.pending;
             std::swap(q.in[0], q.in[1]);
             if (!expect_hook(q, "__contains__")) std::swap(q.in[0], q.in[1]);
