@@ -316,6 +316,11 @@ PyTypeObject* user_class_base(PyTypeObject* t) {
 
 bool is_plain_user_class(PyTypeObject* t) { return user_class_base(t) != nullptr; }
 
+PyTypeObject* layout_base(PyTypeObject* type) {
+    while (type && (type->tp_flags & Py_TPFLAGS_HEAPTYPE)) type = type->tp_base;
+    return type;
+}
+
 namespace {
 PyTypeObject* imported_type(const char* module, const char* name) {
     PyObject* mod = PyImport_ImportModule(module);

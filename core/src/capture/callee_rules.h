@@ -91,6 +91,9 @@ bool is_namedtuple_type(PyTypeObject* type);
 // __dict__ or slots through the generic getattr, set generically or by a __setattr__ in
 // Python, no __del__.
 PyTypeObject* user_class_base(PyTypeObject* type);
+// The C class whose layout instances of `type` have (dict for a dict subclass, object for a
+// plain class): the first base that is not a Python class. Borrowed.
+PyTypeObject* layout_base(PyTypeObject* type);
 bool is_plain_user_class(PyTypeObject* type);
 
 // Whether calling `callable` with `nargs` positional arguments reads the frame that calls it:

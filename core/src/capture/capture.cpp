@@ -107,7 +107,6 @@ bool is_typing_object(PyObject* o) {
 }
 
 static bool is_identity_object(PyObject* o) {
-    if (is_typing_object(o)) return true;
     if (PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) || PyModule_Check(o) ||
         PyCode_Check(o) || Py_TYPE(o) == &PyMethodDescr_Type ||
         Py_TYPE(o) == &PyWrapperDescr_Type || Py_TYPE(o) == &PyClassMethodDescr_Type ||
@@ -116,7 +115,7 @@ static bool is_identity_object(PyObject* o) {
     PyTypeObject* meta = enum_meta_type();
     if (meta && PyObject_TypeCheck(reinterpret_cast<PyObject*>(Py_TYPE(o)), meta)) return true;
     const TorchApi& api = torch_api();
-    return PyObject_TypeCheck(o, api.module_type);
+    return PyObject_TypeCheck(o, api.module_type) || is_typing_object(o);
 }
 
 // [Note: functions by code]
@@ -995,8 +994,7 @@ static PyObject* make_object(PyObject*, PyObject* const* args, Py_ssize_t n) {
         return nullptr;
     }
     auto* cls = reinterpret_cast<PyTypeObject*>(args[0]);
-    PyTypeObject* base = cls;
-    while (base && (base->tp_flags & Py_TPFLAGS_HEAPTYPE)) base = base->tp_base;
+    PyTypeObject* base = layout_base(cls);
     if (!base || !base->tp_new || (n == 3 && (!base->tp_as_mapping ||
                                               !base->tp_as_mapping->mp_ass_subscript))) {
         PyErr_SetString(PyExc_TypeError, "magpy: make_object of a class without a C base");
@@ -1057,7 +1055,7 @@ static PyObject* make_object_function() {
     static PyMethodDef def = {"make_object", reinterpret_cast<PyCFunction>(
                                                  reinterpret_cast<void (*)()>(make_object)),
                               METH_FASTCALL, "magpy: an object made in the call, at replay"};
-    static PyObject* fn = PyCFunction_New(&def, nullptr);  // kept for the process
+    static PyObject* fn = c_function(&def);
     return fn;
 }
 

@@ -355,12 +355,6 @@ static Py_ssize_t attributes_set(PyObject* obj) {
 
 // The items of `value` when it is an object made in the call that is a dict whose class keeps
 // the base's `slot` (`__getitem__`, `__len__` ...), else `value` itself.
-// The C class whose layout instances of `type` have (dict for a dict subclass).
-static PyTypeObject* c_base(PyTypeObject* type) {
-    while (type && (type->tp_flags & Py_TPFLAGS_HEAPTYPE)) type = type->tp_base;
-    return type;
-}
-
 bool Monitor::input_dict(int value) {
     const Value& o = m_cap.v(value);
     return o.kind == ValueKind::Input && !o.tensor && o.real && PyDict_Check(o.real.get());
@@ -373,7 +367,7 @@ int Monitor::as_mapping(int value, const char* slot) {
         // A dict subclass passed in is read as a dict (guards fetch its items as dict does):
         // only while the class keeps the dict's slot.
         PyTypeObject* type = Py_TYPE(o.real.get());
-        if (_PyType_Lookup(type, interned(slot)) != _PyType_Lookup(c_base(type), interned(slot))) {
+        if (_PyType_Lookup(type, interned(slot)) != _PyType_Lookup(layout_base(type), interned(slot))) {
             m_cap.fail(breaks::kUnsupportedAttribute,
                        "`" + std::string(type->tp_name) + "." + slot + "` of " + o.label +
                            ", a dict passed in, is Python code",
@@ -1483,7 +1477,7 @@ int Monitor::super_method(int sup, PyObject* name, PyObject* real) {
     // a slot or method of the C base of an object made in the call (`super().__setitem__(k, v)`
     // in a dict subclass, `super().__setattr__(name, v)`): followed on its attributes and items
     PyTypeObject* base = user_class_base(type);
-    if (input_dict(obj)) base = c_base(type);  // `super().__getitem__(k)` of a dict passed in
+    if (input_dict(obj)) base = layout_base(type);  // `super().__getitem__(k)` of a dict passed in
     bool base_method = raw && (m_cap.v(obj).kind == ValueKind::FreshObject || input_dict(obj)) &&
                        base &&
                        (Py_TYPE(raw) == &PyWrapperDescr_Type || Py_TYPE(raw) == &PyMethodDescr_Type) &&
@@ -3420,7 +3414,7 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         const Value& o = m_cap.v(args[0]);
         PyTypeObject* owner = PyDescr_TYPE(fn);
         PyTypeObject* base = o.kind == ValueKind::FreshObject ? user_class_base(Py_TYPE(o.real.get()))
-                                                              : c_base(Py_TYPE(o.real.get()));
+                                                              : layout_base(Py_TYPE(o.real.get()));
         std::string method = str(PyDescr_NAME(fn));
         bool slot = Py_TYPE(fn) == &PyWrapperDescr_Type ||  // dict's __getitem__ and
                     (method.size() > 4 && method.rfind("__", 0) == 0);  // __contains__ are methods
