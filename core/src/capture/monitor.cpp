@@ -1526,6 +1526,7 @@ Monitor::Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph,
 
 void Monitor::install() {
     t_monitor = this;
+    magpy_allow_opcode_events();  // 3.12: before PyEval_SetTrace, which reads it
     PyEval_SetTrace(&Monitor::trace, nullptr);
 }
 
@@ -2288,6 +2289,14 @@ bool Monitor::raise_is_determined(ShadowFrame& f, PyObject* type) {
 void Monitor::on_opcode(PyFrameObject* fo) {
     if (m_frames.empty() || m_frames.back().frame_obj != fo) return;
     ShadowFrame& f = m_frames.back();
+#if MAGPY_IS_PYTHON_312
+    // 3.12 may report an instruction after its EXTENDED_ARG prefix, already decoded (and
+    // dispatched) at the prefix's event; it has not run yet.
+    if (f.prefixed_at >= 0) {
+        int at = std::exchange(f.prefixed_at, -1);
+        if (py::frame_current_instruction(f.frame).offset == at) return;
+    }
+#endif
     if (f.pending.opcode >= 0) complete(f);
     if (m_cap.failed()) return stop_tracing();
     int depth = py::frame_stack_depth(f.frame);
@@ -2297,6 +2306,7 @@ void Monitor::on_opcode(PyFrameObject* fo) {
         return stop_tracing();
     }
     py::Instruction ins = py::frame_current_instruction(f.frame);
+    if (ins.prefixed) f.prefixed_at = ins.offset;
     m_at_code = f.code;
     m_at_offset = ins.offset;
     f.in_try = f.caller_in_try || py::code_offset_reaches_user_handler(f.code, ins.offset);
@@ -2461,6 +2471,33 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case RETURN_VALUE:
         f.return_value = pop(f);
         return;
+    case RETURN_CONST:  // 3.12
+        f.return_value = m_cap.const_value(py::code_const(f.code, ins.oparg));
+        return;
+    case LOAD_FAST_AND_CLEAR: {  // 3.12: an inlined comprehension saves a local it shadows
+        int& local = f.locals[static_cast<size_t>(ins.oparg)];
+        push(f, local >= 0 ? local : m_cap.null_value());
+        local = -1;
+        return;
+    }
+    case END_FOR:  // 3.12: reached only by a jump past an exhausted FOR_ITER's usual target
+        pop(f);
+        pop(f);
+        return;
+    case BINARY_SLICE: case STORE_SLICE: {  // 3.12: x[a:b] and x[a:b] = v
+        // The same as BUILD_SLICE 2 then BINARY_SUBSCR / STORE_SUBSCR.
+        int stop = pop(f), start = pop(f);
+        PyObject* a = m_cap.v(start).real.get();
+        PyObject* b = m_cap.v(stop).real.get();
+        py::Ref real = py::Ref::steal(PySlice_New(a ? a : Py_None, b ? b : Py_None, nullptr));
+        if (!real) return m_cap.internal_error("slice()");
+        int slice = slice_value({start, stop}, real.get());
+        if (slice < 0) return;
+        push(f, slice);
+        py::Instruction subscr = ins;
+        subscr.opcode = ins.opcode == BINARY_SLICE ? BINARY_SUBSCR : STORE_SUBSCR;
+        return dispatch(f, subscr);
+    }
     case POP_JUMP_FORWARD_IF_TRUE: case POP_JUMP_FORWARD_IF_FALSE:
     case POP_JUMP_BACKWARD_IF_TRUE: case POP_JUMP_BACKWARD_IF_FALSE: {
         int v = pop(f);
@@ -2592,25 +2629,14 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         dst.insert(dst.end(), items.begin(), items.end());
         return;
     }
-    case PRECALL: {
-        int n = ins.oparg;
-        int below = f.stack[f.stack.size() - static_cast<size_t>(n) - 2];
-        PyObject* callable = real_stack(f, n);
-        if (below == m_cap.null_value() && PyMethod_Check(callable)) {
-            // CPython replaces [NULL, bound method] with [function, self].
-            int m = f.stack[f.stack.size() - static_cast<size_t>(n) - 1];
-            if (m_cap.v(m).kind != ValueKind::Input)
-                return m_cap.fail(breaks::kUnsupportedCallee, "a bound method object is called",
-                                  "call the method directly on its object");
-            int fn, self;
-            if (!split_method(m, fn, self)) return;
-            f.stack[f.stack.size() - static_cast<size_t>(n) - 2] = fn;
-            f.stack[f.stack.size() - static_cast<size_t>(n) - 1] = self;
-        }
+    case PRECALL:  // 3.11
+        split_bound_method(f, ins.oparg);
         return;
-    }
     case CALL: {
         int n = ins.oparg;
+#if MAGPY_IS_PYTHON_312
+        if (!split_bound_method(f, n)) return;  // CALL does what PRECALL did
+#endif
         PyObject* kwnames = f.kwnames;
         f.kwnames = nullptr;
         int a = f.stack[f.stack.size() - static_cast<size_t>(n) - 2];
@@ -2729,6 +2755,47 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
 }
 
 // [SECTION] completion -------------------------------------------------------------------------
+
+// The value of slice(*bounds), `real` the slice CPython made. x[:T] with T a symbolic size,
+// x[p:p + n] with p read from tensor data: the slice is built at replay. -1: the capture failed.
+int Monitor::slice_value(const std::vector<int>& bounds, PyObject* real) {
+    bool sym = false, data = false;
+    for (int v : bounds) {
+        sym = sym || m_cap.v(v).sym_number();
+        data = data || m_cap.v(v).dyn_scalar;
+    }
+    if (!sym && !data) return require_const(bounds, "a slice") ? m_cap.const_value(real) : -1;
+    Step s;
+    s.kind = StepKind::BuildSlice;
+    for (int v : bounds) {
+        if (!m_cap.v(v).sym_number() && !m_cap.v(v).dyn_scalar && !known(v))
+            return require_const({v}, "a slice"), -1;
+        Arg a;
+        if (!m_cap.arg_of(v, a)) return -1;
+        s.args.push_back(std::move(a));
+    }
+    int r = m_cap.record(std::move(s), real, "slice(...)", false);
+    m_cap.v(r).dyn_scalar = data;  // its bounds come from tensor data
+    return r;
+}
+
+// Before a call of `n` arguments: CPython replaces [NULL, bound method] with [function, self]
+// (3.11's PRECALL, 3.12's CALL), and so does the shadow stack. False: the capture failed.
+bool Monitor::split_bound_method(ShadowFrame& f, int n) {
+    int below = f.stack[f.stack.size() - static_cast<size_t>(n) - 2];
+    PyObject* callable = real_stack(f, n);
+    if (below != m_cap.null_value() || !PyMethod_Check(callable)) return true;
+    int m = f.stack[f.stack.size() - static_cast<size_t>(n) - 1];
+    if (m_cap.v(m).kind != ValueKind::Input)
+        return m_cap.fail(breaks::kUnsupportedCallee, "a bound method object is called",
+                          "call the method directly on its object"),
+               false;
+    int fn, self;
+    if (!split_method(m, fn, self)) return false;
+    f.stack[f.stack.size() - static_cast<size_t>(n) - 2] = fn;
+    f.stack[f.stack.size() - static_cast<size_t>(n) - 1] = self;
+    return true;
+}
 
 void Monitor::complete(ShadowFrame& f) {
     Pending p = std::move(f.pending);
@@ -3006,32 +3073,8 @@ void Monitor::complete(ShadowFrame& f) {
         out(fresh_dict(items, tos));
         return;
     }
-    case BUILD_SLICE: {
-        // x[:T] with T a symbolic size, x[p:p + n] with p read from tensor data: the slice
-        // is built at replay
-        bool sym = false, data = false;
-        for (int v : p.in) {
-            sym = sym || m_cap.v(v).sym_number();
-            data = data || m_cap.v(v).dyn_scalar;
-        }
-        if (sym || data) {
-            Step s;
-            s.kind = StepKind::BuildSlice;
-            for (int v : p.in) {
-                if (!m_cap.v(v).sym_number() && !m_cap.v(v).dyn_scalar && !known(v))
-                    return (void)require_const({v}, "a slice");
-                Arg a;
-                if (!m_cap.arg_of(v, a)) return;
-                s.args.push_back(std::move(a));
-            }
-            int r = m_cap.record(std::move(s), tos, "slice(...)", false);
-            m_cap.v(r).dyn_scalar = data;  // its bounds come from tensor data
-            out(r);
-            return;
-        }
-    }
-        if (!require_const(p.in, "a slice")) return;
-        out(m_cap.const_value(tos));
+    case BUILD_SLICE:
+        out(slice_value(p.in, tos));
         return;
     case BUILD_STRING: case FORMAT_VALUE: {
         bool data = false;

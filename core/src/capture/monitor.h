@@ -84,6 +84,7 @@ private:
         bool caller_in_try = false; // the call into this frame sits in a try/with of a caller
         bool in_try = false;        // the current instruction is (Capture::set_in_try)
         int return_value = -1;
+        int prefixed_at = -1;  // 3.12: an instruction decoded from its EXTENDED_ARG's event
         int gen = -1;  // a generator's frame: its index in m_gens
         int map = -1;  // a call made by map(): the index of its record in m_maps
         int handlers = 0;  // except clauses running (PUSH_EXC_INFO ... POP_EXCEPT)
@@ -194,6 +195,8 @@ private:
     bool dict_entries(int module, const char* dict_name,
                       std::vector<std::pair<PyObject*, int>>& out);
     bool split_method(int method, int& func, int& self);
+    bool split_bound_method(ShadowFrame& f, int n);
+    int slice_value(const std::vector<int>& bounds, PyObject* real);
     bool reopen_with_block(ShadowFrame& f, int local);  // [Note: breaks inside with blocks]
     int remove_dict_item(int dict, int key, PyObject* present, bool want_value);
     bool guard_saved_state(int ctx);

@@ -91,13 +91,27 @@ struct ValuesLease {
     ValuesLease& operator=(const ValuesLease&) = delete;
 };
 
+// The last entry frame that handle_entry had evaluated (set after its evaluation returned, so
+// after those of the calls inside it).
+thread_local py::IFrame* t_last_evaluated = nullptr;
+
+PyObject* evaluate(PyThreadState* ts, py::IFrame* frame) {
+    PyObject* result = g_prev_eval(ts, frame, 0);
+    t_last_evaluated = frame;
+    return result;
+}
+
 PyObject* magpy_eval_frame(PyThreadState* ts, py::IFrame* frame, int throwflag) {
     ActiveCall* a = t_active;
     if (a && !a->entered && !throwflag && py::frame_code(frame) == a->code &&
         (a->function ? py::frame_function(frame) == a->function
                      : !a->self || py::frame_local(frame, 0) == a->self)) {
         a->entered = true;
-        return handle_entry(*a->st, ts, frame);
+        t_last_evaluated = nullptr;
+        PyObject* result = handle_entry(*a->st, ts, frame);
+        // Answered from the cache (or resumed elsewhere): the frame never ran.
+        if (t_last_evaluated != frame) py::discard_unevaluated_frame(ts, frame);
+        return result;
     }
     return g_prev_eval(ts, frame, throwflag);
 }
@@ -106,7 +120,7 @@ PyObject* magpy_eval_frame(PyThreadState* ts, py::IFrame* frame, int throwflag) 
 
 PyObject* run_eagerly(CompiledState& st, PyThreadState* ts, py::IFrame* frame) {
     st.stats.eager_calls++;
-    return g_prev_eval(ts, frame, 0);
+    return evaluate(ts, frame);
 }
 
 PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFrame* frame) {
@@ -122,7 +136,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     seg.dynamic_args = &cc.dynamic_args;
     Monitor mon(cap, py::frame_code(frame), st.options.fullgraph, seg);
     mon.install();
-    PyObject* result = g_prev_eval(ts, frame, 0);
+    PyObject* result = evaluate(ts, frame);
     mon.uninstall();
     int64_t t1 = now_ns();
     st.stats.capture_ns += t1 - t0;

@@ -8,22 +8,63 @@
 #include <opcode.h>
 
 #define MAGPY_IS_PYTHON_311 (PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000)
+#define MAGPY_IS_PYTHON_312 (PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000)
 
-#if PY_VERSION_HEX >= 0x030C0000
-#error "magpy: check the frame layout, the eval-frame hook (frames are cleared by the evaluator in 3.12) and sys.monitoring before building for Python 3.12"
+#if PY_VERSION_HEX >= 0x030D0000
+#error "magpy: check the frame layout (f_executable, instr_ptr), the eval-frame hook and the opcodes before building for Python 3.13"
 #elif PY_VERSION_HEX < 0x030B0000
-#error "magpy needs CPython 3.11"
+#error "magpy needs CPython 3.11 or 3.12"
 #endif
 
 #define Py_BUILD_CORE 1
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
 
+#if MAGPY_IS_PYTHON_312
+// [Note: Python 3.12 opcodes] The engine switches on 3.11's instruction set. The 3.12 decoder
+// below hands it 3.12's instructions in those terms where their meaning is the same: the
+// POP_JUMP_IF_* (all forward in 3.12) as POP_JUMP_FORWARD_IF_*, LOAD_ATTR with its method bit
+// as LOAD_METHOD, COMPARE_OP's operator without its mask bits, LOAD_FAST_CHECK as LOAD_FAST,
+// CALL_INTRINSIC_1 UNARY_POSITIVE / LIST_TO_TUPLE as the 3.11 instructions. 3.11 names that
+// 3.12 lacks get values no decoded instruction has (past every opcode and pseudo-opcode), so
+// the cases that name them compile and never match. New instructions with no 3.11
+// counterpart (RETURN_CONST, BINARY_SLICE, STORE_SLICE, LOAD_FAST_AND_CLEAR, END_FOR, ...) are
+// handled by the engine under their own names.
+#define POP_JUMP_FORWARD_IF_FALSE POP_JUMP_IF_FALSE
+#define POP_JUMP_FORWARD_IF_TRUE POP_JUMP_IF_TRUE
+#define POP_JUMP_FORWARD_IF_NONE POP_JUMP_IF_NONE
+#define POP_JUMP_FORWARD_IF_NOT_NONE POP_JUMP_IF_NOT_NONE
+#define POP_JUMP_BACKWARD_IF_FALSE 1000
+#define POP_JUMP_BACKWARD_IF_TRUE 1001
+#define POP_JUMP_BACKWARD_IF_NONE 1002
+#define POP_JUMP_BACKWARD_IF_NOT_NONE 1003
+#define JUMP_IF_FALSE_OR_POP 1004
+#define JUMP_IF_TRUE_OR_POP 1005
+#define PRECALL 1006
+#define LOAD_CLASSDEREF 1007
+#define UNARY_POSITIVE 1008
+#define LIST_TO_TUPLE 1009
+#else
+// 3.12 names the engine handles, given values no 3.11 instruction has.
+#define RETURN_CONST 1100
+#define BINARY_SLICE 1101
+#define STORE_SLICE 1102
+#define LOAD_FAST_AND_CLEAR 1103
+#define END_FOR 1104
+#define LOAD_SUPER_ATTR 1105
+#endif
+
 extern "C" {
 // Copies of CPython's _PyOpcode_Deopt / _PyOpcode_Caches tables (not exported by libpython);
 // defined in compat_opcode.c, which can include the C99 header that C++ cannot.
 extern const unsigned char* const magpy_opcode_deopt;
 extern const unsigned char* const magpy_opcode_caches;
+// 3.12: lets PyEval_SetTrace turn on per-instruction events (the interpreter's
+// f_opcode_trace_set, which the Python-level setter of frame.f_trace_opcodes sets). No-op on 3.11.
+void magpy_allow_opcode_events(void);
+// 3.12: clears and pops a frame that the eval-frame hook answered without evaluating it (what
+// the evaluator does when a frame returns). No-op on 3.11, where the caller does it.
+void magpy_discard_frame(PyThreadState* ts, struct _PyInterpreterFrame* frame);
 }
 
 namespace magpy::py {
@@ -38,7 +79,11 @@ constexpr unsigned char kLocalKindFree = 0x80;
 
 // All accessors take borrowed pointers and return borrowed references.
 inline PyCodeObject* frame_code(IFrame* f) { return f->f_code; }
+#if MAGPY_IS_PYTHON_312
+inline PyObject* frame_function(IFrame* f) { return f->f_funcobj; }
+#else
 inline PyObject* frame_function(IFrame* f) { return reinterpret_cast<PyObject*>(f->f_func); }
+#endif
 inline PyObject* frame_globals(IFrame* f) { return f->f_globals; }
 inline PyObject* frame_builtins(IFrame* f) { return f->f_builtins; }
 inline PyObject* frame_local(IFrame* f, int i) { return f->localsplus[i]; }
@@ -89,63 +134,101 @@ inline bool code_is_plain_function(PyCodeObject* co) {
 
 struct Instruction {
     int offset = 0;  // in code units, of the instruction itself (after any EXTENDED_ARG)
-    int opcode = 0;  // de-specialised opcode
+    int opcode = 0;  // de-specialised opcode, in 3.11's terms ([Note: Python 3.12 opcodes])
     int oparg = 0;   // with EXTENDED_ARG prefixes applied
+    int raw = 0;     // the de-specialised opcode as it is in the bytecode (decides its length)
+    bool prefixed = false;  // decoded from an EXTENDED_ARG before it
 };
 
-// The instruction about to run in a frame seen by an opcode trace event. In 3.11 the instruction
-// after an EXTENDED_ARG runs without its own event, so the prefix is decoded here.
-inline Instruction frame_current_instruction(IFrame* f) {
-    const _Py_CODEUNIT* first = _PyCode_CODE(f->f_code);
-    const _Py_CODEUNIT* p = f->prev_instr;
+// Code units taken by an instruction's inline caches (`opcode` as in the bytecode).
+inline int instruction_caches(int opcode) {
+    return opcode >= 0 && opcode < 256 ? magpy_opcode_caches[opcode] : 0;
+}
+
+// The de-specialised bytecode. 3.12 rewrites the code object's own bytecode while a tracer is
+// installed (INSTRUMENTED_* opcodes); co_code is the original, which the code object caches.
+// Keep `holder` alive while reading.
+inline const _Py_CODEUNIT* code_units(PyCodeObject* co, PyObject*& holder) {
+#if MAGPY_IS_PYTHON_312
+    holder = PyCode_GetCode(co);
+    if (holder) return reinterpret_cast<const _Py_CODEUNIT*>(PyBytes_AS_STRING(holder));
+    PyErr_Clear();
+#endif
+    holder = nullptr;
+    return _PyCode_CODE(co);
+}
+
+// Decodes the instruction at `offset` (its first EXTENDED_ARG prefix, if any) of `code`.
+inline Instruction decode_at(const _Py_CODEUNIT* code, Py_ssize_t size, int offset) {
     Instruction ins;
     int oparg = 0;
-    int op = magpy_opcode_deopt[_Py_OPCODE(*p)];
-    while (op == EXTENDED_ARG) {
-        oparg = (oparg | _Py_OPARG(*p)) << 8;
-        ++p;
-        op = magpy_opcode_deopt[_Py_OPCODE(*p)];
+    int op = magpy_opcode_deopt[_Py_OPCODE(code[offset])];
+    while (op == EXTENDED_ARG && offset + 1 < size) {
+        oparg = (oparg | _Py_OPARG(code[offset])) << 8;
+        op = magpy_opcode_deopt[_Py_OPCODE(code[++offset])];
+        ins.prefixed = true;
     }
-    ins.opcode = op;
-    ins.oparg = oparg | _Py_OPARG(*p);
-    ins.offset = static_cast<int>(p - first);
+    ins.opcode = ins.raw = op;
+    ins.oparg = oparg | _Py_OPARG(code[offset]);
+    ins.offset = offset;
+#if MAGPY_IS_PYTHON_312
+    switch (op) {
+    case LOAD_ATTR:  // name index << 1 | method bit
+        ins.opcode = (ins.oparg & 1) ? LOAD_METHOD : LOAD_ATTR;
+        ins.oparg >>= 1;
+        break;
+    case COMPARE_OP: ins.oparg >>= 4; break;  // operator << 4 | mask bits
+    case LOAD_FAST_CHECK: ins.opcode = LOAD_FAST; break;
+    case CALL_INTRINSIC_1:
+        if (ins.oparg == 5) ins.opcode = UNARY_POSITIVE;  // INTRINSIC_UNARY_POSITIVE
+        if (ins.oparg == 6) ins.opcode = LIST_TO_TUPLE;   // INTRINSIC_LIST_TO_TUPLE
+        break;
+    default: break;
+    }
+#endif
     return ins;
 }
 
-// Code units taken by an instruction's inline caches.
-inline int instruction_caches(int opcode) { return magpy_opcode_caches[opcode]; }
+// The instruction about to run in a frame seen by an opcode trace event. In 3.11 the instruction
+// after an EXTENDED_ARG runs without its own event, so the prefix is decoded here; 3.12 may
+// report the instruction itself as well, after its prefix (see Monitor::on_opcode).
+inline Instruction frame_current_instruction(IFrame* f) {
+    PyObject* holder;
+    const _Py_CODEUNIT* code = code_units(f->f_code, holder);
+    Instruction ins = decode_at(code, Py_SIZE(f->f_code),
+                                static_cast<int>(f->prev_instr - _PyCode_CODE(f->f_code)));
+    Py_XDECREF(holder);
+    return ins;
+}
 
-// Where a jump goes, in code units (3.11: every jump is relative to the next instruction).
+// Where a jump goes, in code units (every jump is relative to the next instruction).
 inline int jump_target(const Instruction& ins) {
-    int next = ins.offset + 1 + instruction_caches(ins.opcode);
+    int next = ins.offset + 1 + instruction_caches(ins.raw);
     switch (ins.opcode) {
     case POP_JUMP_BACKWARD_IF_TRUE: case POP_JUMP_BACKWARD_IF_FALSE:
     case POP_JUMP_BACKWARD_IF_NONE: case POP_JUMP_BACKWARD_IF_NOT_NONE:
     case JUMP_BACKWARD: case JUMP_BACKWARD_NO_INTERRUPT:
         return next - ins.oparg;
+#if MAGPY_IS_PYTHON_312
+    case FOR_ITER:  // an exhausted iterator is popped and END_FOR skipped
+        return next + ins.oparg + 1;
+#endif
     default:
-        return next + ins.oparg;  // FOR_ITER: where an exhausted iterator goes (popped)
+        return next + ins.oparg;  // FOR_ITER (3.11): where an exhausted iterator goes (popped)
     }
 }
 
 // The instruction at `offset` (code units, its first EXTENDED_ARG prefix if it has any), and the
 // offset of the one after it.
 inline Instruction code_instruction_at(PyCodeObject* co, int offset) {
-    const _Py_CODEUNIT* code = _PyCode_CODE(co);
-    Instruction ins;
-    int oparg = 0;
-    int op = magpy_opcode_deopt[_Py_OPCODE(code[offset])];
-    while (op == EXTENDED_ARG && offset + 1 < Py_SIZE(co)) {
-        oparg = (oparg | _Py_OPARG(code[offset])) << 8;
-        op = magpy_opcode_deopt[_Py_OPCODE(code[++offset])];
-    }
-    ins.opcode = op;
-    ins.oparg = oparg | _Py_OPARG(code[offset]);
-    ins.offset = offset;
+    PyObject* holder;
+    const _Py_CODEUNIT* code = code_units(co, holder);
+    Instruction ins = decode_at(code, Py_SIZE(co), offset);
+    Py_XDECREF(holder);
     return ins;
 }
 inline int next_offset(const Instruction& ins) {
-    return ins.offset + 1 + instruction_caches(ins.opcode);
+    return ins.offset + 1 + instruction_caches(ins.raw);
 }
 
 // Whether the code from `offset` runs straight (no jump, loop, return or yield) into a `raise`
@@ -199,9 +282,14 @@ inline bool code_offset_in_handler(PyCodeObject* co, int offset) {
 // exception on, so the search goes on from their RERAISE. A with block's __exit__ is then the
 // only code on the way, which a replay plan runs itself ([Note: with blocks]).
 inline bool code_offset_reaches_user_handler(PyCodeObject* co, int offset) {
-    const _Py_CODEUNIT* code = _PyCode_CODE(co);
+    PyObject* holder;
+    const _Py_CODEUNIT* code = code_units(co, holder);
     Py_ssize_t n = Py_SIZE(co);
-    auto op_at = [&](int i) { return i >= 0 && i < n ? _Py_OPCODE(code[i]) : -1; };
+    auto op_at = [&](int i) { return i >= 0 && i < n ? magpy_opcode_deopt[_Py_OPCODE(code[i])] : -1; };
+    struct Release {
+        PyObject* o;
+        ~Release() { Py_XDECREF(o); }
+    } release{holder};
     for (int hops = 0; hops < 64; ++hops) {
         int target = code_handler_of(co, offset);
         if (target < 0) return false;
@@ -230,7 +318,8 @@ inline bool code_runs_into_raise(PyCodeObject* co, int offset, int limit) {
         case POP_JUMP_FORWARD_IF_NONE: case POP_JUMP_FORWARD_IF_NOT_NONE:
         case POP_JUMP_BACKWARD_IF_NONE: case POP_JUMP_BACKWARD_IF_NOT_NONE:
         case JUMP_IF_TRUE_OR_POP: case JUMP_IF_FALSE_OR_POP: case FOR_ITER: case SEND:
-        case RETURN_VALUE: case RERAISE: case YIELD_VALUE: case RETURN_GENERATOR:
+        case RETURN_VALUE: case RETURN_CONST: case RERAISE: case YIELD_VALUE:
+        case RETURN_GENERATOR:
             return false;
         default:
             offset = next_offset(ins);
@@ -249,11 +338,13 @@ inline EvalFrameFn get_eval_frame() {
 inline void set_eval_frame(EvalFrameFn fn) {
     _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(), fn);
 }
-// In 3.11 the caller of the eval function clears and pops the frame, so a hook that answers a
-// call without evaluating the frame just returns the result. (3.12 differs: see the #error.)
 inline PyObject* eval_frame_default(PyThreadState* ts, IFrame* f, int throwflag) {
     return _PyEval_EvalFrameDefault(ts, f, throwflag);
 }
+// A hook that answers a call without evaluating its frame discards the frame first: in 3.11 the
+// caller of the eval function clears and pops it (nothing to do here); from 3.12 on the
+// evaluator does, so the hook must.
+inline void discard_unevaluated_frame(PyThreadState* ts, IFrame* f) { magpy_discard_frame(ts, f); }
 
 // True when some tracer (a debugger, coverage) is already installed on this thread.
 inline bool thread_has_tracer(PyThreadState* ts) { return ts->c_tracefunc != nullptr; }
