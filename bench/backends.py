@@ -36,6 +36,10 @@ Per (model, batch, system):
   replay us   timings ("-" where it has not): guard-checking time per call and replay time
               per cache hit (running the compiled graph, its ops included), over the timed
               calls (means). ms/call minus these is the rest of the call path.
+  kern/call   --device cuda only: kernels launched per call and their summed device time per
+  GPU us      call, over 20 calls after the timed rounds, recorded by magpy's CUPTI profiler
+              (by torch.profiler, also CUPTI, where magpy is not importable; the JSON says
+              which). Copies and memsets are counted apart in the JSON.
 The JSON has, besides, every sample, calls per sample, magpy's cache hits, eager calls and
 backend notes, and the machine (CPU, cores, versions, date, load average at start and end).
 Then the geometric-mean speedup of each system over the rows where it ran and was correct, the
@@ -247,6 +251,40 @@ def magpy_figures(cf, before=None):
             "timings_ns": {k: timings[k] for k in sorted(timings)}}
 
 
+def gpu_kernels(fn, args, calls=20):
+    """Kernels per call and their summed device time per call over `calls` calls, recorded by
+    magpy's CUPTI profiler (torch.profiler, itself CUPTI through Kineto, where magpy is not
+    importable). Copies and memsets are counted apart. None where nothing can be recorded."""
+    torch.cuda.synchronize()
+    if magpy is not None and magpy.profiler_status().get("available"):
+        _magpy = magpy._magpy
+        _magpy.profiler_flush()  # drop what an earlier sample left
+        if not _magpy.profiler_start():
+            return None
+        for _ in range(calls):
+            fn(*args)
+        torch.cuda.synchronize()
+        _magpy.profiler_stop()
+        recs = _magpy.profiler_flush()
+        kernels = [r for r in recs if r["kind"] == "kernel"]
+        copies = [r for r in recs if r["kind"] in ("memcpy", "memset")]
+        ns = sum(r["end_ns"] - r["start_ns"] for r in kernels)
+        source = "magpy CUPTI"
+    else:
+        from torch.profiler import profile as tprofile, ProfilerActivity
+        with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn(*args)
+            torch.cuda.synchronize()
+        evs = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        kernels = [e for e in evs if "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
+        copies = [e for e in evs if e not in kernels]
+        ns = sum(e.time_range.elapsed_us() * 1000 for e in kernels)
+        source = "torch.profiler"
+    return {"kernels_per_call": len(kernels) / calls, "copies_per_call": len(copies) / calls,
+            "kernel_us_per_call": ns / calls / 1e3, "source": source}
+
+
 # --------------------------------------------------------------------------------------------
 # one (model, batch)
 
@@ -340,6 +378,12 @@ def bench_config(spec, batch, desc, systems, opts):
             samples[s.name])
         if s.is_magpy:
             r["magpy"] = magpy_figures(fn, counters[s.name])
+        if device == "cuda":
+            try:
+                r["gpu"] = gpu_kernels(fn, args)
+            except Exception as e:
+                r["gpu"] = None
+                r["gpu_error"] = short_reason(e)
     eager_t = rows["eager"].get("time_ms")
     for r in rows.values():
         if eager_t and r.get("time_ms"):
@@ -370,7 +414,8 @@ def print_table(rows):
     w = max([18] + [len(r["system"]) for r in rows])
     hdr = (f"{'model':13} {'batch':>5} {'input':15} {'system':{w}} {'ms/call':>9} {'speedup':>8} "
            f"{'spread':>6} {'pf/call':>7} {'first ms':>9} {'max|diff|':>9} {'status':7} "
-           f"{'graphs/brk':>10} {'guard us':>8} {'replay us':>9}")
+           f"{'graphs/brk':>10} {'guard us':>8} {'replay us':>9}"
+           + (f" {'kern/call':>9} {'GPU us':>8}" if any("gpu" in r for r in rows) else ""))
     print(hdr)
     print("-" * len(hdr))
     last = None
@@ -390,6 +435,10 @@ def print_table(rows):
                 f"{fmt_ms(r.get('first_call_ms')):>9} {fmt(r.get('max_abs_diff'), '.1e'):>9} "
                 f"{status:7} {gb:>10} {us('guard_ns_per_call'):>8} "
                 f"{us('replay_ns_per_hit'):>9}")
+        if "gpu" in r:
+            g = r["gpu"] or {}
+            line += (f" {fmt(g.get('kernels_per_call'), '.1f'):>9}"
+                     f" {fmt(g.get('kernel_us_per_call'), '.1f'):>8}")
         if r["reason"]:
             line += f"  {r['reason']}" if status == "n/a" else f"  ({r['reason']})"
         if m and m["backend_notes"]:
@@ -434,7 +483,8 @@ def targets(rows, geo, names, quick):
     res = []
     for ts, ref in PAIRS:
         if ts not in names:
-            why = f"magpy has no '{ts[6:]}' backend (backends: {magpy_backends()})"
+            why = (f"{ts} was not selected (--systems)" if ts[6:] in magpy_backends() else
+                   f"magpy has no '{ts[6:]}' backend (backends: {magpy_backends()})")
             if MAGPY_ERROR:
                 why = f"magpy not importable: {MAGPY_ERROR}"
             res.append({"target": f"{ts} geomean speedup over eager >= {TARGET_GEOMEAN}x",
@@ -459,6 +509,38 @@ def targets(rows, geo, names, quick):
                     + ("; over the limit or not measured: "
                        + ", ".join(f"{x['model']}/b{x['batch']}" for x in bad) if bad else "")
                     + sub})
+    return res
+
+
+def gpu_targets(rows, names):
+    """On the GPU: each magpy system at least at parity with torch.compile (the faster of its
+    two modes, side by side in the same rounds) on every row."""
+    res = []
+    refs = [n for n in names if n.startswith("torch.compile")]
+    for ts in [n for n in names if n.startswith("magpy-")]:
+        if not refs:
+            res.append({"target": f"{ts} at parity with torch.compile on every model",
+                        "result": "SKIP", "detail": "torch.compile did not run"})
+            continue
+        by = {}
+        for r in rows:
+            by.setdefault((r["model"], r["batch"]), {})[r["system"]] = r
+        bad, worst = [], None
+        for (model, batch), d in by.items():
+            a = d.get(ts)
+            best = min((d[n]["time_ms"] for n in refs if n in d and d[n]["status"] == "ok"
+                        and d[n].get("time_ms")), default=None)
+            if not a or a["status"] != "ok" or not a.get("time_ms") or best is None:
+                bad.append(f"{model}/b{batch}")
+                continue
+            ratio = a["time_ms"] / best
+            worst = ratio if worst is None else max(worst, ratio)
+            if ratio > 1.0:
+                bad.append(f"{model}/b{batch} {ratio:.2f}x")
+        res.append({"target": f"{ts} at parity with torch.compile on every model",
+                    "result": "FAIL" if bad else "PASS",
+                    "detail": f"worst time ratio to the faster torch.compile {fmt(worst, '.3f')}"
+                    + ("; behind or not measured: " + ", ".join(bad) if bad else "")})
     return res
 
 
@@ -730,6 +812,8 @@ def main(argv=None):
                   + (f"{x['ratio']:.3f}" if x["ratio"] is not None else
                      f"n/a ({ts} {x['system_status']}, {ref} {x['trace_status']})"))
     tg = targets(rows, geo, names, opts.quick)
+    if opts.device == "cuda":
+        tg += gpu_targets(rows, names)
     print()
     for t in tg:
         print(f"{t['result']}: {t['target']} -- {t['detail']}")

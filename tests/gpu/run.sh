@@ -5,7 +5,8 @@
 #
 #   tests/gpu/run.sh STAGE...      stages: facts cupti build test bench
 #
-# facts  interpreter facts (tests/gpu/py_facts.py), the interpreter's C headers as a tarball
+# facts  interpreter facts (tests/gpu/py_facts.py, tests/gpu/trace_facts.py)
+# headers  the interpreter's and torch's C headers as tarballs (to compile against here)
 # cupti  builds tests/gpu/cupti_check.cu with nvcc and runs it (the CUPTI profiler on the GPU)
 # build  configures and builds core/ (no kernel, no GoogleTest) into build-gpu/ with this python3
 # test   the Python test suite on the GPU build
@@ -35,8 +36,15 @@ facts)
     cmake --version | head -1; g++ --version | head -1
     "$PY" -c "import pybind11; print('pybind11', pybind11.__version__)"
     "$PY" tests/gpu/py_facts.py "$ROOT" > "$OUT/py-facts.json"
+    "$PY" tests/gpu/trace_facts.py > "$OUT/trace-facts.txt" 2>&1; head -3 "$OUT/trace-facts.txt"
+    exe=$(readlink -f "$("$PY" -c 'import sys; print(sys.executable)')")
+    for sym in _PyFrame_ClearExceptCode _PyThreadState_PopFrame _PyTraceback_Add; do
+        echo "$sym: $(nm -D "$exe" 2>/dev/null | grep -c " T $sym$") in $exe"
+    done
+    ;;
+headers)
+    stage headers
     inc=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
-    ls "$inc/internal" | head -3
     tar czf "$OUT/py-include.tgz" -C "$(dirname "$inc")" "$(basename "$inc")"
     tinc=$("$PY" -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'include'))")
     tar czf /tmp/torch-include.tgz -C "$tinc" ATen c10 torch 2>/dev/null
@@ -66,8 +74,10 @@ build)
 test)
     stage test
     (cd tests/python && PYTHONPATH="$ROOT/core/python:$ROOT/build-gpu/python" \
-        timeout "${MAGPY_TEST_TIMEOUT:-300}" "$PY" -m pytest -q -p no:cacheprovider --timeout 60 . 2>&1 \
-        | tee "$OUT/pytest.log" | tail -40)
+        timeout "${MAGPY_TEST_TIMEOUT:-300}" "$PY" -m pytest -q -rfE -p no:cacheprovider \
+        --timeout 60 ${MAGPY_TEST_ARGS:-.} > "$OUT/pytest.log" 2>&1;
+     grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | cut -c1-160 | head -${MAGPY_TEST_SHOW:-60};
+     tail -3 "$OUT/pytest.log")
     ;;
 bench)
     stage bench

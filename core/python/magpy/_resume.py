@@ -14,7 +14,9 @@ says the local has no value), then one argument per non-NULL stack entry (bottom
 the contents of each cell variable that is not an argument (None when empty), then the
 defaults of the inner functions the prologue makes again (`functions`). Offsets are in
 code units. This module is the bytecode half of the compatibility layer (core/src/python/
-compat.h is the other): CPython 3.11 only for now.
+compat.h is the other): CPython 3.11 and 3.12, whose bytecode, line table and exception table
+formats are alike; 3.12 has no PRECALL (CALL alone), LOAD_ATTR's low bit is LOAD_METHOD, and
+a class body reads a cell with LOAD_FROM_DICT_OR_DEREF instead of LOAD_CLASSDEREF.
 """
 
 import dis
@@ -29,7 +31,9 @@ _OP = dis.opmap
 _CACHES = dis._inline_cache_entries
 # Instructions whose argument is an index into the fast locals past co_varnames (cells, frees).
 _DEREF_OPS = {_OP[n] for n in ("MAKE_CELL", "LOAD_CLOSURE", "LOAD_DEREF", "STORE_DEREF",
-                               "DELETE_DEREF", "LOAD_CLASSDEREF")}
+                               "DELETE_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF")
+              if n in _OP}
+_PY312 = sys.version_info[:2] == (3, 12)
 _NOT_PLAIN = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async gen
 _VARARGS, _VARKEYWORDS = 0x04, 0x08
 
@@ -43,7 +47,7 @@ class ResumeUnsupported(Exception):
 
 
 def _check_version():
-    if sys.version_info[:2] != (3, 11):
+    if sys.version_info[:2] not in ((3, 11), (3, 12)):
         raise ResumeUnsupported(f"resume functions are not built for Python "
                                 f"{sys.version_info[0]}.{sys.version_info[1]} yet")
 
@@ -323,14 +327,19 @@ def make_resume(code, target, stack_nulls, unbound, hide_args=False, launcher=No
 
 _CALLS = {_OP["CALL"], _OP["CALL_FUNCTION_EX"]}
 _NOT_IN_BRIDGE = set(dis.hasjrel) | set(dis.hasjabs) | {
-    _OP[n] for n in ("RETURN_VALUE", "RAISE_VARARGS", "RERAISE", "YIELD_VALUE", "SEND",
-                     "GET_AWAITABLE", "BEFORE_WITH", "PUSH_EXC_INFO", "POP_EXCEPT",
-                     "CHECK_EXC_MATCH", "LOAD_ASSERTION_ERROR", "SETUP_ANNOTATIONS")}
+    _OP[n] for n in ("RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "YIELD_VALUE",
+                     "SEND", "GET_AWAITABLE", "BEFORE_WITH", "PUSH_EXC_INFO", "POP_EXCEPT",
+                     "CHECK_EXC_MATCH", "LOAD_ASSERTION_ERROR", "SETUP_ANNOTATIONS")
+    if n in _OP}
 
 
 def _pushes_null(ins):
-    return (ins.opcode in (_OP["PUSH_NULL"], _OP["LOAD_METHOD"]) or
-            (ins.opcode == _OP["LOAD_GLOBAL"] and ins.arg & 1))
+    if ins.opcode == _OP["PUSH_NULL"]:
+        return True
+    if ins.opcode in (_OP["LOAD_GLOBAL"], _OP.get("LOAD_SUPER_ATTR"), _OP["LOAD_ATTR"]):
+        # 3.11 LOAD_GLOBAL, 3.12 LOAD_GLOBAL / LOAD_ATTR / LOAD_SUPER_ATTR: the low bit
+        return bool(ins.arg & 1) and (_PY312 or ins.opcode == _OP["LOAD_GLOBAL"])
+    return ins.opcode == _OP.get("LOAD_METHOD", -1) and not _PY312
 
 
 def _statement_end(code, target, depth):
@@ -353,7 +362,7 @@ def _statement_end(code, target, depth):
             raise ResumeUnsupported("a call starts after the statement on its line")
         depth += dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None,
                                   jump=False)
-        if off == target and ins.opcode == _OP["CALL"]:
+        if off == target and ins.opcode == _OP["CALL"] and not _PY312:
             depth -= ins.arg  # dis counts the arguments off at PRECALL, which ran already
         if base is None and ins.opcode in _CALLS:
             base = depth - 1  # below the call's result
@@ -416,7 +425,8 @@ def _bridge(code, target, stack_nulls, pro, body, launcher, **layout):
     _emit(tail, _OP["SWAP"], 2)
     _emit(tail, _OP["LOAD_CONST"], len(consts) - 1)
     _emit(tail, _OP["SWAP"], 2)
-    _emit(tail, _OP["PRECALL"], 1)
+    if not _PY312:
+        _emit(tail, _OP["PRECALL"], 1)
     _emit(tail, _OP["CALL"], 1)
     _emit(tail, _OP["RETURN_VALUE"])
     copy = body[2 * target:2 * end]

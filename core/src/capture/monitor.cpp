@@ -2422,7 +2422,11 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         push(f, id);
         return;
     }
-    case STORE_FAST: f.locals[static_cast<size_t>(ins.oparg)] = pop(f); return;
+    case STORE_FAST: {
+        int v = pop(f);  // 3.12: a comprehension restores a local it found unbound (NULL)
+        f.locals[static_cast<size_t>(ins.oparg)] = v == m_cap.null_value() ? -1 : v;
+        return;
+    }
     case DELETE_FAST: f.locals[static_cast<size_t>(ins.oparg)] = -1; return;
     case LOAD_GLOBAL: {
         PyObject* name = py::code_name(f.code, ins.oparg >> 1);
@@ -2484,6 +2488,27 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         pop(f);
         pop(f);
         return;
+    case LOAD_SUPER_ATTR: {  // 3.12: super().name / super(cls, obj).name, no super object made
+        int obj = pop(f), cls = pop(f), fn = pop(f);
+        if (m_cap.v(fn).real.get() != reinterpret_cast<PyObject*>(&PySuper_Type))
+            return m_cap.fail(breaks::kUnsupportedCallee, "`super` is not the builtin super",
+                              "do not shadow super");
+        Pending call;
+        call.in = {cls, obj};
+        dispatch_super(f, call);  // [Note: super], in its two-argument form
+        if (m_cap.failed()) return;
+        py::Ref real = py::Ref::steal(PyObject_CallFunctionObjArgs(
+            reinterpret_cast<PyObject*>(&PySuper_Type), m_cap.v(call.in[0]).real.get(),
+            m_cap.v(call.in[1]).real.get(), nullptr));
+        if (!real) return m_cap.internal_error("super() did not make a super object");
+        int sup = m_cap.new_value(ValueKind::Super, real.get(), "super()");
+        m_cap.v(sup).items = call.in;
+        push(f, sup);
+        py::Instruction attr = ins;  // then LOAD_METHOD / LOAD_ATTR on it, as 3.11 runs it
+        attr.opcode = (ins.oparg & 1) ? LOAD_METHOD : LOAD_ATTR;
+        attr.oparg = ins.oparg >> 2;
+        return dispatch(f, attr);
+    }
     case BINARY_SLICE: case STORE_SLICE: {  // 3.12: x[a:b] and x[a:b] = v
         // The same as BUILD_SLICE 2 then BINARY_SUBSCR / STORE_SUBSCR.
         int stop = pop(f), start = pop(f);

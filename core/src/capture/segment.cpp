@@ -227,9 +227,9 @@ bool Monitor::break_step(ShadowFrame& f, const py::Instruction& at, std::vector<
     py::Instruction ins = at;
     if (ins.opcode == PRECALL) {  // 3.11: PRECALL n; CALL n. Run both as one call.
         ins.offset += 1 + py::instruction_caches(PRECALL);
-        ins.opcode = CALL;
+        ins.opcode = ins.raw = CALL;
     }
-    c.next = ins.offset + 1 + py::instruction_caches(ins.opcode);
+    c.next = py::next_offset(ins);
     auto pop = [&]() {
         int v = stack.back();
         stack.pop_back();

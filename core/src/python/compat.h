@@ -277,31 +277,43 @@ inline bool code_offset_in_handler(PyCodeObject* co, int offset) {
 }
 
 // True when an exception at `offset` reaches code of the user's that handles it: an except or
-// finally clause. The cleanup of a with block (PUSH_EXC_INFO, WITH_EXCEPT_START ... RERAISE 2)
-// and the cleanup that pops the exception state (COPY 3, POP_EXCEPT, RERAISE 1) pass the
-// exception on, so the search goes on from their RERAISE. A with block's __exit__ is then the
-// only code on the way, which a replay plan runs itself ([Note: with blocks]).
+// finally clause. Handlers that only clean up and pass the exception on are looked through,
+// the search going on from their RERAISE: the cleanup of a with block (PUSH_EXC_INFO,
+// WITH_EXCEPT_START, a jump, RERAISE 2), the one that pops the exception state (COPY 3,
+// POP_EXCEPT, RERAISE 1), and in 3.12 the one of an inlined comprehension that puts back the
+// locals it shadowed (SWAPs, POP_TOP, STORE_FASTs, RERAISE 0). A with block's __exit__ is then
+// the only code on the way, which a replay plan runs itself ([Note: with blocks]).
 inline bool code_offset_reaches_user_handler(PyCodeObject* co, int offset) {
     PyObject* holder;
     const _Py_CODEUNIT* code = code_units(co, holder);
     Py_ssize_t n = Py_SIZE(co);
-    auto op_at = [&](int i) { return i >= 0 && i < n ? magpy_opcode_deopt[_Py_OPCODE(code[i])] : -1; };
     struct Release {
         PyObject* o;
         ~Release() { Py_XDECREF(o); }
     } release{holder};
+    auto op_at = [&](int i) { return i >= 0 && i < n ? magpy_opcode_deopt[_Py_OPCODE(code[i])] : -1; };
+    // The RERAISE that a cleanup-only handler at `target` ends in, or -1.
+    auto cleanup_reraise = [&](int target) {
+        if (op_at(target) == PUSH_EXC_INFO && op_at(target + 1) == WITH_EXCEPT_START &&
+            op_at(target + 3) == RERAISE)
+            return target + 3;
+        for (int i = target, k = 0; k < 16 && i < n; ++k) {
+            Instruction ins = decode_at(code, n, i);
+            switch (ins.raw) {
+            case RERAISE: return ins.offset;
+            case COPY: case SWAP: case POP_TOP: case POP_EXCEPT: case STORE_FAST: break;
+            default: return -1;
+            }
+            i = next_offset(ins);
+        }
+        return -1;
+    };
     for (int hops = 0; hops < 64; ++hops) {
         int target = code_handler_of(co, offset);
         if (target < 0) return false;
-        if (op_at(target) == PUSH_EXC_INFO && op_at(target + 1) == WITH_EXCEPT_START &&
-            op_at(target + 3) == RERAISE) {
-            offset = target + 3;
-        } else if (op_at(target) == COPY && op_at(target + 1) == POP_EXCEPT &&
-                   op_at(target + 2) == RERAISE) {
-            offset = target + 2;
-        } else {
-            return true;
-        }
+        int reraise = cleanup_reraise(target);
+        if (reraise < 0) return true;
+        offset = reraise;
     }
     return true;
 }
