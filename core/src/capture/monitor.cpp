@@ -1619,6 +1619,22 @@ void Monitor::untrace_frames() {
 
 // [SECTION] frames -----------------------------------------------------------------------------
 
+// [Note: stack depth in 3.12] in python/compat.h. Empty in 3.11, and where the bytecode has an
+// instruction of unknown effect (the capture then fails at its first instruction).
+std::vector<int16_t> Monitor::shadow_depths(PyCodeObject* co) {
+#if !MAGPY_IS_PYTHON_312
+    static const bool check = [] {
+        const char* e = std::getenv("MAGPY_CHECK_DEPTHS");
+        return e && *e && *e != '0';
+    }();
+    if (!check) return {};
+#endif
+    std::vector<int16_t> depths = py::code_stack_depths(co);
+    if (depths.empty())
+        m_cap.internal_error("the stack depths of `" + str(co->co_qualname) + "` are unknown");
+    return depths;
+}
+
 void Monitor::on_call(PyFrameObject* fo) {
     py::frame_set_trace_opcodes(fo, false);
     if (m_stopped) {
@@ -1636,6 +1652,7 @@ void Monitor::on_call(PyFrameObject* fo) {
         sf.frame = f;
         sf.frame_obj = fo;
         sf.code = co;
+        sf.depths = shadow_depths(co);
         sf.is_root = true;
         m_frames.push_back(std::move(sf));
         bind_root(m_frames.back());
@@ -1680,6 +1697,7 @@ void Monitor::enter_callee(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co, P
     sf.frame = f;
     sf.frame_obj = fo;
     sf.code = co;
+    sf.depths = shadow_depths(co);
     // Lines inside torch's own Python (Sequential.forward) are reported at the user's call.
     sf.library_code = str(co->co_filename).find("/torch/") != std::string::npos;
     sf.caller_in_try = m_frames.back().in_try;
@@ -2299,7 +2317,18 @@ void Monitor::on_opcode(PyFrameObject* fo) {
 #endif
     if (f.pending.opcode >= 0) complete(f);
     if (m_cap.failed()) return stop_tracing();
-    int depth = py::frame_stack_depth(f.frame);
+    int depth = py::frame_stack_depth(f.frame, f.depths);
+#if !MAGPY_IS_PYTHON_312
+    if (!f.depths.empty()) {  // MAGPY_CHECK_DEPTHS=1: [Note: stack depth in 3.12]
+        int at = py::frame_offset(f.frame);
+        if (f.depths[static_cast<size_t>(at)] != depth) {
+            m_cap.internal_error("computed stack depth " + std::to_string(f.depths[static_cast<size_t>(at)]) +
+                                 " at offset " + std::to_string(at) + " of `" + str(f.code->co_qualname) +
+                                 "`, CPython has " + std::to_string(depth));
+            return stop_tracing();
+        }
+    }
+#endif
     if (depth != static_cast<int>(f.stack.size())) {
         m_cap.internal_error("shadow stack out of sync (" + std::to_string(f.stack.size()) +
                              " vs " + std::to_string(depth) + ")");
@@ -2825,7 +2854,7 @@ bool Monitor::split_bound_method(ShadowFrame& f, int n) {
 void Monitor::complete(ShadowFrame& f) {
     Pending p = std::move(f.pending);
     f.pending = Pending();
-    int depth = py::frame_stack_depth(f.frame);
+    int depth = py::frame_stack_depth(f.frame, f.depths);
     PyObject* tos = depth > 0 ? real_stack(f, 0) : nullptr;
     auto out = [&](int id) {
         if (id >= 0) push(f, id);
@@ -6336,7 +6365,7 @@ static const char* opname(int op) {
     static bool init = false;
     if (!init) {
         init = true;
-#define MAGPY_OPNAME(x) names[x] = #x;
+#define MAGPY_OPNAME(x) if ((x) >= 0 && (x) < 256) names[x] = #x;  // some are 3.11-only
         MAGPY_OPNAME(RAISE_VARARGS) MAGPY_OPNAME(RERAISE) MAGPY_OPNAME(PUSH_EXC_INFO)
         MAGPY_OPNAME(POP_EXCEPT) MAGPY_OPNAME(CHECK_EXC_MATCH) MAGPY_OPNAME(BEFORE_WITH)
         MAGPY_OPNAME(IMPORT_NAME) MAGPY_OPNAME(IMPORT_FROM)

@@ -85,6 +85,7 @@ private:
         bool in_try = false;        // the current instruction is (Capture::set_in_try)
         int return_value = -1;
         int prefixed_at = -1;  // 3.12: an instruction decoded from its EXTENDED_ARG's event
+        std::vector<int16_t> depths;  // 3.12: py::code_stack_depths(code)
         int gen = -1;  // a generator's frame: its index in m_gens
         int map = -1;  // a call made by map(): the index of its record in m_maps
         int handlers = 0;  // except clauses running (PUSH_EXC_INFO ... POP_EXCEPT)
@@ -196,6 +197,7 @@ private:
                       std::vector<std::pair<PyObject*, int>>& out);
     bool split_method(int method, int& func, int& self);
     bool split_bound_method(ShadowFrame& f, int n);
+    std::vector<int16_t> shadow_depths(PyCodeObject* co);
     int slice_value(const std::vector<int>& bounds, PyObject* real);
     bool reopen_with_block(ShadowFrame& f, int local);  // [Note: breaks inside with blocks]
     int remove_dict_item(int dict, int key, PyObject* present, bool want_value);
@@ -302,7 +304,7 @@ private:
     int mutate_list(int callee, const std::string& name, const std::vector<int>& in);
     int index_items(const std::vector<int>& items, PyObject* key, ValueKind kind, PyObject* real);
 
-    PyObject* real_stack(ShadowFrame& f, int i) { return py::frame_stack_peek(f.frame, i); }
+    PyObject* real_stack(ShadowFrame& f, int i) { return py::frame_stack_peek(f.frame, f.depths, i); }
     void push(ShadowFrame& f, int v) { f.stack.push_back(v); }
     int pop(ShadowFrame& f);
 

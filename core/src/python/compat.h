@@ -7,6 +7,9 @@
 #include <frameobject.h>
 #include <opcode.h>
 
+#include <cstdint>
+#include <vector>
+
 #define MAGPY_IS_PYTHON_311 (PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000)
 #define MAGPY_IS_PYTHON_312 (PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000)
 
@@ -115,10 +118,6 @@ inline bool has_instance_dict(PyTypeObject* type) {
 inline PyObject* code_const(PyCodeObject* co, int i) { return PyTuple_GET_ITEM(co->co_consts, i); }
 inline PyObject* code_name(PyCodeObject* co, int i) { return PyTuple_GET_ITEM(co->co_names, i); }
 
-// PRECONDITION: called from a trace callback, where CPython has saved the stack pointer.
-inline int frame_stack_depth(IFrame* f) { return f->stacktop - f->f_code->co_nlocalsplus; }
-// i = 0 is the top of the stack. May be NULL (3.11 pushes NULL before some callables).
-inline PyObject* frame_stack_peek(IFrame* f, int i) { return f->localsplus[f->stacktop - 1 - i]; }
 
 inline IFrame* frame_of(PyFrameObject* fo) { return fo->f_frame; }
 inline void frame_set_trace_opcodes(PyFrameObject* fo, bool on) {
@@ -137,6 +136,7 @@ struct Instruction {
     int opcode = 0;  // de-specialised opcode, in 3.11's terms ([Note: Python 3.12 opcodes])
     int oparg = 0;   // with EXTENDED_ARG prefixes applied
     int raw = 0;     // the de-specialised opcode as it is in the bytecode (decides its length)
+    int raw_arg = 0; // its argument as it is in the bytecode
     bool prefixed = false;  // decoded from an EXTENDED_ARG before it
 };
 
@@ -169,7 +169,7 @@ inline Instruction decode_at(const _Py_CODEUNIT* code, Py_ssize_t size, int offs
         ins.prefixed = true;
     }
     ins.opcode = ins.raw = op;
-    ins.oparg = oparg | _Py_OPARG(code[offset]);
+    ins.oparg = ins.raw_arg = oparg | _Py_OPARG(code[offset]);
     ins.offset = offset;
 #if MAGPY_IS_PYTHON_312
     switch (op) {
@@ -231,6 +231,21 @@ inline int next_offset(const Instruction& ins) {
     return ins.offset + 1 + instruction_caches(ins.raw);
 }
 
+// The 3.11 exception table: varint entries (start, size, target, depth << 1 | lasti).
+struct Handler;
+inline Handler code_handler(PyCodeObject* co, int offset);
+
+// [Note: stack depth in 3.12] The number of values on a frame's stack before each instruction
+// (code units; an EXTENDED_ARG prefix gets its instruction's), -1 where no path reaches. 3.11
+// saves the stack pointer before calling a tracer; 3.12 does not (stacktop is -1 while a frame
+// runs), but the values are in the frame's memory, so the depth is enough to read them. It is
+// found from the bytecode the way CPython's mark_stacks finds it (frameobject.c, for jumps of
+// f_lineno): each instruction's stack effect along both ways of each jump, and into each
+// exception handler at the depth its table entry gives. Empty if some instruction has no
+// known effect. 3.11 needs none (the engine checks the two against each other there when
+// MAGPY_CHECK_DEPTHS=1 is set, which is how the table is tested on machines without 3.12).
+std::vector<int16_t> code_stack_depths(PyCodeObject* co);
+
 // Whether the code from `offset` runs straight (no jump, loop, return or yield) into a `raise`
 // of an exception that no handler of this frame catches: the side of `if not ok: raise ...`
 // or of an `assert` that fails. At most `limit` instructions are looked at.
@@ -244,7 +259,6 @@ struct Handler {
     bool lasti = false;
 };
 
-// The 3.11 exception table: varint entries (start, size, target, depth << 1 | lasti).
 inline Handler code_handler(PyCodeObject* co, int offset) {
     const unsigned char* p =
         reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(co->co_exceptiontable));
@@ -338,6 +352,25 @@ inline bool code_runs_into_raise(PyCodeObject* co, int offset, int limit) {
         }
     }
     return false;
+}
+
+// The instruction a frame is at (code units), as frame_stack_depth sees it.
+inline int frame_offset(IFrame* f) { return static_cast<int>(f->prev_instr - _PyCode_CODE(f->f_code)); }
+
+// The depth of a frame's stack at the instruction it is at (in a trace event, or while it is
+// suspended in a call); `depths` is code_stack_depths(frame's code), read in 3.12 only.
+inline int frame_stack_depth(IFrame* f, const std::vector<int16_t>& depths) {
+#if MAGPY_IS_PYTHON_312
+    auto at = static_cast<size_t>(frame_offset(f));
+    return at < depths.size() ? depths[at] : -1;
+#else
+    (void)depths;
+    return f->stacktop - f->f_code->co_nlocalsplus;
+#endif
+}
+// i = 0 is the top of the stack. May be NULL (CPython pushes NULL before some callables).
+inline PyObject* frame_stack_peek(IFrame* f, const std::vector<int16_t>& depths, int i) {
+    return f->localsplus[f->f_code->co_nlocalsplus + frame_stack_depth(f, depths) - 1 - i];
 }
 
 inline int code_line_of(PyCodeObject* co, int offset_units) {
