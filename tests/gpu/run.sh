@@ -3,12 +3,13 @@
 # (the device machine of the project's tooling: Python 3.12, torch 2.11 + CUDA 13). CI never
 # runs this; see tests/gpu/README.md.
 #
-#   tests/gpu/run.sh STAGE...      stages: facts cupti build test bench
+#   tests/gpu/run.sh STAGE...      stages: facts headers cupti build smoke test bench
 #
 # facts  interpreter facts (tests/gpu/py_facts.py, tests/gpu/trace_facts.py)
 # headers  the interpreter's and torch's C headers as tarballs (to compile against here)
 # cupti  builds tests/gpu/cupti_check.cu with nvcc and runs it (the CUPTI profiler on the GPU)
 # build  configures and builds core/ (no kernel, no GoogleTest) into build-gpu/ with this python3
+# smoke  tests/gpu/smoke.py: a few programs compiled beside eager, with explain()'s messages
 # test   the Python test suite on the GPU build (but the report schema test: the device machine
 #        has no jsonschema)
 # bench  bench/backends.py --device cuda (eager, torch.jit, torch.compile, magpy if it built)
@@ -72,11 +73,16 @@ build)
         | grep -v "^\[" | tee -a "$OUT/build.log" | grep -E "error|Error" | head -60
     ls -la build-gpu/python 2>/dev/null
     ;;
+smoke)
+    stage smoke
+    PYTHONPATH="$ROOT/core/python:$ROOT/build-gpu/python" timeout 120 "$PY" tests/gpu/smoke.py 2>&1 \
+        | tee "$OUT/smoke.log"
+    ;;
 test)
     stage test
     (cd tests/python && PYTHONPATH="$ROOT/core/python:$ROOT/build-gpu/python" \
         timeout "${MAGPY_TEST_TIMEOUT:-300}" "$PY" -m pytest -q -rfE -p no:cacheprovider \
-        --timeout 60 ${MAGPY_TEST_ARGS:---ignore=test_report_schema.py .} > "$OUT/pytest.log" 2>&1;
+        --timeout ${MAGPY_TEST_PER:-60} ${MAGPY_TEST_ARGS:---ignore=test_report_schema.py .} > "$OUT/pytest.log" 2>&1;
      grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | cut -c1-160 | head -${MAGPY_TEST_SHOW:-60};
      tail -3 "$OUT/pytest.log")
     ;;
