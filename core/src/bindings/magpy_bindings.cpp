@@ -12,7 +12,31 @@
 
 namespace py11 = pybind11;
 
+#include <execinfo.h>
+#include <csignal>
+#include <cstdlib>
+#include <unistd.h>
+
+namespace {
+// MAGPY_NATIVE_BACKTRACE=1: a crash prints the native stack (addresses in the module as
+// "_magpy...so(+0xOFFSET)", for addr2line) before Python's faulthandler reports the Python one.
+// A debugging aid for machines without gdb (the device machine of tests/gpu).
+void native_backtrace(int sig) {
+    void* frames[64];
+    int n = backtrace(frames, 64);
+    const char head[] = "magpy: native backtrace\n";
+    (void)!write(2, head, sizeof head - 1);
+    backtrace_symbols_fd(frames, n, 2);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
+}  // namespace
+
 PYBIND11_MODULE(_magpy, m) {
+    if (const char* e = std::getenv("MAGPY_NATIVE_BACKTRACE"); e && *e && *e != '0') {
+        std::signal(SIGSEGV, native_backtrace);
+        std::signal(SIGABRT, native_backtrace);
+    }
     m.doc() = "magpy engine core (C++). Use the `magpy` package, not this module.";
 
     if (!magpy::init_torch_api()) throw py11::error_already_set();
