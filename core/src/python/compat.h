@@ -91,7 +91,15 @@ inline PyObject* frame_globals(IFrame* f) { return f->f_globals; }
 inline PyObject* frame_builtins(IFrame* f) { return f->f_builtins; }
 inline PyObject* frame_local(IFrame* f, int i) { return f->localsplus[i]; }
 // The frame that was running when `f` was entered (C calls in between make no frames).
-inline IFrame* frame_previous(IFrame* f) { return f->previous; }
+// 3.12 links a frame entered from C to a frame of the C stack (the evaluator's entry frame),
+// which is skipped.
+inline IFrame* frame_previous(IFrame* f) {
+    IFrame* p = f->previous;
+#if MAGPY_IS_PYTHON_312
+    while (p && p->owner == FRAME_OWNED_BY_CSTACK) p = p->previous;
+#endif
+    return p;
+}
 // The generator (or coroutine) object whose frame `f` is, or null for a function's frame.
 inline PyObject* frame_generator(IFrame* f) {
     return f->owner == FRAME_OWNED_BY_GENERATOR
@@ -362,7 +370,8 @@ inline int frame_offset(IFrame* f) { return static_cast<int>(f->prev_instr - _Py
 inline int frame_stack_depth(IFrame* f, const std::vector<int16_t>& depths) {
 #if MAGPY_IS_PYTHON_312
     auto at = static_cast<size_t>(frame_offset(f));
-    return at < depths.size() ? depths[at] : -1;
+    int d = at < depths.size() ? depths[at] : -1;
+    return d <= f->f_code->co_stacksize ? d : -1;
 #else
     (void)depths;
     return f->stacktop - f->f_code->co_nlocalsplus;
@@ -370,7 +379,8 @@ inline int frame_stack_depth(IFrame* f, const std::vector<int16_t>& depths) {
 }
 // i = 0 is the top of the stack. May be NULL (CPython pushes NULL before some callables).
 inline PyObject* frame_stack_peek(IFrame* f, const std::vector<int16_t>& depths, int i) {
-    return f->localsplus[f->f_code->co_nlocalsplus + frame_stack_depth(f, depths) - 1 - i];
+    int d = frame_stack_depth(f, depths);
+    return i >= 0 && i < d ? f->localsplus[f->f_code->co_nlocalsplus + d - 1 - i] : nullptr;
 }
 
 inline int code_line_of(PyCodeObject* co, int offset_units) {
