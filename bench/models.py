@@ -108,8 +108,8 @@ class LSTMLoop(nn.Module):
 
     def forward(self, x):
         # x: (batch, steps, inp)
-        h = torch.zeros(x.shape[0], self.hidden, dtype=x.dtype)
-        c = torch.zeros(x.shape[0], self.hidden, dtype=x.dtype)
+        h = torch.zeros(x.shape[0], self.hidden, dtype=x.dtype, device=x.device)
+        c = torch.zeros(x.shape[0], self.hidden, dtype=x.dtype, device=x.device)
         for t in range(self.steps):
             h, c = self.cell(x[:, t], (h, c))
         return self.head(h)
