@@ -48,6 +48,9 @@ if(MAGPY_WITH_CUPTI)
     endif()
 endif()
 
+# For tests/gpu/cupti_check.cu (built by tests/CMakeLists.txt with nvcc where it is found).
+set(MAGPY_CUPTI_LIBRARY_FILE "${_magpy_cupti_where}" CACHE INTERNAL "")
+set(MAGPY_CUPTI_INCLUDES "${_magpy_cupti_includes}" CACHE INTERNAL "")
 if(_magpy_cupti_link)
     target_sources(magpy_core PRIVATE "${_magpy_profile_dir}/cupti_profiler.cpp")
     target_include_directories(magpy_core SYSTEM PRIVATE ${_magpy_cupti_includes})
