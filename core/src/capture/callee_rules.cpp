@@ -592,7 +592,7 @@ CalleeInfo classify_callee(PyObject* f) {
             bool plain = _PyType_Lookup(t, PyUnicode_InternFromString("__init__")) ==
                          _PyType_Lookup(&PyBaseObject_Type, PyUnicode_InternFromString("__init__"));
             for (Py_ssize_t i = 0; plain && mro && i < PyTuple_GET_SIZE(mro); ++i) {
-                PyObject* d = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+                PyObject* d = py::type_dict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
                 if (!d || !PyDict_GetItemString(d, "__new__")) continue;
                 if (PyDict_GetItemString(d, "_make")) info.kind = CallKind::NamedTuple;
                 break;

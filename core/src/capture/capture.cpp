@@ -60,7 +60,7 @@ bool is_constant_like(PyObject* o, int depth) {
     // a tuple, a shape, or a named tuple of the interpreter's (sys.version_info, the results
     // of os.stat or time.localtime): items fixed when it is made
     bool struct_seq = PyTuple_Check(o) && t->tp_base == &PyTuple_Type &&
-                      PyDict_GetItemString(t->tp_dict, "n_sequence_fields") != nullptr;
+                      PyDict_GetItemString(py::type_dict(t), "n_sequence_fields") != nullptr;
     if ((PyTuple_CheckExact(o) || t == api.size_type || struct_seq) && depth < 4) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
             if (!is_constant_like(PyTuple_GET_ITEM(o, i), depth + 1)) return false;
@@ -101,8 +101,8 @@ static PyTypeObject* enum_meta_type() {
 bool is_typing_object(PyObject* o) {
     PyTypeObject* t = Py_TYPE(o);
     if (t == &Py_GenericAliasType) return true;
-    if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || !t->tp_dict) return false;
-    PyObject* module = PyDict_GetItemString(t->tp_dict, "__module__");  // borrowed
+    if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || !py::type_dict(t)) return false;
+    PyObject* module = PyDict_GetItemString(py::type_dict(t), "__module__");  // borrowed
     return module && PyUnicode_Check(module) && PyUnicode_CompareWithASCIIString(module, "typing") == 0;
 }
 

@@ -339,7 +339,7 @@ static Py_ssize_t attributes_set(PyObject* obj) {
     }
     PyObject* mro = Py_TYPE(obj)->tp_mro;
     for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
-        PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+        PyObject* dict = py::type_dict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
         Py_ssize_t pos = 0;
         PyObject *key, *descr;
         while (dict && PyDict_Next(dict, &pos, &key, &descr)) {
@@ -1127,7 +1127,7 @@ void Monitor::write_input_item(int dict, int key, int val, bool added, PyObject*
 // dict passed in. A dict passed in must not have been written before in the call: its later
 // reads break (MB008), as after any write that is not by key.
 int Monitor::remove_dict_item(int dict, int key, PyObject* present, bool want_value) {
-    static PyObject* pop = PyDict_GetItemString(PyDict_Type.tp_dict, "pop");
+    static PyObject* pop = PyDict_GetItemString(py::type_dict(&PyDict_Type), "pop");
     PyObject* k = m_cap.v(key).real.get();
     int removed;
     if (m_cap.v(dict).kind == ValueKind::FreshDict) {
@@ -5870,7 +5870,7 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
     bool x_list = !x.tensor && PyList_CheckExact(x.real.get()) &&
                   (x.kind == ValueKind::FreshList || x.kind == ValueKind::Input);
     if (op == NB_INPLACE_ADD && x_list) {  // xs += ys extends xs in place
-        static PyObject* extend = PyDict_GetItemString(PyList_Type.tp_dict, "extend");
+        static PyObject* extend = PyDict_GetItemString(py::type_dict(&PyList_Type), "extend");
         if (mutate_list(m_cap.const_value(extend, "list.extend"), "extend", {a, b}) < 0) return -1;
         return a;
     }

@@ -242,7 +242,7 @@ PyObject* lookup_after(PyTypeObject* type, Py_ssize_t after, PyObject* name) {
     PyObject* mro = type->tp_mro;
     if (!mro || !PyTuple_Check(mro)) return nullptr;
     for (Py_ssize_t j = after + 1; j < PyTuple_GET_SIZE(mro); ++j) {
-        PyObject* d = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, j))->tp_dict;
+        PyObject* d = py::type_dict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, j)));
         PyObject* r = d ? PyDict_GetItemWithError(d, name) : nullptr;
         if (r) return r;
         if (PyErr_Occurred()) {

@@ -119,6 +119,18 @@ inline PyObject* frame_local_value(IFrame* f, PyCodeObject* co, int i) {
     if (o && (code_local_kind(co, i) & kLocalKindCell)) o = PyCell_GET(o);
     return o;
 }
+// A type's own namespace (borrowed; may be null for a type not ready). 3.12 keeps the dict of a
+// static builtin type (object, dict, list, ...) in the interpreter, and its tp_dict is null.
+inline PyObject* type_dict(PyTypeObject* t) {
+#if MAGPY_IS_PYTHON_312
+    if (t->tp_dict) return t->tp_dict;
+    PyObject* d = PyType_GetDict(t);  // new reference; the interpreter keeps the dict alive
+    Py_XDECREF(d);
+    return d;
+#else
+    return t->tp_dict;
+#endif
+}
 // Whether instances of `type` keep their attributes in a __dict__ (a managed one from 3.11 on).
 inline bool has_instance_dict(PyTypeObject* type) {
     return (type->tp_flags & Py_TPFLAGS_MANAGED_DICT) || type->tp_dictoffset != 0;
