@@ -580,3 +580,118 @@ def test_contextmanager_misuse_and_breaks_inside_stay_exact():
 
     assert_raises_like_eager(twice, lambda: (torch.randn(2),), RuntimeError)
     check(branch_inside, [(torch.randn(4), []) for _ in range(3)])
+
+
+# --- context manager classes of the user's ([Note: user context managers]) ---------------------
+
+class Scaled:
+    """Counts its blocks and scales what runs inside them (state on the object)."""
+
+    def __init__(self, factor):
+        self.factor = factor
+        self.entered = 0
+        self.exited = []
+
+    def __enter__(self):
+        self.entered += 1
+        return self.factor
+
+    def __exit__(self, exc_type, exc, tb):
+        self.exited.append(exc_type.__name__ if exc_type is not None else None)
+        return False
+
+
+class Flagged:
+    """Turns a module flag on for the block and puts back what it was."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __enter__(self):
+        self.prev = self.module.flag
+        self.module.flag = True
+        return self
+
+    def __exit__(self, *exc):
+        self.module.flag = self.prev
+
+
+class FlagNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.flag = False
+
+    def forward(self, x):
+        with Flagged(self):  # made in the call
+            y = self.lin(x) * (2 if self.flag else 1)
+        return y + (1 if self.flag else 0)
+
+
+def test_a_context_manager_class_passed_in_is_traced_through_enter_and_exit():
+    def f(x, cm):
+        with cm as k:
+            y = x * k
+        return y + cm.entered, list(cm.exited)
+
+    cms = [Scaled(2.0), Scaled(2.0), Scaled(3.0), Scaled(2.0)]
+    cf = check(f, [(torch.randn(3), cm) for cm in cms])
+    assert_stats(cf, graphs=2, breaks=0, hits=2)  # the factor is guarded (recompiles at 3.0)
+    cm = Scaled(2.0)
+    out, exited = cf(torch.ones(3), cm)
+    assert cm.entered == 1 and cm.exited == [None] and exited == [None]
+    assert torch.equal(out, torch.full((3,), 3.0))
+
+
+def test_a_context_manager_made_in_the_call_restores_module_state():
+    m = FlagNet().eval()
+    cf = check(m, [torch.randn(2, 3) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    assert m.flag is False
+
+
+def test_an_error_inside_a_user_block_at_replay_calls_exit_with_it():
+    # x[idx] with an index out of range raises inside the block on the third call (a replay):
+    # the block's __exit__ sees the IndexError, as it does in eager
+    def f(x, idx, cm):
+        with cm:
+            y = x[idx] * 2
+        return y
+
+    x = torch.randn(4, 3)
+    eager_cm, compiled_cm = Scaled(1.0), Scaled(1.0)
+    magpy.reset()
+    cf = magpy.compile(f)
+    for i in (0, 1, 7, 2):
+        idx = torch.tensor([i])
+        outcomes = []
+        for fn, cm in ((f, eager_cm), (cf, compiled_cm)):
+            try:
+                outcomes.append(fn(x, idx, cm))
+            except IndexError as e:
+                outcomes.append(type(e))
+        assert (outcomes[0] is IndexError) == (outcomes[1] is IndexError)
+        if outcomes[0] is not IndexError:
+            assert torch.equal(outcomes[0], outcomes[1])
+    assert eager_cm.exited == compiled_cm.exited == [None, None, "IndexError", None]
+    assert eager_cm.entered == compiled_cm.entered == 4
+    assert magpy.explain(cf).cache_hits >= 2
+
+
+class Suppress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        return exc_type is not None and issubclass(exc_type, KeyError)
+
+
+def test_a_context_manager_that_may_suppress_breaks_with_a_hint():
+    def f(x, cm):
+        with cm:
+            y = x + 1
+        return y
+
+    cf = check(f, [(torch.randn(2), Suppress()) for _ in range(2)])
+    assert set(break_ids(cf)) == {"MB004"}
+    assert "may suppress the exception" in str(magpy.explain(cf))

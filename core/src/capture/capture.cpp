@@ -865,7 +865,7 @@ void Capture::add_step(Step step) {
     m_plan->add_step(std::move(step));
 }
 
-bool Capture::enter_context(int exit_value, bool inherited) {
+bool Capture::enter_context(int exit_value, bool inherited, bool user) {
     const Value& e = v(exit_value);
     if (e.kind != ValueKind::OpResult || e.slot < 0) {
         internal_error("a with block's __exit__ is not a plan value");
@@ -875,7 +875,7 @@ bool Capture::enter_context(int exit_value, bool inherited) {
         fail(breaks::kUnsupportedOpcode, "too many with blocks", "split the function");
         return false;
     }
-    m_ctx = m_plan->add_context({e.slot, m_ctx, inherited});
+    m_ctx = m_plan->add_context({e.slot, m_ctx, inherited, user});
     return true;
 }
 
@@ -1355,7 +1355,10 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         if (!build_arg(val.items[1], self, escape, depth + 1)) return false;
         Step s;
         s.kind = StepKind::GetAttr;
-        s.name = py::Ref::borrow(PyDescr_NAME(v(val.items[0]).real.get()));
+        PyObject* fn = v(val.items[0]).real.get();
+        s.name = PyFunction_Check(fn)  // a user context manager's __exit__
+                     ? py::Ref::borrow(reinterpret_cast<PyFunctionObject*>(fn)->func_name)
+                     : py::Ref::borrow(PyDescr_NAME(fn));
         s.args = {self};
         s.out = m_plan->add_slot();
         out = Arg::slot(s.out);

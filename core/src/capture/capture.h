@@ -62,8 +62,10 @@ enum class ValueKind : uint8_t {
                  // `items` {its generator's iterator value} ([Note: generator context
                  // managers] in monitor.cpp)
     BoundMethod, // a list, dict, set or tuple method read as an attribute (`log.append` where
-                 // CPython emits LOAD_ATTR, not LOAD_METHOD): `items` {the method descriptor,
-                 // the object}; calling it calls the descriptor with the object first
+                 // CPython emits LOAD_ATTR, not LOAD_METHOD), or the __exit__ of a user's
+                 // context manager after BEFORE_WITH (`ctx_exit` set): `items` {the method
+                 // descriptor or function, the object}; calling it calls the first with the
+                 // object first
 };
 
 enum class IterKind : uint8_t {
@@ -294,7 +296,7 @@ public:
     // `with` blocks ([Note: with blocks]): steps recorded between enter_context and
     // exit_context leave through that block's __exit__ (the value `exit_value`, a plan slot)
     // when they raise at replay.
-    bool enter_context(int exit_value, bool inherited = false);
+    bool enter_context(int exit_value, bool inherited = false, bool user = false);
     void exit_context();
     bool in_context() const { return m_ctx >= 0; }
     void changes_grad_mode() { m_plan->set_changes_grad_mode(); }

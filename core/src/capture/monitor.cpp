@@ -1526,12 +1526,13 @@ Monitor::Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph,
 
 void Monitor::install() {
     t_monitor = this;
-    magpy_allow_opcode_events();  // 3.12: before PyEval_SetTrace, which reads it
+    m_opcode_events_were = magpy_allow_opcode_events();  // 3.12: PyEval_SetTrace reads it
     PyEval_SetTrace(&Monitor::trace, nullptr);
 }
 
 void Monitor::uninstall() {
     PyEval_SetTrace(nullptr, nullptr);
+    magpy_restore_opcode_events(m_opcode_events_were);
     t_monitor = nullptr;
 }
 
@@ -2311,8 +2312,11 @@ void Monitor::on_opcode(PyFrameObject* fo) {
     // 3.12 may report an instruction after its EXTENDED_ARG prefix, already decoded (and
     // dispatched) at the prefix's event; it has not run yet.
     if (f.prefixed_at >= 0) {
+        // every later prefix has an event of its own too; the instruction's is the last
+        int here = py::frame_offset(f.frame);
+        if (here < f.prefixed_at && here >= f.prefixed_from) return;
         int at = std::exchange(f.prefixed_at, -1);
-        if (py::frame_current_instruction(f.frame).offset == at) return;
+        if (here == at) return;
     }
 #endif
     if (f.pending.opcode >= 0) complete(f);
@@ -2335,7 +2339,10 @@ void Monitor::on_opcode(PyFrameObject* fo) {
         return stop_tracing();
     }
     py::Instruction ins = py::frame_current_instruction(f.frame);
-    if (ins.prefixed) f.prefixed_at = ins.offset;
+    if (ins.prefixed) {
+        f.prefixed_at = ins.offset;
+        f.prefixed_from = py::frame_offset(f.frame);
+    }
     m_at_code = f.code;
     m_at_offset = ins.offset;
     f.in_try = f.caller_in_try || py::code_offset_reaches_user_handler(f.code, ins.offset);
@@ -2508,6 +2515,10 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         f.return_value = m_cap.const_value(py::code_const(f.code, ins.oparg));
         return;
     case LOAD_FAST_AND_CLEAR: {  // 3.12: an inlined comprehension saves a local it shadows
+        if (py::code_local_kind(f.code, ins.oparg) & py::kLocalKindCell)
+            return m_cap.fail(breaks::kUnsupportedOpcode,
+                              "a comprehension's variable is also a closure cell of the function",
+                              "rename the comprehension's variable");
         int& local = f.locals[static_cast<size_t>(ins.oparg)];
         push(f, local >= 0 ? local : m_cap.null_value());
         local = -1;
@@ -2762,7 +2773,10 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         defer(1, ins.opcode == LOAD_ATTR ? 1 : 2);
         expect_property_getter(f, py::code_name(f.code, ins.oparg));
         return;
-    case BEFORE_WITH: defer(1, 2); return;
+    case BEFORE_WITH:
+        defer(1, 2);
+        if (user_context_manager(f.pending)) expect_hook(f.pending, "__enter__");
+        return;
     case BINARY_OP: case COMPARE_OP: case BINARY_SUBSCR: case IS_OP: case CONTAINS_OP:
         defer(2, 1);
         if (ins.opcode == BINARY_SUBSCR) expect_hook(f.pending, "__getitem__");
@@ -2869,6 +2883,7 @@ void Monitor::complete(ShadowFrame& f) {
             out(m_cap.const_value(tos));  // what __contains__ gave, as `in` or `not in` made it
         if (p.opcode == CALL && require_const({p.inline_result}, "a length"))
             out(m_cap.const_value(tos));  // len(obj): what __len__ gave, as an int
+        if (p.opcode == BEFORE_WITH) user_with_enter(f, p);
         return;
     }
     if (p.property_get) {  // [Note: properties] the getter returned what the attribute is
@@ -3467,6 +3482,7 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         return dispatch_call(f, func, std::move(args), kwnames);
     }
     if (c.kind == ValueKind::BoundMethod) {  // log.append(x): list.append(log, x)
+        if (c.ctx_exit) m_cap.exit_context();  // a user's __exit__ runs in the enclosing block
         int func = c.items[0];
         args.insert(args.begin(), c.items[1]);
         return dispatch_call(f, func, std::move(args), kwnames);
@@ -4848,6 +4864,81 @@ void Monitor::note_context_type(PyObject* t) {
     if (grad) m_cap.changes_grad_mode();
 }
 
+// [Note: user context managers] `with Timer(log):`, `with self.flags.off():`: a with block over an
+// object (passed in, or made in the call) of a class of the user's whose __enter__ and __exit__
+// are Python functions. BEFORE_WITH's call of __enter__ is traced as a hook of the object (its
+// writes, reads and result followed like any callee's), and the __exit__ it pushes is a
+// BoundMethod value {the class's __exit__, the object}, so the normal exit's
+// `exit(None, None, None)` is traced as a method call too. The block is also a plan context
+// whose __exit__ is read from the object at replay (`getattr(obj, '__exit__')`): when a step
+// inside raises at replay, Plan::unwind calls it with the exception, as the with block's cleanup
+// would; a plan that declines does not call it (PlanContext::user: what __enter__ did were
+// steps, undone or not yet made). A class whose __exit__ may return something true (suppress
+// the exception: a return of anything but a None or False constant) breaks (MB004), since the
+// plan cannot go on after a suppressed exception.
+bool Monitor::user_context_manager(Pending& p) {
+    if (p.in.empty()) return false;
+    const Value& c = m_cap.v(p.in[0]);
+    if ((c.kind != ValueKind::Input && c.kind != ValueKind::FreshObject) || c.tensor || !c.real)
+        return false;
+    PyTypeObject* type = Py_TYPE(c.real.get());
+    PyObject* enter = _PyType_Lookup(type, interned("__enter__"));
+    PyObject* exit = _PyType_Lookup(type, interned("__exit__"));
+    if (!enter || !exit || !PyFunction_Check(enter) || !PyFunction_Check(exit)) return false;
+    auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(exit));
+    if (!py::code_is_plain_function(code)) return false;
+    // every return gives None or False
+    int previous = -1;
+    PyObject* previous_const = nullptr;
+    for (int at = 0; at < Py_SIZE(code);) {
+        py::Instruction ins = py::code_instruction_at(code, at);
+        bool returns = ins.opcode == RETURN_VALUE || ins.opcode == RETURN_CONST;
+        PyObject* value = ins.opcode == RETURN_CONST ? py::code_const(code, ins.oparg)
+                          : previous == LOAD_CONST  ? previous_const
+                                                    : nullptr;
+        if (returns && value != Py_None && value != Py_False) {
+            m_cap.fail(breaks::kUnsupportedOpcode,
+                       "a `with` block over " + c.label + ", whose " + type->tp_name +
+                           ".__exit__ may suppress the exception (it returns a computed value)",
+                       "return None from __exit__, or move the with block out of the compiled "
+                       "function");
+            return false;
+        }
+        previous = ins.opcode;
+        previous_const = ins.opcode == LOAD_CONST ? py::code_const(code, ins.oparg) : nullptr;
+        at = py::next_offset(ins);
+    }
+    return true;
+}
+
+// After a user's __enter__ returned (traced): BEFORE_WITH's two results, the __exit__ value and
+// what __enter__ gave ([Note: user context managers]).
+void Monitor::user_with_enter(ShadowFrame& f, Pending& p) {
+    int ctx = p.in[0];
+    PyObject* exit = real_stack(f, 1);  // the bound __exit__
+    PyObject* fn = _PyType_Lookup(Py_TYPE(m_cap.v(ctx).real.get()), interned("__exit__"));
+    if (!exit || !fn || !PyMethod_Check(exit) || PyMethod_GET_FUNCTION(exit) != fn)
+        return m_cap.internal_error("a with block's __exit__ is not its class's");
+    int fv = m_cap.v(ctx).kind == ValueKind::Input ? class_attr(ctx, interned("__exit__"), fn)
+                                                   : class_member(ctx, interned("__exit__"), fn);
+    if (fv < 0) return;
+    // An object made in the call is made at replay from here on (its later attribute writes
+    // replayed on it), so that an unwinding __exit__ sees what eager's would.
+    Arg ca;
+    if (!m_cap.escape_arg(ctx, ca)) return;
+    Step get_exit;  // for Plan::unwind: the real __exit__ at replay
+    get_exit.kind = StepKind::GetAttr;
+    get_exit.name = py::Ref::borrow(interned("__exit__"));
+    get_exit.args.push_back(ca);
+    int unwind = m_cap.record(std::move(get_exit), exit, m_cap.v(ctx).label + ".__exit__", false);
+    if (unwind < 0 || !m_cap.enter_context(unwind, false, true)) return;
+    int m = m_cap.new_value(ValueKind::BoundMethod, exit, m_cap.v(ctx).label + ".__exit__");
+    m_cap.v(m).items = {fv, ctx};
+    m_cap.v(m).ctx_exit = true;
+    push(f, m);
+    push(f, p.inline_result);
+}
+
 void Monitor::with_enter(ShadowFrame& f, int ctx, PyObject* exit, PyObject* entered) {
     if (m_cap.v(ctx).kind == ValueKind::GenContext) {
         // [Note: generator context managers] __enter__ ran the generator to its yield
@@ -4871,8 +4962,9 @@ void Monitor::with_enter(ShadowFrame& f, int ctx, PyObject* exit, PyObject* ente
     if (!torch_api().is_context_type(type))
         return m_cap.fail(breaks::kUnsupportedOpcode,
                           "a `with` block over " + c.label + " (" + py::type_name(obj) + ")",
-                          "only torch.no_grad(), enable_grad(), set_grad_enabled(), "
-                          "inference_mode(), autocast() and nullcontext() blocks are captured; "
+                          "torch.no_grad(), enable_grad(), set_grad_enabled(), inference_mode(), "
+                          "autocast(), nullcontext(), @contextmanager functions and classes "
+                          "whose __enter__ and __exit__ are Python functions are captured; "
                           "move other with blocks out of the compiled function");
     note_context_type(type);
     Arg ca;

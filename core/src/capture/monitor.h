@@ -85,6 +85,7 @@ private:
         bool in_try = false;        // the current instruction is (Capture::set_in_try)
         int return_value = -1;
         int prefixed_at = -1;  // 3.12: an instruction decoded from its EXTENDED_ARG's event
+        int prefixed_from = -1;  // and where that event was (its first prefix)
         std::vector<int16_t> depths;  // 3.12: py::code_stack_depths(code)
         int gen = -1;  // a generator's frame: its index in m_gens
         int map = -1;  // a call made by map(): the index of its record in m_maps
@@ -197,6 +198,8 @@ private:
                       std::vector<std::pair<PyObject*, int>>& out);
     bool split_method(int method, int& func, int& self);
     bool split_bound_method(ShadowFrame& f, int n);
+    bool user_context_manager(Pending& p);            // [Note: user context managers]
+    void user_with_enter(ShadowFrame& f, Pending& p);
     std::vector<int16_t> shadow_depths(PyCodeObject* co);
     int slice_value(const std::vector<int>& bounds, PyObject* real);
     bool reopen_with_block(ShadowFrame& f, int local);  // [Note: breaks inside with blocks]
@@ -326,6 +329,7 @@ private:
     std::vector<py::Ref> m_owned;  // objects made here that pending calls borrow (kwnames)
     std::vector<PyFrameObject*> m_untraced;
     bool m_stopped = false;
+    int m_opcode_events_were = 0;  // 3.12: the interpreter's f_opcode_trace_set before install()
     // A captured context manager changed global state: grad mode (is_grad_enabled() is then
     // known from the guarded entry mode and the blocks), or other state (autocast, inference
     // mode), whose queries are refused.

@@ -63,8 +63,12 @@ extern "C" {
 extern const unsigned char* const magpy_opcode_deopt;
 extern const unsigned char* const magpy_opcode_caches;
 // 3.12: lets PyEval_SetTrace turn on per-instruction events (the interpreter's
-// f_opcode_trace_set, which the Python-level setter of frame.f_trace_opcodes sets). No-op on 3.11.
-void magpy_allow_opcode_events(void);
+// f_opcode_trace_set, which the Python-level setter of frame.f_trace_opcodes sets), returning
+// what it was; the restore puts that back after PyEval_SetTrace(NULL) (otherwise every later
+// sys.settrace, a debugger's or coverage's, would get per-instruction events for all code).
+// No-ops on 3.11.
+int magpy_allow_opcode_events(void);
+void magpy_restore_opcode_events(int was);
 // 3.12: clears and pops a frame that the eval-frame hook answered without evaluating it (what
 // the evaluator does when a frame returns). No-op on 3.11, where the caller does it.
 void magpy_discard_frame(PyThreadState* ts, struct _PyInterpreterFrame* frame);
@@ -315,7 +319,8 @@ inline bool code_offset_in_handler(PyCodeObject* co, int offset) {
 // the search going on from their RERAISE: the cleanup of a with block (PUSH_EXC_INFO,
 // WITH_EXCEPT_START, a jump, RERAISE 2), the one that pops the exception state (COPY 3,
 // POP_EXCEPT, RERAISE 1), and in 3.12 the one of an inlined comprehension that puts back the
-// locals it shadowed (SWAPs, POP_TOP, STORE_FASTs, RERAISE 0). A with block's __exit__ is then
+// locals it shadowed (SWAPs, POP_TOP, STORE_FASTs, RERAISE 0) and the one around every
+// generator body (CALL_INTRINSIC_1 STOPITERATION_ERROR, RERAISE 1). A with block's __exit__ is then
 // the only code on the way, which a replay plan runs itself ([Note: with blocks]).
 inline bool code_offset_reaches_user_handler(PyCodeObject* co, int offset) {
     PyObject* holder;
@@ -336,6 +341,11 @@ inline bool code_offset_reaches_user_handler(PyCodeObject* co, int offset) {
             switch (ins.raw) {
             case RERAISE: return ins.offset;
             case COPY: case SWAP: case POP_TOP: case POP_EXCEPT: case STORE_FAST: break;
+#if MAGPY_IS_PYTHON_312
+            case CALL_INTRINSIC_1:  // a generator's StopIteration -> RuntimeError, re-raised
+                if (ins.raw_arg == 3) break;  // INTRINSIC_STOPITERATION_ERROR
+                return -1;
+#endif
             default: return -1;
             }
             i = next_offset(ins);

@@ -12,9 +12,15 @@ const unsigned char* const magpy_opcode_caches = _PyOpcode_Caches;
 #if PY_VERSION_HEX >= 0x030C0000
 #include <internal/pycore_interp.h>
 
-void magpy_allow_opcode_events(void) {
+int magpy_allow_opcode_events(void) {
     PyInterpreterState* interp = PyInterpreterState_Get();
+    int was = interp->f_opcode_trace_set;
     interp->f_opcode_trace_set = true;
+    return was;
+}
+
+void magpy_restore_opcode_events(int was) {
+    PyInterpreterState_Get()->f_opcode_trace_set = was != 0;
 }
 
 /* A frame pushed for a call that the hook answered itself. The evaluator is asked to throw into
@@ -25,13 +31,18 @@ void magpy_allow_opcode_events(void) {
 void magpy_discard_frame(PyThreadState* ts, struct _PyInterpreterFrame* frame) {
     PyObject* saved = PyErr_GetRaisedException();
     PyErr_SetNone(PyExc_SystemError);
+    /* Marked as tracing, the thread sends no throw, raise or unwind events for this: tracers
+     * and sys.monitoring tools would take them for events of the caller's frame. */
+    PyThreadState_EnterTracing(ts);
     PyObject* r = _PyEval_EvalFrameDefault(ts, frame, 1);
+    PyThreadState_LeaveTracing(ts);
     Py_XDECREF(r);
     PyErr_Clear();
     PyErr_SetRaisedException(saved);
 }
 #else
-void magpy_allow_opcode_events(void) {}
+int magpy_allow_opcode_events(void) { return 0; }
+void magpy_restore_opcode_events(int was) { (void)was; }
 void magpy_discard_frame(PyThreadState* ts, struct _PyInterpreterFrame* frame) {
     (void)ts;
     (void)frame;

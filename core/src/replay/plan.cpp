@@ -271,7 +271,7 @@ void Plan::unwind(int ctx, PyObject** slots, bool declined) const {
          ctx = m_contexts[static_cast<size_t>(ctx)].parent) {
         const PlanContext& c = m_contexts[static_cast<size_t>(ctx)];
         PyObject* exit = slots[c.exit_slot];
-        if (!exit || (declined && c.inherited)) continue;
+        if (!exit || (declined && (c.inherited || c.user))) continue;
         PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
         PyErr_Fetch(&type, &value, &tb);
         PyObject* r;
@@ -313,6 +313,14 @@ const std::vector<std::vector<int>>& Plan::releases() const {
         int out = m_steps[i].out;
         if (out >= 0 && last[static_cast<size_t>(out)] < static_cast<int>(i))
             last[static_cast<size_t>(out)] = static_cast<int>(i);  // never read: dies at once
+        // an open with block's __exit__ lives while a step inside may raise (unwind() calls
+        // it), also when no step calls it (a user's context manager: [Note: user context
+        // managers])
+        for (int c = m_steps[i].ctx; c >= 0 && c < static_cast<int>(m_contexts.size());
+             c = m_contexts[static_cast<size_t>(c)].parent) {
+            int& l = last[static_cast<size_t>(m_contexts[static_cast<size_t>(c)].exit_slot)];
+            l = std::max(l, static_cast<int>(i));
+        }
     }
     if (m_result.kind == Arg::Kind::Slot) last[static_cast<size_t>(m_result.index)] = -1;
     m_release.assign(m_steps.size(), {});

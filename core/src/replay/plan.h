@@ -100,6 +100,9 @@ struct PlanContext {
     int parent = -1;
     bool inherited = false;  // entered before the plan (a resumed frame's open block): a plan
                              // that declines leaves it to the frame that runs again
+    bool user = false;       // a context manager class of the user's: its __enter__ ran as
+                             // steps, which a declining plan undoes or never passed, so only an
+                             // exception calls its __exit__ ([Note: user context managers])
 };
 
 struct SourceLocation {
