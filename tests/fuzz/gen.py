@@ -1281,7 +1281,13 @@ class ProgramGen:
         other = self.gen_t_exact(env, e.shape, 1) or e
         n, o = self.name("t"), self.name("o")
         env[n] = V("t", e.shape, True)
-        g = self.r.randrange(12)
+        g = self.r.randrange(13)
+        if g == 12:  # a context manager class of the program's own ([Note: user context managers])
+            k = self.name("k")
+            cm = self.choice([f"Scope(G_LOG, {self.small_int(env, 3)})", "G_SCOPE"])
+            body = self.choice([f"{e.code} * {k}", f"{e.code} * OBJ.scale + {k}",
+                                f"{e.code}[:G_INT + 1].sum() * {k} + {e.code}"])
+            return [f"with {cm} as {k}:", f"    {n} = {body}"]
         if g == 9:  # a @contextmanager block of the program's own
             nm = self.name("nm")
             label = self.choice(["'a'", "'bc'"])
@@ -2149,7 +2155,8 @@ class ProgramGen:
 
         # mutations between calls
         mut = ["def mutate(i):",
-               "    global BATCH, G_INT, G_FLOAT, G_FLAG, G_OPT, G_T, G_B, HELPER, G_OUT, G_NP"]
+               "    global BATCH, G_INT, G_FLOAT, G_FLAG, G_OPT, G_T, G_B, HELPER, G_OUT, G_NP, "
+               "G_SCOPE"]
         flip_defaults = []
         if defaults and not kwonly:
             flip_defaults = ["fn.__defaults__ = _flip_all(fn.__defaults__)"]
@@ -2179,6 +2186,7 @@ class ProgramGen:
             "G_OUT.main = torch.randn(F)",
             "G_NP = G_NP.astype(np.float32)", "G_NP = np.linspace(0.0, 2.0, 2 * F)[::2]",
             "G_NP[0] = 5.0", "G_NP = np.arange(F)",
+            "G_SCOPE.tag = G_SCOPE.tag + 1", "G_SCOPE = Scope(G_LOG, 0)",
         ] + flip_defaults
         for i in range(1, nc):
             acts = []
@@ -2357,6 +2365,28 @@ def maybe_no_grad(flag):
             yield
     else:
         yield
+
+
+class Scope:
+    """A context manager class of the program's own: logs, counts its depth, and changes OBJ
+    for the block, putting it back after (also when the block raises)."""
+
+    def __init__(self, log, tag):
+        self.log = log
+        self.tag = tag
+        self.depth = 0
+
+    def __enter__(self):
+        self.depth += 1
+        self.saved = OBJ.scale
+        OBJ.scale = OBJ.scale + self.tag
+        self.log.append(("in", self.tag, self.depth))
+        return self.tag * 2
+
+    def __exit__(self, kind, value, tb):
+        OBJ.scale = self.saved
+        self.depth -= 1
+        self.log.append(("out", self.tag, None if kind is None else kind.__name__))
 
 
 class Slots2:
@@ -2575,6 +2605,7 @@ HELPER = {self.choice(['helper_a', 'helper_b'])}
 OBJ = Obj()
 G_OUT = Result(main=torch.randn(F), aux=torch.randn(F))
 G_NP = np.linspace(-1.0, 1.0, F)
+G_SCOPE = Scope(G_LOG, 2)
 NET = {'SubNet' if self.p(0.3) else 'Net'}()
 NET.train({self.choice(['True', 'False'])})
 LST = [torch.randn(F) for _ in range({r.randint(1, 3)})]
