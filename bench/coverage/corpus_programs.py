@@ -2424,6 +2424,60 @@ class TimedFrozenBackboneHead(nn.Module):
         return logits.log_softmax(-1)
 
 
+class swapped_dropout:
+    """Research code's context manager class: a module's dropout rate changed for a block and
+    put back after."""
+
+    def __init__(self, module, p=0.0):
+        self.module, self.p = module, p
+
+    def __enter__(self):
+        self.prev = self.module.p
+        self.module.p = self.p
+        return self.module
+
+    def __exit__(self, exc_type, exc, tb):
+        self.module.p = self.prev
+        return False
+
+
+class StepCounter:
+    """Counts forward passes and how many are open (a context manager kept on the model)."""
+
+    def __init__(self):
+        self.calls = 0
+        self.open = 0
+
+    def __enter__(self):
+        self.calls += 1
+        self.open += 1
+        return self.calls
+
+    def __exit__(self, *exc):
+        self.open -= 1
+
+
+class SelfEnsembleHead(nn.Module):
+    """A clean and a noisy view of the same features, the clean one under a context manager
+    class that switches dropout off; every pass counted by another kept on the model."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 32), nn.ReLU())
+        self.drop = nn.Dropout(0.3)
+        self.head = nn.Linear(32, 4)
+        self.counter = StepCounter()
+
+    def forward(self, x):
+        with self.counter as step:
+            h = self.body(x)
+            with swapped_dropout(self.drop, 0.0) as d:
+                clean = self.head(d(h))
+            noisy = self.head(self.drop(h))
+        warm = min(step, 3) / 3.0
+        return clean, warm * noisy + (1 - warm) * clean
+
+
 class LengthPooledEncoder(nn.Module):
     """NLP pooling over per-sample lengths taken to Python with tolist(): a mean of each
     sequence's valid steps, and the longest length used to trim the batch."""
@@ -3746,6 +3800,10 @@ def programs():
                 lambda: (torch.randn(4, 16),), separate_worlds=True, calls=6,
                 note="@contextmanager timer and a no_grad wrapper around the backbone; a "
                      "temperature property setter annealed in forward"),
+        Program("prog/user_context_manager_classes", SelfEnsembleHead,
+                lambda: (torch.randn(4, 16),), separate_worlds=True, calls=6,
+                note="context manager classes of the user's: dropout switched off for a block, "
+                     "a pass counter kept on the model"),
         Program("prog/length_tolist_pooling", LengthPooledEncoder,
                 lambda: (torch.randn(3, 6, 8), torch.tensor([6, 2, 4])),
                 note="GRU states pooled per sample over lengths.tolist(); max of the lengths"),
