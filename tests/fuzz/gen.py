@@ -1287,7 +1287,11 @@ class ProgramGen:
             cm = self.choice([f"Scope(G_LOG, {self.small_int(env, 3)})", "G_SCOPE"])
             body = self.choice([f"{e.code} * {k}", f"{e.code} * OBJ.scale + {k}",
                                 f"{e.code}[:G_INT + 1].sum() * {k} + {e.code}"])
-            return [f"with {cm} as {k}:", f"    {n} = {body}"]
+            lines = [f"with {cm} as {k}:", f"    {n} = {body}"]
+            if self.p(0.3):  # a break inside the block: the rest resumes inside it
+                lines += [f"    if {n}.sum() > 0:", f"        {n} = {n} + 1",
+                          f"    {n} = {n}[:G_INT + 2] * 2 if G_INT < 2 else {n}"]
+            return lines
         if g == 9:  # a @contextmanager block of the program's own
             nm = self.name("nm")
             label = self.choice(["'a'", "'bc'"])

@@ -695,3 +695,30 @@ def test_a_context_manager_that_may_suppress_breaks_with_a_hint():
     cf = check(f, [(torch.randn(2), Suppress()) for _ in range(2)])
     assert set(break_ids(cf)) == {"MB004"}
     assert "may suppress the exception" in str(magpy.explain(cf))
+
+
+def test_an_error_after_a_break_inside_a_user_block_calls_exit_with_it():
+    # the block was entered before the resumed capture began: it is reopened there, so an
+    # error at replay still reaches __exit__ (and the normal exit is traced)
+    def f(x, idx, cm):
+        with cm as k:
+            y = x * k
+            if y.sum() > 0:  # a branch on data: the rest resumes inside the block
+                y = y + 1
+            z = y[idx]
+        return z
+
+    x = torch.randn(4, 3).abs()
+    eager_cm, compiled_cm = Scaled(1.0), Scaled(1.0)
+    magpy.reset()
+    cf = magpy.compile(f)
+    for i in (0, 1, 7, 2, 9, 3):
+        for fn, cm in ((f, eager_cm), (cf, compiled_cm)):
+            try:
+                fn(x, torch.tensor([i]), cm)
+            except IndexError:
+                pass
+    assert eager_cm.exited == compiled_cm.exited == [None, None, "IndexError", None, "IndexError",
+                                                     None]
+    assert eager_cm.entered == compiled_cm.entered == 6
+    assert magpy.explain(cf).graph_count >= 2

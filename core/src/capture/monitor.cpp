@@ -2017,8 +2017,10 @@ void Monitor::bind_root(ShadowFrame& f) {
 // `__self__.__exit__` from it (the function guarded), the call at the block's end is the
 // block's exit, and a step failing at replay inside it calls __exit__ with the exception, as
 // the frame's cleanup would. A plan that declines leaves the block open (PlanContext::
-// inherited): the frame runs again from its start, still inside it. A break inside a try
-// block goes on in the frame itself ([Note: breaks inside try blocks] in segment.cpp).
+// inherited): the frame runs again from its start, still inside it. A context manager class
+// of the user's is reopened the same way, its __exit__ then traced at the block's end ([Note:
+// user context managers]). A break inside a try block goes on in the frame itself ([Note:
+// breaks inside try blocks] in segment.cpp).
 bool Monitor::reopen_with_block(ShadowFrame& f, int local) {
     int id = f.locals[static_cast<size_t>(local)];
     PyObject* m = m_cap.v(id).real.get();
@@ -2026,7 +2028,27 @@ bool Monitor::reopen_with_block(ShadowFrame& f, int local) {
     PyObject* self = PyMethod_GET_SELF(m);
     PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(self));
     PyObject* exit_fn = _PyType_Lookup(Py_TYPE(self), interned("__exit__"));
-    if (!torch_api().is_context_type(type) || PyMethod_GET_FUNCTION(m) != exit_fn) return true;
+    if (PyMethod_GET_FUNCTION(m) != exit_fn) return true;
+    if (!torch_api().is_context_type(type)) {
+        if (!PyFunction_Check(exit_fn)) return true;
+        // a context manager class of the user's ([Note: user context managers])
+        if (!user_context_class(self, m_cap.v(id).label)) return !m_cap.failed();
+        int func, self_value;
+        if (!split_method(id, func, self_value)) return false;
+        Arg a;
+        if (!m_cap.arg_of(self_value, a)) return false;
+        Step get_exit;  // for Plan::unwind
+        get_exit.kind = StepKind::GetAttr;
+        get_exit.name = py::Ref::borrow(interned("__exit__"));
+        get_exit.args.push_back(a);
+        int unwind = m_cap.record(std::move(get_exit), m, m_cap.v(id).label, false);
+        if (unwind < 0 || !m_cap.enter_context(unwind, true, true)) return false;
+        int bound = m_cap.new_value(ValueKind::BoundMethod, m, m_cap.v(id).label);
+        m_cap.v(bound).items = {func, self_value};
+        m_cap.v(bound).ctx_exit = true;
+        f.locals[static_cast<size_t>(local)] = bound;
+        return true;
+    }
     int func, self_value;
     if (!split_method(id, func, self_value)) return false;
     m_cap.guard_identity(func);
@@ -4875,13 +4897,20 @@ void Monitor::note_context_type(PyObject* t) {
 // would; a plan that declines does not call it (PlanContext::user: what __enter__ did were
 // steps, undone or not yet made). A class whose __exit__ may return something true (suppress
 // the exception: a return of anything but a None or False constant) breaks (MB004), since the
-// plan cannot go on after a suppressed exception.
+// plan cannot go on after a suppressed exception. A block entered before a resumed capture
+// began is reopened the same way (Monitor::reopen_with_block).
 bool Monitor::user_context_manager(Pending& p) {
     if (p.in.empty()) return false;
     const Value& c = m_cap.v(p.in[0]);
     if ((c.kind != ValueKind::Input && c.kind != ValueKind::FreshObject) || c.tensor || !c.real)
         return false;
-    PyTypeObject* type = Py_TYPE(c.real.get());
+    return user_context_class(c.real.get(), c.label);
+}
+
+// Whether `obj`'s class is a context manager of the user's that the capture follows; one whose
+// __exit__ may suppress an exception fails the capture (and gives false).
+bool Monitor::user_context_class(PyObject* obj, const std::string& label) {
+    PyTypeObject* type = Py_TYPE(obj);
     PyObject* enter = _PyType_Lookup(type, interned("__enter__"));
     PyObject* exit = _PyType_Lookup(type, interned("__exit__"));
     if (!enter || !exit || !PyFunction_Check(enter) || !PyFunction_Check(exit)) return false;
@@ -4898,7 +4927,7 @@ bool Monitor::user_context_manager(Pending& p) {
                                                     : nullptr;
         if (returns && value != Py_None && value != Py_False) {
             m_cap.fail(breaks::kUnsupportedOpcode,
-                       "a `with` block over " + c.label + ", whose " + type->tp_name +
+                       "a `with` block over " + label + ", whose " + type->tp_name +
                            ".__exit__ may suppress the exception (it returns a computed value)",
                        "return None from __exit__, or move the with block out of the compiled "
                        "function");
