@@ -722,3 +722,89 @@ def test_an_error_after_a_break_inside_a_user_block_calls_exit_with_it():
                                                      None]
     assert eager_cm.entered == compiled_cm.entered == 6
     assert magpy.explain(cf).graph_count >= 2
+
+
+class SuppressIf:
+    def __init__(self):
+        self.suppress = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        return True if self.suppress else None  # one RETURN_VALUE, reached from two constants
+
+
+class SuppressOr(SuppressIf):
+    def __exit__(self, et, ev, tb):
+        return self.suppress or None
+
+
+@pytest.mark.parametrize("cls", [SuppressIf, SuppressOr])
+def test_an_exit_that_returns_a_computed_value_through_a_jump_breaks(cls):
+    # found by a probe: the check looked only at the instruction before each return
+    def f(x, idx, cm):
+        y = x * 2
+        with cm:
+            y = x[idx] * 3
+        return y
+
+    x = torch.arange(12.).reshape(4, 3)
+    cf = check(f, [(x, torch.tensor([i]), cls()) for i in (0, 1, 9)])
+    assert set(break_ids(cf)) == {"MB004"}
+
+
+class LoudAttrs:
+    """Logs every attribute read through its own __getattribute__ (which `with` never uses)."""
+
+    reads = []
+
+    def __getattribute__(self, name):
+        LoudAttrs.reads.append(name)
+        return object.__getattribute__(self, name)
+
+    def __enter__(self):
+        return 2
+
+    def __exit__(self, *exc):
+        return None
+
+
+def test_the_exit_of_a_user_block_is_bound_through_the_class():
+    # found by a probe: the replay read obj.__exit__, which ran the class's __getattribute__
+    def f(x, cm):
+        with cm as k:
+            y = x * k
+        return y
+
+    cm = LoudAttrs()
+    cf = check(f, [(torch.randn(3), cm) for _ in range(3)], pin=(cm,))
+    LoudAttrs.reads.clear()
+    cf(torch.randn(3), cm)
+    f(torch.randn(3), cm)
+    assert LoudAttrs.reads == []
+
+
+@contextlib.contextmanager
+def caught_scope(log):
+    log.append("in")
+    try:
+        yield 3
+    except IndexError:
+        log.append("caught")
+    finally:
+        log.append("finally")
+
+
+def test_a_contextmanager_whose_yield_is_in_a_try_breaks_and_stays_exact():
+    # found by a probe: an error in the block at replay never reached the generator's handler
+    def f(x, idx, log):
+        y = x[0]
+        with caught_scope(log) as k:
+            y = x[idx] * k
+        return y
+
+    x = torch.arange(12.).reshape(4, 3)
+    cf = check(f, [(x, torch.tensor([i]), []) for i in (0, 1, 9, 2)])
+    assert "MB004" in break_ids(cf)
+    assert "inside try/except/finally" in str(magpy.explain(cf))

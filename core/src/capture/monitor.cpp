@@ -2037,11 +2037,7 @@ bool Monitor::reopen_with_block(ShadowFrame& f, int local) {
         if (!split_method(id, func, self_value)) return false;
         Arg a;
         if (!m_cap.arg_of(self_value, a)) return false;
-        Step get_exit;  // for Plan::unwind
-        get_exit.kind = StepKind::GetAttr;
-        get_exit.name = py::Ref::borrow(interned("__exit__"));
-        get_exit.args.push_back(a);
-        int unwind = m_cap.record(std::move(get_exit), m, m_cap.v(id).label, false);
+        int unwind = bind_exit(func, a, m, m_cap.v(id).label);  // for Plan::unwind
         if (unwind < 0 || !m_cap.enter_context(unwind, true, true)) return false;
         int bound = m_cap.new_value(ValueKind::BoundMethod, m, m_cap.v(id).label);
         m_cap.v(bound).items = {func, self_value};
@@ -4916,15 +4912,31 @@ bool Monitor::user_context_class(PyObject* obj, const std::string& label) {
     if (!enter || !exit || !PyFunction_Check(enter) || !PyFunction_Check(exit)) return false;
     auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(exit));
     if (!py::code_is_plain_function(code)) return false;
-    // every return gives None or False
+    // every return gives None or False: RETURN_CONST, or RETURN_VALUE right after a LOAD_CONST
+    // and reached by no jump (`return True if c else None` jumps to one RETURN_VALUE from two
+    // LOAD_CONSTs)
+    std::vector<int> targets;
+    for (int at = 0; at < Py_SIZE(code);) {
+        py::Instruction ins = py::code_instruction_at(code, at);
+        if (ins.opcode == FOR_ITER || ins.opcode == SEND || ins.opcode == JUMP_FORWARD ||
+            ins.opcode == JUMP_BACKWARD || ins.opcode == JUMP_BACKWARD_NO_INTERRUPT ||
+            ins.opcode == POP_JUMP_FORWARD_IF_TRUE || ins.opcode == POP_JUMP_FORWARD_IF_FALSE ||
+            ins.opcode == POP_JUMP_FORWARD_IF_NONE || ins.opcode == POP_JUMP_FORWARD_IF_NOT_NONE ||
+            ins.opcode == POP_JUMP_BACKWARD_IF_TRUE || ins.opcode == POP_JUMP_BACKWARD_IF_FALSE ||
+            ins.opcode == POP_JUMP_BACKWARD_IF_NONE || ins.opcode == POP_JUMP_BACKWARD_IF_NOT_NONE ||
+            ins.opcode == JUMP_IF_TRUE_OR_POP || ins.opcode == JUMP_IF_FALSE_OR_POP)
+            targets.push_back(py::jump_target(ins));
+        at = py::next_offset(ins);
+    }
     int previous = -1;
     PyObject* previous_const = nullptr;
     for (int at = 0; at < Py_SIZE(code);) {
         py::Instruction ins = py::code_instruction_at(code, at);
         bool returns = ins.opcode == RETURN_VALUE || ins.opcode == RETURN_CONST;
-        PyObject* value = ins.opcode == RETURN_CONST ? py::code_const(code, ins.oparg)
-                          : previous == LOAD_CONST  ? previous_const
-                                                    : nullptr;
+        bool jumped_to = std::find(targets.begin(), targets.end(), ins.offset) != targets.end();
+        PyObject* value = ins.opcode == RETURN_CONST              ? py::code_const(code, ins.oparg)
+                          : previous == LOAD_CONST && !jumped_to ? previous_const
+                                                                  : nullptr;
         if (returns && value != Py_None && value != Py_False) {
             m_cap.fail(breaks::kUnsupportedOpcode,
                        "a `with` block over " + label + ", whose " + type->tp_name +
@@ -4938,6 +4950,17 @@ bool Monitor::user_context_class(PyObject* obj, const std::string& label) {
         at = py::next_offset(ins);
     }
     return true;
+}
+
+// A plan step binding the class's __exit__ (value `fn`) to the object `self` at replay, as the
+// with statement does (never through the object's own __getattribute__). -1: failed.
+int Monitor::bind_exit(int fn, const Arg& self, PyObject* real, const std::string& label) {
+    Arg fa;
+    if (!m_cap.arg_of(fn, fa)) return -1;
+    Step bind;
+    bind.kind = StepKind::Call;
+    bind.args = {Arg::value(reinterpret_cast<PyObject*>(&PyMethod_Type)), fa, self};
+    return m_cap.record(std::move(bind), real, label, false);
 }
 
 // After a user's __enter__ returned (traced): BEFORE_WITH's two results, the __exit__ value and
@@ -4955,11 +4978,7 @@ void Monitor::user_with_enter(ShadowFrame& f, Pending& p) {
     // replayed on it), so that an unwinding __exit__ sees what eager's would.
     Arg ca;
     if (!m_cap.escape_arg(ctx, ca)) return;
-    Step get_exit;  // for Plan::unwind: the real __exit__ at replay
-    get_exit.kind = StepKind::GetAttr;
-    get_exit.name = py::Ref::borrow(interned("__exit__"));
-    get_exit.args.push_back(ca);
-    int unwind = m_cap.record(std::move(get_exit), exit, m_cap.v(ctx).label + ".__exit__", false);
+    int unwind = bind_exit(fv, ca, exit, m_cap.v(ctx).label + ".__exit__");
     if (unwind < 0 || !m_cap.enter_context(unwind, false, true)) return;
     int m = m_cap.new_value(ValueKind::BoundMethod, exit, m_cap.v(ctx).label + ".__exit__");
     m_cap.v(m).items = {fv, ctx};
@@ -4979,6 +4998,17 @@ void Monitor::with_enter(ShadowFrame& f, int ctx, PyObject* exit, PyObject* ente
         int as = g->yielded.back();
         if (m_cap.v(as).real.get() != entered && m_cap.v(as).kind != ValueKind::Const)
             return m_cap.internal_error("a @contextmanager entered another value than it yielded");
+        // An error in the block at replay cannot be thrown into the generator (it is not made
+        // at replay): a yield inside try/except/finally would miss its handler, so it breaks.
+        // (A with block around the yield is fine: it is a plan context of its own.)
+        if (g->frame.frame &&
+            py::code_offset_reaches_user_handler(g->code, py::frame_offset(g->frame.frame)))
+            return m_cap.fail(breaks::kUnsupportedOpcode,
+                              "the yield of " + m_cap.v(ctx).label +
+                                  " is inside try/except/finally, which an error in the block "
+                                  "would run",
+                              "write the context manager as a class (its __exit__ gets the "
+                              "error), or move the try out of the generator");
         int ex = m_cap.new_value(ValueKind::GenContext, exit, m_cap.v(ctx).label + ".__exit__");
         m_cap.v(ex).items = m_cap.v(ctx).items;
         push(f, ex);

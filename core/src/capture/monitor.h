@@ -200,6 +200,7 @@ private:
     bool split_bound_method(ShadowFrame& f, int n);
     bool user_context_manager(Pending& p);            // [Note: user context managers]
     bool user_context_class(PyObject* obj, const std::string& label);
+    int bind_exit(int fn, const Arg& self, PyObject* real, const std::string& label);
     void user_with_enter(ShadowFrame& f, Pending& p);
     std::vector<int16_t> shadow_depths(PyCodeObject* co);
     int slice_value(const std::vector<int>& bounds, PyObject* real);
