@@ -808,3 +808,42 @@ def test_a_contextmanager_whose_yield_is_in_a_try_breaks_and_stays_exact():
     cf = check(f, [(x, torch.tensor([i]), []) for i in (0, 1, 9, 2)])
     assert "MB004" in break_ids(cf)
     assert "inside try/except/finally" in str(magpy.explain(cf))
+
+
+class GradOff:
+    def __init__(self):
+        self.log = []
+
+    def __enter__(self):
+        self.log.append("enter")
+        self.prev = torch.is_grad_enabled()
+        torch.set_grad_enabled(False)
+
+    def __exit__(self, et, ev, tb):
+        self.log.append(("exit", et.__name__ if et else None))
+        torch.set_grad_enabled(self.prev)
+
+
+def test_fullgraph_error_inside_a_block_leaves_through_its_exit():
+    # found by a probe: the GraphBreakError was raised again inside the block's cleanup, so
+    # __exit__ never ran (grad mode stayed off, for torch.no_grad() too)
+    def f(x, cm):
+        with cm:
+            if x.sum() > 0:  # MB001
+                x = x + 1
+        return x
+
+    def g(x):
+        with torch.no_grad():
+            if x.sum() > 0:
+                x = x + 1
+        return x
+
+    cm = GradOff()
+    with pytest.raises(magpy.GraphBreakError):
+        magpy.compile(f, fullgraph=True)(torch.ones(2), cm)
+    assert cm.log == ["enter", ("exit", "GraphBreakError")]
+    assert torch.is_grad_enabled()
+    with pytest.raises(magpy.GraphBreakError):
+        magpy.compile(g, fullgraph=True)(torch.ones(2))
+    assert torch.is_grad_enabled()

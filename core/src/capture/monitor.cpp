@@ -1573,7 +1573,11 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
         py::take_interrupt();
         return -1;
     }
-    bool again = m->m_raised && what != PyTrace_EXCEPTION;
+    // Raised once, the error is raised again at the first instruction of a handler of the
+    // user's that caught it; cleanup handlers (a with block's exit) run, as they would for it.
+    bool again = m->m_raised && what == PyTrace_OPCODE &&
+                 !py::code_offset_in_cleanup(py::frame_code(py::frame_of(frame)),
+                                             py::frame_offset(py::frame_of(frame)));
     if (m->m_fullgraph && m->m_cap.failed() && (!m->m_raised || again) && what != PyTrace_RETURN &&
         !m->m_raising) {
         // fullgraph=True: stop the program at the break, before it runs further. A handler

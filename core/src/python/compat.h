@@ -322,6 +322,29 @@ inline bool code_offset_in_handler(PyCodeObject* co, int offset) {
 // locals it shadowed (SWAPs, POP_TOP, STORE_FASTs, RERAISE 0) and the one around every
 // generator body (CALL_INTRINSIC_1 STOPITERATION_ERROR, RERAISE 1). A with block's __exit__ is then
 // the only code on the way, which a replay plan runs itself ([Note: with blocks]).
+// The RERAISE that a cleanup-only handler starting at `target` ends in, or -1 (see below).
+inline int code_cleanup_reraise(const _Py_CODEUNIT* code, Py_ssize_t n, int target) {
+    auto op_at = [&](int i) { return i >= 0 && i < n ? magpy_opcode_deopt[_Py_OPCODE(code[i])] : -1; };
+    if (op_at(target) == PUSH_EXC_INFO && op_at(target + 1) == WITH_EXCEPT_START &&
+        op_at(target + 3) == RERAISE)
+        return target + 3;
+    for (int i = target, k = 0; k < 16 && i < n; ++k) {
+        Instruction ins = decode_at(code, n, i);
+        switch (ins.raw) {
+        case RERAISE: return ins.offset;
+        case COPY: case SWAP: case POP_TOP: case POP_EXCEPT: case STORE_FAST: break;
+#if MAGPY_IS_PYTHON_312
+        case CALL_INTRINSIC_1:  // a generator's StopIteration -> RuntimeError, re-raised
+            if (ins.raw_arg == 3) break;  // INTRINSIC_STOPITERATION_ERROR
+            return -1;
+#endif
+        default: return -1;
+        }
+        i = next_offset(ins);
+    }
+    return -1;
+}
+
 inline bool code_offset_reaches_user_handler(PyCodeObject* co, int offset) {
     PyObject* holder;
     const _Py_CODEUNIT* code = code_units(co, holder);
@@ -330,36 +353,46 @@ inline bool code_offset_reaches_user_handler(PyCodeObject* co, int offset) {
         PyObject* o;
         ~Release() { Py_XDECREF(o); }
     } release{holder};
-    auto op_at = [&](int i) { return i >= 0 && i < n ? magpy_opcode_deopt[_Py_OPCODE(code[i])] : -1; };
-    // The RERAISE that a cleanup-only handler at `target` ends in, or -1.
-    auto cleanup_reraise = [&](int target) {
-        if (op_at(target) == PUSH_EXC_INFO && op_at(target + 1) == WITH_EXCEPT_START &&
-            op_at(target + 3) == RERAISE)
-            return target + 3;
-        for (int i = target, k = 0; k < 16 && i < n; ++k) {
-            Instruction ins = decode_at(code, n, i);
-            switch (ins.raw) {
-            case RERAISE: return ins.offset;
-            case COPY: case SWAP: case POP_TOP: case POP_EXCEPT: case STORE_FAST: break;
-#if MAGPY_IS_PYTHON_312
-            case CALL_INTRINSIC_1:  // a generator's StopIteration -> RuntimeError, re-raised
-                if (ins.raw_arg == 3) break;  // INTRINSIC_STOPITERATION_ERROR
-                return -1;
-#endif
-            default: return -1;
-            }
-            i = next_offset(ins);
-        }
-        return -1;
-    };
     for (int hops = 0; hops < 64; ++hops) {
         int target = code_handler_of(co, offset);
         if (target < 0) return false;
-        int reraise = cleanup_reraise(target);
+        int reraise = code_cleanup_reraise(code, n, target);
         if (reraise < 0) return true;
         offset = reraise;
     }
     return true;
+}
+
+// True when `offset` lies in a cleanup-only handler (from its first instruction to its RERAISE):
+// the exit of a with block running because of an exception, and the like.
+inline bool code_offset_in_cleanup(PyCodeObject* co, int offset) {
+    PyObject* holder;
+    const _Py_CODEUNIT* code = code_units(co, holder);
+    Py_ssize_t n = Py_SIZE(co);
+    const unsigned char* p =
+        reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(co->co_exceptiontable));
+    const unsigned char* end = p + PyBytes_GET_SIZE(co->co_exceptiontable);
+    auto varint = [&]() {
+        int b = *p++;
+        int v = b & 63;
+        while ((b & 64) && p < end) {
+            b = *p++;
+            v = (v << 6) | (b & 63);
+        }
+        return v;
+    };
+    bool inside = false;
+    while (p < end && !inside) {
+        varint();  // start
+        varint();  // size
+        int target = varint();
+        varint();  // depth, lasti
+        if (offset < target) continue;
+        int reraise = code_cleanup_reraise(code, n, target);
+        inside = reraise >= 0 && offset <= reraise;
+    }
+    Py_XDECREF(holder);
+    return inside;
 }
 
 inline bool code_runs_into_raise(PyCodeObject* co, int offset, int limit) {
