@@ -847,3 +847,38 @@ def test_fullgraph_error_inside_a_block_leaves_through_its_exit():
     with pytest.raises(magpy.GraphBreakError):
         magpy.compile(g, fullgraph=True)(torch.ones(2))
     assert torch.is_grad_enabled()
+
+
+class Wrapping:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if et is not None:
+            raise RuntimeError("wrapped") from ev
+
+
+def test_an_exit_that_raises_at_replay_has_the_user_frame_in_its_traceback():
+    # found by a probe: the error __exit__ raised during a replay's unwinding lacked the frame
+    # of the compiled function, which eager's has
+    import traceback
+
+    def f(x, idx, cm):
+        with cm:
+            z = x[idx] * 2
+        return z
+
+    x = torch.arange(12.).reshape(4, 3)
+    cf = magpy.compile(f)
+    for i in (0, 1, 9):
+        names = []
+        for fn in (f, cf):
+            try:
+                fn(x, torch.tensor([i]), Wrapping())
+                names.append(None)
+            except RuntimeError as e:
+                assert isinstance(e.__cause__, IndexError)
+                names.append([fr.name for fr in traceback.extract_tb(e.__traceback__)][-2:])
+        assert names[0] == names[1]
+    assert names[0] == ["f", "__exit__"]
+    assert magpy.explain(cf).cache_hits >= 1

@@ -1146,7 +1146,8 @@ private:
             call.in_try = in_try;
             call.ctx = steps[sp.begin].ctx;
             call.line = steps[sp.begin].line;
-            call.loc = -1;  // the region's own steps add the user's line to a traceback
+            call.loc = steps[sp.begin].loc;
+            call.frame_added = true;  // the region's own steps add the user's line to a traceback
             call.result_kind = 2;
             int tuple_slot = call.out;
             out_steps.push_back(std::move(call));

@@ -126,6 +126,21 @@ void SiteLink::unlink() {
     m_copy = py::Ref();
 }
 
+namespace {
+// The pending exception (normalized, borrowed; it stays pending), or null: which error is
+// pending, to compare.
+PyObject* pending_error() {
+    if (!PyErr_Occurred()) return nullptr;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb && value) PyException_SetTraceback(value, tb);
+    PyObject* v = value;
+    PyErr_Restore(type, value, tb);
+    return v;
+}
+}  // namespace
+
 PyObject* Plan::add_user_frame(const Step& s) const {
     if (s.loc >= 0 && s.loc < static_cast<int>(m_locations.size()) && PyErr_Occurred()) {
         const SourceLocation& l = m_locations[static_cast<size_t>(s.loc)];
@@ -259,8 +274,13 @@ PyObject* Plan::fail(const Step& s, Declined& declined, PyObject** slots,
         PyErr_Clear();
         declined = Declined::RunEagerly;
     }
-    if (declined == Declined::No) add_user_frame(s);
+    if (declined == Declined::No && !s.frame_added) add_user_frame(s);
+    PyObject* before = pending_error();
     unwind(s.ctx, slots, declined != Declined::No);
+    // An __exit__ that raised replaced the error: its traceback goes through the user's frame
+    // too, as the with statement's would.
+    if (declined == Declined::No && PyErr_Occurred() && pending_error() != before)
+        add_user_frame(s);
     if (declined != Declined::No) entry.restore();  // the frame runs again from its start
     return nullptr;
 }

@@ -87,6 +87,9 @@ struct Step {
     std::shared_ptr<Speculation> speculation;  // Check: the guess it verifies, or null
     int line = 0;           // source line of the user's code, for messages
     int loc = -1;           // Plan::location(): the file and function of that line
+    bool frame_added = false;  // a failure already has the user's frame (a compiled region,
+                               // whose own steps add it): loc only names the frame for an
+                               // error that a block's __exit__ raises over it
     // The frame that ran it, library code included ([Note: site frames]): Plan::sites(), or
     // -1, and its line there.
     int site = -1;
