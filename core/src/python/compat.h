@@ -283,7 +283,10 @@ struct Handler {
     bool lasti = false;
 };
 
-inline Handler code_handler(PyCodeObject* co, int offset) {
+// Calls visit(start, size, target, depth_lasti) for each entry of the exception table (varints
+// of 6 bits, code units) until it returns true.
+template <typename Visit>
+inline void code_exception_entries(PyCodeObject* co, Visit visit) {
     const unsigned char* p =
         reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(co->co_exceptiontable));
     const unsigned char* end = p + PyBytes_GET_SIZE(co->co_exceptiontable);
@@ -301,10 +304,18 @@ inline Handler code_handler(PyCodeObject* co, int offset) {
         int size = varint();
         int target = varint();
         int depth_lasti = varint();
-        if (offset >= start && offset < start + size)
-            return Handler{target, depth_lasti >> 1, (depth_lasti & 1) != 0};
+        if (visit(start, size, target, depth_lasti)) return;
     }
-    return Handler{};
+}
+
+inline Handler code_handler(PyCodeObject* co, int offset) {
+    Handler h;
+    code_exception_entries(co, [&](int start, int size, int target, int depth_lasti) {
+        if (offset < start || offset >= start + size) return false;
+        h = Handler{target, depth_lasti >> 1, (depth_lasti & 1) != 0};
+        return true;
+    });
+    return h;
 }
 
 inline int code_handler_of(PyCodeObject* co, int offset) { return code_handler(co, offset).target; }
@@ -369,28 +380,13 @@ inline bool code_offset_in_cleanup(PyCodeObject* co, int offset) {
     PyObject* holder;
     const _Py_CODEUNIT* code = code_units(co, holder);
     Py_ssize_t n = Py_SIZE(co);
-    const unsigned char* p =
-        reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(co->co_exceptiontable));
-    const unsigned char* end = p + PyBytes_GET_SIZE(co->co_exceptiontable);
-    auto varint = [&]() {
-        int b = *p++;
-        int v = b & 63;
-        while ((b & 64) && p < end) {
-            b = *p++;
-            v = (v << 6) | (b & 63);
-        }
-        return v;
-    };
     bool inside = false;
-    while (p < end && !inside) {
-        varint();  // start
-        varint();  // size
-        int target = varint();
-        varint();  // depth, lasti
-        if (offset < target) continue;
+    code_exception_entries(co, [&](int, int, int target, int) {
+        if (offset < target) return false;
         int reraise = code_cleanup_reraise(code, n, target);
         inside = reraise >= 0 && offset <= reraise;
-    }
+        return inside;
+    });
     Py_XDECREF(holder);
     return inside;
 }
