@@ -849,6 +849,85 @@ def test_fullgraph_error_inside_a_block_leaves_through_its_exit():
     assert torch.is_grad_enabled()
 
 
+def test_fullgraph_error_runs_finally_clauses_on_its_way_out():
+    # found by a probe: a GraphBreakError was raised again at the first instruction of a
+    # finally clause, so its body never ran (grad mode and the log stayed as the try left them)
+    log = []
+
+    def restore(prev):
+        torch.set_grad_enabled(prev)
+        log.append("restored")
+
+    def f(x, flag):
+        prev = torch.is_grad_enabled()
+        torch.set_grad_enabled(False)
+        try:
+            try:
+                if x.sum() > 0:  # MB001
+                    x = x + 1
+            finally:
+                if flag:
+                    log.append("inner")
+                for i in range(2):
+                    log.append(i)
+            return x
+        finally:
+            restore(prev)
+
+    for flag in (True, False):
+        log.clear()
+        with pytest.raises(magpy.GraphBreakError, match="MB001"):
+            magpy.compile(f, fullgraph=True)(torch.ones(2), flag)
+        assert torch.is_grad_enabled()
+        assert log == (["inner"] if flag else []) + [0, 1, "restored"]
+
+
+def test_fullgraph_error_is_not_swallowed_by_a_finally_that_returns():
+    def f(x):
+        try:
+            if x.sum() > 0:  # MB001
+                x = x + 1
+        finally:
+            return x  # noqa: B012 (swallows any exception in eager)
+
+    with pytest.raises(magpy.GraphBreakError, match="MB001"):
+        magpy.compile(f, fullgraph=True)(torch.ones(2))
+
+
+class FailingExit:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        raise ValueError("exit failed")
+
+
+def test_fullgraph_error_reaches_the_caller_over_an_error_its_unwinding_raised():
+    # found by a probe: an __exit__ (or finally) raising while the GraphBreakError passed
+    # replaced it, so `except magpy.GraphBreakError` missed the break
+    def f(x):
+        with FailingExit():
+            if x.sum() > 0:  # MB001
+                x = x + 1
+        return x
+
+    def g(x):
+        try:
+            x = x * float(bool(x.sum() > 0))  # MB002
+        finally:
+            raise KeyError("from finally")
+
+    for fn, other in ((f, ValueError), (g, KeyError)):
+        with pytest.raises(magpy.GraphBreakError, match="MB00[12]") as info:
+            magpy.compile(fn, fullgraph=True)(torch.ones(2))
+        assert isinstance(info.value.__context__, other)
+        assert info.value.__context__.__context__ is None  # no cycle back to the break
+        assert other.__name__ in "".join(info.value.__notes__)
+    # eager and the plain wrapper raise the other error, as Python does
+    with pytest.raises(ValueError):
+        magpy.compile(f)(torch.ones(2))
+
+
 class Wrapping:
     def __enter__(self):
         return self

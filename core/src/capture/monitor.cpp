@@ -1575,9 +1575,15 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
     }
     // Raised once, the error is raised again at the first instruction of a handler of the
     // user's that caught it; cleanup handlers (a with block's exit) run, as they would for it.
-    bool again = m->m_raised && what == PyTrace_OPCODE &&
-                 !py::code_offset_in_cleanup(py::frame_code(py::frame_of(frame)),
-                                             py::frame_offset(py::frame_of(frame)));
+    // Not at an instruction without a line (PUSH_EXC_INFO): its traceback entry would name
+    // line -1; the next one has the except clause's line.
+    bool again = false;
+    if (m->m_raised && what == PyTrace_OPCODE) {
+        PyCodeObject* co = py::frame_code(py::frame_of(frame));
+        int offset = py::frame_offset(py::frame_of(frame));
+        again = !py::code_offset_in_cleanup(co, offset) &&
+                PyCode_Addr2Line(co, offset * static_cast<int>(sizeof(_Py_CODEUNIT))) >= 0;
+    }
     if (m->m_fullgraph && m->m_cap.failed() && (!m->m_raised || again) && what != PyTrace_RETURN &&
         !m->m_raising) {
         // fullgraph=True: stop the program at the break, before it runs further. A handler
@@ -1587,7 +1593,19 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
         Py_XDECREF(et);
         Py_XDECREF(ev);
         Py_XDECREF(etb);
+        if (m->m_break_error) {  // the same error again, so that it is the one that leaves
+            PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(m->m_break_error.get())),
+                            m->m_break_error.get());
+            return -1;
+        }
         m->m_cap.raise_graph_break();
+        {
+            PyObject *t, *v, *tb;
+            PyErr_Fetch(&t, &v, &tb);
+            PyErr_NormalizeException(&t, &v, &tb);
+            m->m_break_error = py::Ref::borrow(v);
+            PyErr_Restore(t, v, tb);
+        }
         return -1;
     }
     PyErr_Restore(et, ev, etb);

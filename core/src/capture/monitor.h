@@ -37,6 +37,9 @@ public:
     bool found_site() const { return m_found_site; }
     // The call is on its way out with an exception of the user's ([Note: calls that raise]).
     bool raising() const { return m_raising; }
+    // fullgraph=True: the GraphBreakError raised at the break (null if none was), which the
+    // call raises whatever its unwinding raised over it (see put_back_graph_break).
+    PyObject* graph_break_error() const { return m_break_error.get(); }
     // The capture ended a segment at a known site: finish it with live_value() as its result.
     std::shared_ptr<const Continuation> continuation() const { return m_cont; }
     int live_value() const { return m_live; }
@@ -341,6 +344,7 @@ private:
     PyCodeObject* m_at_code = nullptr;  // the instruction being traced (speculated branches)
     int m_at_offset = -1;
     bool m_raised = false;
+    py::Ref m_break_error;
     bool m_raising = false;
     bool m_root_returned = false;
     int m_return_value = -1;

@@ -123,6 +123,43 @@ PyObject* run_eagerly(CompiledState& st, PyThreadState* ts, py::IFrame* frame) {
     return evaluate(ts, frame);
 }
 
+// [Note: fullgraph and unwinding] fullgraph=True raises GraphBreakError at the break, and the
+// with blocks and finally clauses on its way out run for it, as for any error. One of them may
+// raise an error of its own over it (an __exit__ that fails); Python would pass that one on,
+// and the caller's `except magpy.GraphBreakError` would miss the break. The GraphBreakError is
+// raised again instead, with the other error as its __context__ and a note that names it.
+static void put_back_graph_break(PyObject* gbe) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (!v || v == gbe || PyErr_GivenExceptionMatches(t, PyExc_KeyboardInterrupt)) {
+        PyErr_Restore(t, v, tb);
+        return;
+    }
+    if (tb) PyException_SetTraceback(v, tb);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    // The other error's chain leads back to the GraphBreakError: cut it there.
+    for (py::Ref c = py::Ref::borrow(v); c;) {
+        py::Ref ctx = py::Ref::steal(PyException_GetContext(c.get()));
+        if (ctx.get() == gbe) {
+            PyException_SetContext(c.get(), nullptr);
+            break;
+        }
+        c = ctx;
+    }
+    py::Ref text = py::Ref::steal(PyObject_Repr(v));
+    std::string note = "while it passed through the call, a with block's __exit__ or a finally "
+                       "clause raised " + std::string(text ? PyUnicode_AsUTF8(text.get()) : "an error") +
+                       " (shown above)";
+    if (!text) PyErr_Clear();
+    py::Ref r = py::Ref::steal(PyObject_CallMethod(gbe, "add_note", "s", note.c_str()));
+    if (!r) PyErr_Clear();
+    PyException_SetContext(gbe, v);  // steals v
+    PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(gbe))), Py_NewRef(gbe),
+                  PyException_GetTraceback(gbe));
+}
+
 PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFrame* frame) {
     st.stats.captures++;
     progress("capture", st, {});
@@ -138,6 +175,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     mon.install();
     PyObject* result = evaluate(ts, frame);
     mon.uninstall();
+    if (!result && mon.graph_break_error()) put_back_graph_break(mon.graph_break_error());
     int64_t t1 = now_ns();
     st.stats.capture_ns += t1 - t0;
 

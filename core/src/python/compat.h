@@ -374,8 +374,55 @@ inline bool code_offset_reaches_user_handler(PyCodeObject* co, int offset) {
     return true;
 }
 
-// True when `offset` lies in a cleanup-only handler (from its first instruction to its RERAISE):
-// the exit of a with block running because of an exception, and the like.
+// The RERAISE 0 that the handler of a `finally:` clause starting at `target` ends in (or the
+// `raise` that is its last statement), or -1. Its body runs with the exception kept on the stack
+// (PUSH_EXC_INFO, the body, RERAISE 0), so it passes the exception on, or raises another (which
+// fullgraph=True puts back: [Note: fullgraph and unwinding] in hook/frame_hook.cpp). -1 for a
+// handler that may return or jump out (swallowing the exception), that could be an except
+// clause (POP_TOP of the exception, CHECK_EXC_MATCH, POP_EXCEPT), or that holds a handler of
+// its own.
+inline int code_finally_reraise(const _Py_CODEUNIT* code, Py_ssize_t n, int target) {
+    if (target < 0 || target >= n || magpy_opcode_deopt[_Py_OPCODE(code[target])] != PUSH_EXC_INFO)
+        return -1;
+    int lowest = target, highest = target;  // where the body's jumps go
+    int i = target + 1;
+    for (int k = 0; k < 4096 && i < n; ++k) {
+        Instruction ins = decode_at(code, n, i);
+        switch (ins.opcode) {
+        case RERAISE:
+            if (ins.oparg != 0 || lowest < target || highest > ins.offset) return -1;
+            return ins.offset;
+        case RAISE_VARARGS:  // the body's last statement (what follows it was dead code)
+            if (lowest >= target && highest <= ins.offset) return ins.offset;
+            break;
+        case POP_TOP:
+            if (i == target + 1) return -1;  // a bare except: drops the exception
+            break;
+        case POP_EXCEPT: case CHECK_EXC_MATCH: case CHECK_EG_MATCH: case PUSH_EXC_INFO:
+        case WITH_EXCEPT_START: case RETURN_VALUE: case RETURN_CONST: case YIELD_VALUE:
+        case RETURN_GENERATOR: case SEND:
+            return -1;
+        case JUMP_FORWARD: case JUMP_BACKWARD: case JUMP_BACKWARD_NO_INTERRUPT:
+        case POP_JUMP_FORWARD_IF_TRUE: case POP_JUMP_FORWARD_IF_FALSE:
+        case POP_JUMP_BACKWARD_IF_TRUE: case POP_JUMP_BACKWARD_IF_FALSE:
+        case POP_JUMP_FORWARD_IF_NONE: case POP_JUMP_FORWARD_IF_NOT_NONE:
+        case POP_JUMP_BACKWARD_IF_NONE: case POP_JUMP_BACKWARD_IF_NOT_NONE:
+        case JUMP_IF_TRUE_OR_POP: case JUMP_IF_FALSE_OR_POP: case FOR_ITER: {
+            int to = jump_target(ins);
+            lowest = std::min(lowest, to);
+            highest = std::max(highest, to);
+            break;
+        }
+        default: break;
+        }
+        i = next_offset(ins);
+    }
+    return -1;
+}
+
+// True when `offset` lies in a handler that passes the exception on (from its first
+// instruction to its RERAISE): the exit of a with block running because of an exception, the
+// body of a `finally:` clause, and the like. fullgraph=True lets them run for its error.
 inline bool code_offset_in_cleanup(PyCodeObject* co, int offset) {
     PyObject* holder;
     const _Py_CODEUNIT* code = code_units(co, holder);
@@ -384,6 +431,7 @@ inline bool code_offset_in_cleanup(PyCodeObject* co, int offset) {
     code_exception_entries(co, [&](int, int, int target, int) {
         if (offset < target) return false;
         int reraise = code_cleanup_reraise(code, n, target);
+        if (reraise < 0) reraise = code_finally_reraise(code, n, target);
         inside = reraise >= 0 && offset <= reraise;
         return inside;
     });
