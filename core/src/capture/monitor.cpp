@@ -1711,6 +1711,39 @@ void Monitor::on_call(PyFrameObject* fo) {
     enter_callee(fo, f, co, nullptr, func_value);
 }
 
+// [Note: finalizers] An object's `__del__` runs where its last reference goes, which is
+// the frame's business when that reference is a local or a stack value (`del obj`, `obj =
+// None`, an expression statement's result popped). A plan holds such values in its slots and
+// the frame's own locals until it ends (and the capture holds them too, so whether this was the
+// last reference is not known then), so an instruction that drops an object whose class has a
+// `__del__` in Python breaks before it runs (MB003): the segment ends there and the statement
+// runs in the frame's own code, a bridge ([Note: bridges] in magpy/_resume.py; the engine
+// keeps no references of its own to the values it hands on: [Note: references handed over]
+// in hook/frame_hook.cpp). Writes that drop an object kept elsewhere (`self.cache = None`, a
+// dict item) are replayed as writes, where the object goes as it did. A `__del__` from other
+// code the frame runs (the cyclic collector at any allocation) is not the program's to order.
+bool Monitor::drops_finalized(ShadowFrame& f, const py::Instruction& ins) {
+    if (!py::drops_frame_reference(ins.opcode)) return false;
+    PyObject* v = nullptr;
+    if (ins.opcode == POP_TOP) {
+        if (!f.stack.empty()) v = m_cap.v(f.stack.back()).real.get();
+    } else {
+        v = py::frame_local(f.frame, ins.oparg);
+        if (v && (ins.opcode == STORE_DEREF || ins.opcode == DELETE_DEREF))
+            v = PyCell_Check(v) ? PyCell_GET(v) : nullptr;
+    }
+    if (!v || !Py_TYPE(v)->tp_finalize) return false;
+    static PyObject* del_name = PyUnicode_InternFromString("__del__");
+    PyObject* del = del_name ? _PyType_Lookup(Py_TYPE(v), del_name) : nullptr;
+    if (!del || !PyFunction_Check(del)) return false;
+    m_cap.fail(breaks::kUnsupportedCallee,
+               "`" + str(reinterpret_cast<PyFunctionObject*>(del)->func_qualname) +
+                   "` may run here (this drops a reference to its object)",
+               "the statement runs in the function's own frame, and capture goes on after it; "
+               "to keep one graph, drop the object outside the compiled function");
+    return true;
+}
+
 // Pushes the shadow frame of a traced callee and binds its arguments from `call` (null: the
 // call pending in the caller; a generator's first resume: the call that made it, `gen` its
 // record; a call made by map(): its step, `map` its record).
@@ -2438,6 +2471,7 @@ void Monitor::on_opcode(PyFrameObject* fo) {
 static const char* opname(int op);
 
 void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
+    if (drops_finalized(f, ins)) return;  // before the instruction: see on_opcode
     int depth = static_cast<int>(f.stack.size());
     Pending p;
     p.opcode = ins.opcode;

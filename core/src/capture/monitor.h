@@ -142,6 +142,9 @@ private:
     int map_record(int fv, const std::vector<std::vector<int>>& columns, const std::string& role,
                    const std::string& hint);
     bool enter_map_step(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
+    // `ins` drops a frame's reference to an object whose class has a `__del__`: the capture
+    // fails there, before it runs ([Note: finalizers] in monitor.cpp).
+    bool drops_finalized(ShadowFrame& f, const py::Instruction& ins);
     // `call` null: the call pending in the caller (the frame below).
     void enter_callee(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co, Pending* call,
                       int func_value, int gen = -1, int map = -1);

@@ -440,6 +440,13 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
                  "` runs in the function's own frame (it reads the frame that calls it); "
                  "capture goes on after its statement when that is straight-line code outside "
                  "try and with blocks, else the rest of the call runs as plain Python";
+    } else if (why.reason_id == breaks::kUnsupportedCallee && py::drops_frame_reference(at.opcode)) {
+        // [Note: finalizers] in monitor.cpp: the statement frees an object with a __del__.
+        cont->eager = true;
+        cont->next = at.offset;
+        m_note = "at the break at line " + std::to_string(cont->line) + ", the statement that "
+                 "frees an object with a __del__ runs in the function's own frame; capture goes "
+                 "on after it when that is straight-line code outside try and with blocks";
     } else if (py::code_offset_reaches_user_handler(f.code, at.offset)) {
         // [Note: breaks inside try blocks] Made from the plan, the break instruction would
         // raise outside the frame, where the user's except or finally clause does not see it.

@@ -29,6 +29,15 @@ struct ActiveCall {
 
 thread_local ActiveCall* t_active = nullptr;
 
+// A call whose arguments the engine drops when its frame starts ([Note: references handed
+// over]).
+struct HandOver {
+    PyCodeObject* code;
+    std::vector<py::Ref>* refs;
+};
+thread_local HandOver* t_hand_over = nullptr;
+
+
 // The frame the hook waits for while a call is under way (the innermost one is t_active).
 struct ActiveScope {
     ActiveCall call;
@@ -102,6 +111,10 @@ PyObject* evaluate(PyThreadState* ts, py::IFrame* frame) {
 }
 
 PyObject* magpy_eval_frame(PyThreadState* ts, py::IFrame* frame, int throwflag) {
+    if (HandOver* h = t_hand_over; h && py::frame_code(frame) == h->code) {
+        t_hand_over = nullptr;  // [Note: references handed over]
+        h->refs->clear();
+    }
     ActiveCall* a = t_active;
     if (a && !a->entered && !throwflag && py::frame_code(frame) == a->code &&
         (a->function ? py::frame_function(frame) == a->function
@@ -232,6 +245,26 @@ struct BridgeExit {
     std::vector<py::Ref> live;
 };
 
+// [Note: references handed over] The values a segment hands on live in its resume function's
+// frame alone once that frame exists, as they lived in the one frame of eager: the engine's own
+// references to them are dropped when the frame starts (magpy_eval_frame), and the replayed
+// frame's locals and the guards' fetched values once the segment has run, so that `del obj`
+// there frees obj where eager frees it (its __del__ runs at that line; [Note: finalizers] in
+// capture/monitor.cpp).
+// Calls `fn` (a Python function) with `args`, which it empties once fn's frame holds them
+// (t_hand_over).
+PyObject* call_handing_over(PyObject* fn, std::vector<py::Ref>& args) {
+    std::vector<PyObject*> argv;
+    argv.reserve(args.size());
+    for (const py::Ref& a : args) argv.push_back(a.get());
+    HandOver h{reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn)), &args};
+    HandOver* outer = t_hand_over;
+    t_hand_over = &h;
+    PyObject* r = PyObject_Vectorcall(fn, argv.data(), argv.size(), nullptr);
+    t_hand_over = outer;
+    return r;
+}
+
 // After a segment: the frame goes on in its resume function, called like any compiled frame (its
 // own cache entries, captured on its first calls). `live` is the segment's result (stolen).
 PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, PyObject* live) {
@@ -242,26 +275,20 @@ PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, Py
     if (!prepare_resume(c, state.get(), py::frame_function(frame), launcher, fn, args))
         return nullptr;
     state = py::Ref();
-    std::vector<PyObject*> argv;
-    argv.reserve(args.size());
-    for (const py::Ref& a : args) argv.push_back(a.get());
     // [Note: calls that read their caller's frame] in capture/segment.cpp.
-    py::Ref bridge_exit;  // holds the state a bridge returned until the rest returns
     if (c.eager) {
-        py::Ref r = py::Ref::steal(PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr));
+        py::Ref r = py::Ref::steal(call_handing_over(fn.get(), args));
         if (!r || !PyCapsule_IsValid(r.get(), kBridgeExit)) return r.release();
         // A bridge ran its statement and returned how to go on: the rest of the function runs
         // from here, so its frame's caller is the function's caller, as in eager (the bridge
         // frame has gone).
-        const auto* exit = static_cast<const BridgeExit*>(PyCapsule_GetPointer(r.get(), kBridgeExit));
-        fn = exit->fn;
-        argv.clear();
-        for (const py::Ref& v : exit->live) argv.push_back(v.get());
-        bridge_exit = r;
+        auto* exit = static_cast<BridgeExit*>(PyCapsule_GetPointer(r.get(), kBridgeExit));
+        fn = std::move(exit->fn);
+        args = std::move(exit->live);
     }
     PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.get()));
     ActiveScope scope(st, code, nullptr, nullptr);
-    return PyObject_Vectorcall(fn.get(), argv.data(), argv.size(), nullptr);
+    return call_handing_over(fn.get(), args);
 }
 
 // Why an entry whose guards passed declined at a Check step.
@@ -328,6 +355,9 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
             }
             count_hit(it);
             if (result && cont) {
+                // [Note: references handed over]: the segment's result holds what goes on.
+                GuardTree::release_values(values);
+                py::frame_clear_locals(frame);
                 result = resume(st, *cont, frame, result);
             } else if (declined == Declined::RunEagerly) {
                 st.add_note("an operation inside a try block raised when replayed, so the call "

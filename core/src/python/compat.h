@@ -94,6 +94,11 @@ inline PyObject* frame_function(IFrame* f) { return reinterpret_cast<PyObject*>(
 inline PyObject* frame_globals(IFrame* f) { return f->f_globals; }
 inline PyObject* frame_builtins(IFrame* f) { return f->f_builtins; }
 inline PyObject* frame_local(IFrame* f, int i) { return f->localsplus[i]; }
+// Drops a frame's references to its locals and arguments; only for a frame that has not run
+// and will not (it is discarded: discard_unevaluated_frame).
+inline void frame_clear_locals(IFrame* f) {
+    for (int i = 0, n = frame_code(f)->co_nlocalsplus; i < n; ++i) Py_CLEAR(f->localsplus[i]);
+}
 // The frame that was running when `f` was entered (C calls in between make no frames).
 // 3.12 links a frame entered from C to a frame of the C stack (the evaluator's entry frame),
 // which is skipped.
@@ -437,6 +442,17 @@ inline bool code_offset_in_cleanup(PyCodeObject* co, int offset) {
     });
     Py_XDECREF(holder);
     return inside;
+}
+
+// Instructions that drop a frame's own reference to a value (a local, a cell's content, the
+// stack's top) and nothing else: where an object's __del__ runs when that was the last one.
+inline bool drops_frame_reference(int opcode) {
+    switch (opcode) {
+    case DELETE_FAST: case STORE_FAST: case DELETE_DEREF: case STORE_DEREF: case POP_TOP:
+        return true;
+    default:
+        return false;
+    }
 }
 
 inline bool code_runs_into_raise(PyCodeObject* co, int offset, int limit) {
