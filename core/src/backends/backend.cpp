@@ -15,14 +15,17 @@ std::unique_ptr<CompiledGraph> Backend::compile(std::shared_ptr<const Plan> plan
 
 const Backend* eager_backend();
 const Backend* torchscript_backend(bool freeze);
+const Backend* fx_backend(const std::string& name);
 
 const Backend* find_backend(const std::string& name) {
     if (name == "eager") return eager_backend();
     if (name == "torchscript") return torchscript_backend(false);
     if (name == "torchscript-freeze") return torchscript_backend(true);
-    return nullptr;
+    return fx_backend(name);
 }
 
-std::vector<std::string> backend_names() { return {"eager", "torchscript", "torchscript-freeze"}; }
+std::vector<std::string> backend_names() {
+    return {"eager", "torchscript", "torchscript-freeze", "fx", "inductor", "cudagraphs"};
+}
 
 }  // namespace magpy

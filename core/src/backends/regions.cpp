@@ -76,13 +76,20 @@ std::vector<Span> find_regions(const Plan& plan) {
         while (end < n && steps[end].ctx == steps[i].ctx && fits(steps[end]))
             made[static_cast<size_t>(steps[end++].out)] = true;
         // Cut before the first step whose result is needed after the region but is not a
-        // tensor (a list, a tuple from chunk(), a torch.Size).
-        for (size_t k = i; k < end; ++k) {
-            size_t slot = static_cast<size_t>(steps[k].out);
-            bool escapes = used[slot] && last_use[slot] >= end;
-            if (escapes && steps[k].result_kind != 1) {
-                end = k;
-                break;
+        // tensor (a list, a tuple from chunk(), a torch.Size, a ModuleList made again); until
+        // none is left, since a cut may leave an earlier step's user outside.
+        for (bool cut = true; cut;) {
+            cut = false;
+            for (size_t k = i; k < end && !cut; ++k) {
+                size_t slot = static_cast<size_t>(steps[k].out);
+                bool escapes = used[slot] && last_use[slot] >= end;
+                bool built = steps[k].kind == StepKind::BuildList ||
+                             steps[k].kind == StepKind::BuildTuple ||
+                             steps[k].kind == StepKind::BuildSlice;
+                if (escapes && (steps[k].result_kind != 1 || built)) {
+                    end = k;
+                    cut = true;
+                }
             }
         }
         size_t ops = 0;
@@ -109,6 +116,10 @@ Arg remap(const Arg& a, const std::vector<int>& slot_map, std::vector<Arg>& ext)
 }
 
 }  // namespace
+
+void raise_region_declined() {
+    PyErr_SetString(PyExc_RuntimeError, "magpy: a region declined (run the frame eagerly)");
+}
 
 std::shared_ptr<Plan> rewrite_regions(const Plan& plan, const std::vector<Span>& spans,
                                       const std::function<py::Ref(RegionPlan)>& make) {

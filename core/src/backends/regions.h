@@ -39,4 +39,8 @@ struct RegionPlan {
 std::shared_ptr<Plan> rewrite_regions(const Plan& plan, const std::vector<Span>& spans,
                                       const std::function<py::Ref(RegionPlan)>& make);
 
+// What a region's callable raises when its steps, run one by one, declined (Plan::run returned
+// NULL with no error): the outer plan, whose step is inside the user's try, declines too.
+void raise_region_declined();
+
 }  // namespace magpy

@@ -548,10 +548,6 @@ private:
 #endif
 };
 
-void raise_declined() {
-    PyErr_SetString(PyExc_RuntimeError, "magpy: a region declined (run the frame eagerly)");
-}
-
 class Region {
 public:
     Region(int number, Plan sub, size_t graph_ops, size_t steps, bool freeze)
@@ -613,7 +609,7 @@ private:
         ++m_eager_runs;
         Declined d = Declined::No;
         PyObject* r = m_sub.run(args, d);
-        if (!r && !PyErr_Occurred()) raise_declined();
+        if (!r && !PyErr_Occurred()) raise_region_declined();
         return r;
     }
 
@@ -816,7 +812,7 @@ private:
             // Inputs were changed before the failure: running the steps again would change
             // them twice, so the error stands (the program would have raised it too, unless
             // the tracer itself failed: [Note: torchscript backend]).
-            if (!PyErr_Occurred()) raise_declined();
+            if (!PyErr_Occurred()) raise_region_declined();
             return nullptr;
         }
         if (!state && result && !step_failed) {

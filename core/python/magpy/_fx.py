@@ -1,0 +1,171 @@
+"""The fx backends ([Note: fx backends] in core/NOTES.md).
+
+Each region of a replay plan (a stretch of pure tensor ops, backends/regions.h) is handed here
+as a list of steps and becomes a ``torch.fx.GraphModule``:
+
+- ``fx`` runs that module's generated Python code (any torch; the tests check the graphs
+  against eager with it on the CPU machines),
+- ``inductor`` compiles it with ``torch.compile`` (torch >= 2),
+- ``cudagraphs`` compiles it with ``torch.compile(backend="cudagraphs")`` on a GPU: the
+  graph's launches are recorded once per input shape and replayed, with inputs copied into
+  static buffers. Its outputs live in memory the next replay reuses, so they are cloned.
+
+A region that cannot be built, compiled or run falls back to its recorded steps (C++ side,
+backends/fx_backend.cpp), with a note in explain().
+"""
+
+import operator
+
+import torch
+
+# Step kinds, in the order of kStepKinds in backends/fx_backend.cpp.
+_KINDS = ("call", "binary", "compare", "unary", "getitem", "getattr", "list", "tuple", "dict",
+          "slice", "setattr", "setitem", "callex", "check")
+
+# Binary steps carry CPython's NB_* operator codes; compare steps Py_LT ... Py_GE.
+_BINARY = (operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul,
+           operator.mul, operator.mod, operator.or_, operator.pow, operator.rshift,
+           operator.sub, operator.truediv, operator.xor,
+           operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift, operator.imatmul,
+           operator.imul, operator.imod, operator.ior, operator.ipow, operator.irshift,
+           operator.isub, operator.itruediv, operator.ixor)
+_COMPARE = (operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge)
+_UNARY = (operator.neg, operator.pos, operator.invert, operator.not_)
+
+BACKENDS = ("fx", "inductor", "cudagraphs")
+
+
+class Unsupported(Exception):
+    """A step the graph cannot hold; the region runs its recorded steps."""
+
+
+def unavailable(backend):
+    """Why `backend` cannot run here, or None."""
+    if backend == "fx":
+        return None
+    if not hasattr(torch, "compile"):
+        return f"{backend} needs torch >= 2 (torch.compile); this is torch {torch.__version__}"
+    if backend == "cudagraphs" and not torch.cuda.is_available():
+        return "cudagraphs needs a CUDA GPU; none is available"
+    return None
+
+
+def _is_tensor_method(fn):
+    name = getattr(fn, "__name__", None)
+    return name is not None and getattr(torch.Tensor, name, None) is fn
+
+
+def graph_module(steps, sample):
+    """The GraphModule computing a region, and the positions of its tensor inputs (its
+    arguments): `steps` are (kind, op, out, args, kwnames, name) tuples, args as (0, input
+    index), (1, slot) or (2, constant); the last step builds the tuple of outputs. `sample` are
+    the region's inputs on this call: the ones that are not tensors (modules, functions,
+    numbers) are constants of the graph, which the caller keys it by."""
+    g = torch.fx.Graph()
+    root = torch.nn.Module()
+    tensors = [i for i, v in enumerate(sample) if isinstance(v, torch.Tensor)]
+    placeholders = {i: g.placeholder(f"in{i}") for i in tensors}
+    inputs = [placeholders.get(i, ("const", v)) for i, v in enumerate(sample)]
+    env = {}
+    modules = {}
+
+    def module_name(m):
+        name = modules.get(id(m))
+        if name is None:
+            name = modules[id(m)] = f"m{len(modules)}"
+            root.add_module(name, m)
+        return name
+
+    def value(arg):
+        where, v = arg
+        if where == 0:
+            v = inputs[v]
+            if isinstance(v, torch.fx.Node):
+                return v
+            v = v[1]
+        elif where == 1:
+            return env[v]
+        if isinstance(v, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in v):
+            raise Unsupported("a list of tensors passed in")
+        if isinstance(v, torch.nn.Module):
+            return g.get_attr(module_name(v))
+        if isinstance(v, torch.Tensor):
+            raise Unsupported("a tensor constant")  # regions take them as inputs
+        return v
+
+    def call(fn, args, kwargs):
+        if isinstance(fn, torch.fx.Node):
+            if fn.op == "get_attr" and fn.target in modules.values():
+                return g.call_module(fn.target, tuple(args), kwargs)
+            raise Unsupported("a call of a computed callable")
+        if _is_tensor_method(fn) and args:
+            return g.call_method(fn.__name__, tuple(args), kwargs)
+        return g.call_function(fn, tuple(args), kwargs)
+
+    out = None
+    for kind, op, slot, args, kwnames, name in steps:
+        kind = _KINDS[kind]
+        if kind == "call":
+            fn = value(args[0])
+            rest = [value(a) for a in args[1:]]
+            k = len(kwnames) if kwnames else 0
+            positional = rest[:len(rest) - k]
+            node = call(fn, positional, dict(zip(kwnames or (), rest[len(rest) - k:])))
+        elif kind == "callex":
+            fn = value(args[0])
+            positional, kw = value(args[1]), value(args[2]) if len(args) > 2 else None
+            if isinstance(positional, torch.fx.Node) or isinstance(kw, torch.fx.Node):
+                raise Unsupported("a call with computed *args or **kwargs")
+            node = call(fn, list(positional), dict(kw or {}))
+        else:
+            a = [value(x) for x in args]
+            if kind == "binary":
+                node = g.call_function(_BINARY[op], tuple(a))
+            elif kind == "compare":
+                node = g.call_function(_COMPARE[op], tuple(a))
+            elif kind == "unary":
+                node = g.call_function(_UNARY[op], tuple(a))
+            elif kind == "getitem":
+                if isinstance(a[0], (list, tuple)):
+                    node = a[0][a[1]]  # an item of a list built in the region
+                else:
+                    node = g.call_function(operator.getitem, tuple(a))
+            elif kind == "getattr":
+                node = g.call_function(getattr, (a[0], name))
+            elif kind == "list":
+                node = list(a)
+            elif kind == "tuple":
+                node = tuple(a)
+            elif kind == "slice":
+                node = slice(*a)
+            else:
+                raise Unsupported(f"a {kind} step")
+        env[slot] = out = node
+    if not isinstance(out, tuple):
+        raise Unsupported("a region without its outputs' tuple")
+    g.output(out)
+    return torch.fx.GraphModule(root, g, class_name="magpy_region"), tensors
+
+
+def _cloning(compiled):
+    def run(*args):
+        return tuple(t.clone() for t in compiled(*args))
+    return run
+
+
+def compile_region(steps, sample, backend):
+    """(callable, graph text, tensor input positions): the callable takes the region's tensor
+    inputs and returns the tuple of its outputs."""
+    gm, tensors = graph_module(steps, sample)
+    text = gm.code.strip()
+    if backend == "fx":
+        return gm, text, tensors
+    why = unavailable(backend)
+    if why:
+        raise Unsupported(why)
+    if backend == "inductor":
+        return torch.compile(gm, backend="inductor", fullgraph=True, dynamic=False), text, tensors
+    if backend == "cudagraphs":
+        compiled = torch.compile(gm, backend="cudagraphs", fullgraph=True, dynamic=False)
+        return _cloning(compiled), text, tensors
+    raise ValueError(f"unknown fx backend {backend!r}")

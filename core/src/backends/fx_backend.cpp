@@ -1,0 +1,329 @@
+// The fx backends: each region of a plan (backends/regions.h) becomes a torch.fx GraphModule,
+// built by magpy._fx from the region's steps on its first run, and run as Python ("fx"), or
+// compiled by torch.compile ("inductor", "cudagraphs"; torch >= 2). A region that cannot be
+// built, compiled or run falls back to its recorded steps, with a note. See core/NOTES.md
+// [Note: fx backends].
+#include "backends/backend.h"
+#include "backends/regions.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace magpy {
+
+namespace {
+
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+// The magpy._fx function `name` (new reference), or null with a Python error.
+py::Ref fx_function(const char* name) {
+    py::Ref mod = py::Ref::steal(PyImport_ImportModule("magpy._fx"));
+    return mod ? py::Ref::steal(PyObject_GetAttrString(mod.get(), name)) : py::Ref();
+}
+
+// A step's argument for magpy._fx: (0, input), (1, slot) or (2, constant).
+PyObject* arg_tuple(const Arg& a) {
+    if (a.kind == Arg::Kind::Const) return Py_BuildValue("(iO)", 2, a.constant.get());
+    return Py_BuildValue("(ii)", a.kind == Arg::Kind::Input ? 0 : 1, a.index);
+}
+
+// The sub-plan's steps as magpy._fx reads them: (kind, op, out, args, kwnames, name).
+py::Ref steps_as_python(const Plan& sub) {
+    py::Ref list = py::Ref::steal(PyList_New(0));
+    if (!list) return {};
+    for (const Step& s : sub.steps()) {
+        py::Ref args = py::Ref::steal(PyList_New(0));
+        if (!args) return {};
+        for (const Arg& a : s.args) {
+            py::Ref t = py::Ref::steal(arg_tuple(a));
+            if (!t || PyList_Append(args.get(), t.get()) < 0) return {};
+        }
+        py::Ref step = py::Ref::steal(Py_BuildValue(
+            "(iiiOOO)", static_cast<int>(s.kind), s.op, s.out, args.get(),
+            s.kwnames ? s.kwnames.get() : Py_None, s.name ? s.name.get() : Py_None));
+        if (!step || PyList_Append(list.get(), step.get()) < 0) return {};
+    }
+    return list;
+}
+
+// Non-tensor inputs are constants of a region's graph (modules, functions, numbers): each
+// different set gets its own graph, up to kMaxSpecs; further ones run the recorded steps.
+constexpr size_t kMaxSpecs = 8;
+
+bool same_constant(PyObject* a, PyObject* b) {
+    if (a == b) return true;
+    if (Py_TYPE(a) != Py_TYPE(b) || !(PyLong_CheckExact(a) || PyFloat_CheckExact(a))) return false;
+    int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+    if (eq < 0) PyErr_Clear();
+    return eq == 1;
+}
+
+class FxRegion {
+public:
+    FxRegion(int number, RegionPlan rp, std::string backend)
+        : m_number(number), m_backend(std::move(backend)), m_sub(std::move(rp.sub)),
+          m_inputs(rp.inputs), m_graph_ops(rp.graph_ops) {}
+
+    // The tuple of the region's outputs (new reference), or NULL with a Python error.
+    PyObject* call(PyObject* const* args) {
+        if (m_failed) return run_steps(args);
+        Spec* spec = nullptr;
+        for (Spec& s : m_specs)
+            if (s.matches(args, m_is_tensor)) spec = &s;
+        if (!spec) {
+            if (m_specs.size() >= kMaxSpecs) {
+                note(m_backend + " graph " + std::to_string(m_number) + " runs its recorded steps "
+                     "for some inputs: more than " + std::to_string(kMaxSpecs) +
+                     " different modules, functions or numbers passed to it");
+                return run_steps(args);
+            }
+            spec = build(args);
+            if (!spec) return run_steps(args);
+        }
+        m_argv.clear();
+        for (size_t i : spec->tensors) m_argv.push_back(args[i]);
+        int64_t t0 = spec->runs == 0 ? now_ns() : 0;  // torch.compile compiles on the first call
+        PyObject* r = PyObject_Vectorcall(spec->compiled.get(), m_argv.data(), m_argv.size(), nullptr);
+        if (spec->runs == 0) m_compile_ns += now_ns() - t0;
+        if (r && PyTuple_Check(r)) {
+            ++spec->runs;
+            return r;
+        }
+        std::string why = r ? "it returned no tuple" : py::fetch_error_string();
+        Py_XDECREF(r);
+        // The steps again: if they raise too, the error is the program's, and the graph stays.
+        PyObject* eager = run_steps(args);
+        if (!eager) return nullptr;
+        m_specs.clear();
+        m_failed = true;
+        note(m_backend + " graph " + std::to_string(m_number) + " failed to run (" + why +
+             "); it runs its recorded steps from now on");
+        return eager;
+    }
+
+    int number() const { return m_number; }
+    size_t graph_ops() const { return m_graph_ops; }
+    size_t compiled() const { return m_specs.size(); }
+    uint64_t runs() const {
+        uint64_t n = 0;
+        for (const Spec& s : m_specs) n += s.runs;
+        return n;
+    }
+    uint64_t eager_runs() const { return m_eager_runs; }
+    int64_t compile_ns() const { return m_compile_ns; }
+    std::string text() const { return m_specs.empty() ? "" : m_specs.front().text; }
+    const std::vector<std::string>& notes() const { return m_notes; }
+
+private:
+    struct Spec {
+        std::vector<py::Ref> constants;  // the non-tensor inputs it was built for
+        std::vector<size_t> tensors;     // positions of the tensor inputs, its arguments
+        py::Ref compiled;
+        std::string text;
+        uint64_t runs = 0;
+        bool matches(PyObject* const* args, const std::vector<bool>& is_tensor) const {
+            for (size_t i = 0, k = 0; i < is_tensor.size(); ++i) {
+                if (is_tensor[i]) continue;
+                if (!same_constant(args[i], constants[k++].get())) return false;
+            }
+            return true;
+        }
+    };
+
+    void note(std::string n) {
+        if (m_notes.size() < 8 && std::find(m_notes.begin(), m_notes.end(), n) == m_notes.end())
+            m_notes.push_back(std::move(n));
+    }
+
+    Spec* build(PyObject* const* args) {
+        int64_t t0 = now_ns();
+        py::Ref compile = fx_function("compile_region");
+        py::Ref steps = compile ? steps_as_python(m_sub) : py::Ref();
+        py::Ref sample = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(m_inputs)));
+        for (size_t i = 0; sample && i < m_inputs; ++i)
+            PyTuple_SET_ITEM(sample.get(), static_cast<Py_ssize_t>(i), Py_NewRef(args[i]));
+        py::Ref r = steps && sample ? py::Ref::steal(PyObject_CallFunction(
+                                          compile.get(), "OOs", steps.get(), sample.get(),
+                                          m_backend.c_str()))
+                                    : py::Ref();
+        m_compile_ns += now_ns() - t0;
+        Spec spec;
+        if (r && PyTuple_Check(r.get()) && PyTuple_GET_SIZE(r.get()) == 3 &&
+            PyUnicode_Check(PyTuple_GET_ITEM(r.get(), 1)) &&
+            PyList_Check(PyTuple_GET_ITEM(r.get(), 2))) {
+            spec.compiled = py::Ref::borrow(PyTuple_GET_ITEM(r.get(), 0));
+            spec.text = PyUnicode_AsUTF8(PyTuple_GET_ITEM(r.get(), 1));
+            PyObject* tensors = PyTuple_GET_ITEM(r.get(), 2);
+            std::vector<bool> is_tensor(m_inputs, false);
+            for (Py_ssize_t k = 0; k < PyList_GET_SIZE(tensors); ++k) {
+                size_t i = PyLong_AsSize_t(PyList_GET_ITEM(tensors, k));
+                if (i >= m_inputs) return fail("bad tensor positions");
+                spec.tensors.push_back(i);
+                is_tensor[i] = true;
+            }
+            if (!m_specs.empty() && is_tensor != m_is_tensor)
+                return fail("its inputs changed kind");  // a guard keeps them: an engine bug
+            m_is_tensor = is_tensor;
+            for (size_t i = 0; i < m_inputs; ++i)
+                if (!is_tensor[i]) spec.constants.push_back(py::Ref::borrow(args[i]));
+            m_specs.push_back(std::move(spec));
+            return &m_specs.back();
+        }
+        return fail(r ? "an unexpected result" : py::fetch_error_string());
+    }
+
+    Spec* fail(const std::string& why) {
+        m_failed = true;
+        m_specs.clear();
+        note(m_backend + " could not build graph " + std::to_string(m_number) + " (" + why +
+             "); it runs its recorded steps");
+        return nullptr;
+    }
+
+    PyObject* run_steps(PyObject* const* args) {
+        ++m_eager_runs;
+        Declined d = Declined::No;
+        PyObject* r = m_sub.run(args, d);
+        if (!r && !PyErr_Occurred()) raise_region_declined();
+        return r;
+    }
+
+    int m_number;
+    std::string m_backend;
+    Plan m_sub;
+    size_t m_inputs;
+    size_t m_graph_ops;
+    std::vector<Spec> m_specs;  // a std::vector: pointers into it live only within call()
+    std::vector<bool> m_is_tensor;
+    std::vector<PyObject*> m_argv;
+    bool m_failed = false;
+    std::vector<std::string> m_notes;
+    uint64_t m_eager_runs = 0;
+    int64_t m_compile_ns = 0;  // building, and each graph's first run
+};
+
+PyObject* fx_region_call(PyObject* capsule, PyObject* const* args, Py_ssize_t) {
+    auto* r = static_cast<FxRegion*>(PyCapsule_GetPointer(capsule, "magpy.fx_region"));
+    return r ? r->call(args) : nullptr;
+}
+
+PyMethodDef g_fx_region_def = {
+    "fx_graph", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fx_region_call)),
+    METH_FASTCALL, "A stretch of the replay plan as a torch.fx graph (fx, inductor, cudagraphs)."};
+
+class FxGraph final : public CompiledGraph {
+public:
+    FxGraph(std::shared_ptr<const Plan> plan, std::string backend, size_t ops,
+            std::vector<FxRegion*> regions, std::vector<py::Ref> owners)
+        : m_plan(std::move(plan)), m_backend(std::move(backend)), m_ops(ops),
+          m_regions(std::move(regions)), m_owners(std::move(owners)) {}
+
+private:
+    PyObject* run_impl(PyObject* const* inputs, Declined& declined) const override {
+        return m_plan->run(inputs, declined);
+    }
+    std::vector<std::string> notes_impl() const override {
+        std::vector<std::string> out;
+        for (const FxRegion* r : m_regions) out.insert(out.end(), r->notes().begin(), r->notes().end());
+        return out;
+    }
+    std::string summary_impl() const override {
+        size_t ops = 0;
+        for (const FxRegion* r : m_regions) ops += r->graph_ops();
+        std::string s = std::to_string(m_regions.size()) + " " + m_backend + " graph" +
+                        (m_regions.size() == 1 ? "" : "s") + " covering " + std::to_string(ops) +
+                        " of " + std::to_string(m_ops) + " ops";
+        for (const FxRegion* r : m_regions)
+            s += "; graph " + std::to_string(r->number()) + ": " + std::to_string(r->graph_ops()) +
+                 " ops, " + std::to_string(r->compiled()) + " built, " + std::to_string(r->runs()) +
+                 " graph runs, " + std::to_string(r->eager_runs()) + " eager runs";
+        return s;
+    }
+    int64_t deferred_compile_ns_impl() const override {
+        int64_t ns = 0;
+        for (const FxRegion* r : m_regions) ns += r->compile_ns();
+        return ns;
+    }
+    std::vector<std::string> graph_texts_impl() const override {
+        std::vector<std::string> out;
+        for (const FxRegion* r : m_regions) out.push_back(r->text());
+        return out;
+    }
+
+    std::shared_ptr<const Plan> m_plan;
+    std::string m_backend;
+    size_t m_ops;
+    std::vector<FxRegion*> m_regions;  // owned by the capsules in m_owners (and the plan's steps)
+    std::vector<py::Ref> m_owners;
+};
+
+class FxBackend final : public Backend {
+public:
+    explicit FxBackend(std::string name) : Backend(std::move(name)) {}
+
+private:
+    std::unique_ptr<CompiledGraph> compile_impl(std::shared_ptr<const Plan> plan,
+                                                std::string& note) const override {
+        py::Ref unavailable = fx_function("unavailable");
+        py::Ref why = unavailable ? py::Ref::steal(PyObject_CallFunction(
+                                        unavailable.get(), "s", name().c_str()))
+                                  : py::Ref();
+        if (!why) {
+            note = name() + ": " + py::fetch_error_string();
+            return nullptr;
+        }
+        if (why.get() != Py_None) {
+            note = PyUnicode_Check(why.get()) ? PyUnicode_AsUTF8(why.get()) : name() + " is unavailable";
+            return nullptr;
+        }
+        std::vector<Span> spans = find_regions(*plan);
+        if (spans.empty()) {
+            note = name() + ": no stretch of " + std::to_string(kMinGraphOps) +
+                   " or more tensor ops without writes in between; the plan runs as recorded";
+            return compile_eager(std::move(plan));
+        }
+        std::vector<FxRegion*> regions;
+        std::vector<py::Ref> owners;
+        auto make = [&](RegionPlan rp) -> py::Ref {
+            auto* region = new FxRegion(static_cast<int>(regions.size()), std::move(rp), name());
+            py::Ref capsule = py::Ref::steal(PyCapsule_New(region, "magpy.fx_region", [](PyObject* c) {
+                delete static_cast<FxRegion*>(PyCapsule_GetPointer(c, "magpy.fx_region"));
+            }));
+            if (!capsule) {
+                delete region;
+                return {};
+            }
+            py::Ref fn = py::Ref::steal(PyCFunction_New(&g_fx_region_def, capsule.get()));
+            if (!fn) return {};
+            regions.push_back(region);
+            owners.push_back(capsule);
+            return fn;
+        };
+        std::shared_ptr<Plan> rewritten = rewrite_regions(*plan, spans, make);
+        if (!rewritten) {
+            note = name() + ": " + py::fetch_error_string();
+            return nullptr;
+        }
+        size_t ops = plan->graph_op_count();
+        return std::make_unique<FxGraph>(std::move(rewritten), name(), ops, std::move(regions),
+                                         std::move(owners));
+    }
+};
+
+}  // namespace
+
+const Backend* fx_backend(const std::string& name) {
+    static FxBackend fx("fx"), inductor("inductor"), cudagraphs("cudagraphs");
+    if (name == "fx") return &fx;
+    if (name == "inductor") return &inductor;
+    if (name == "cudagraphs") return &cudagraphs;
+    return nullptr;
+}
+
+}  // namespace magpy
