@@ -50,22 +50,30 @@ def unavailable(backend):
     return None
 
 
+def _tensors_only(v):
+    """A tensor, or a list or tuple (nested) of tensors only: an input of the graph (a
+    placeholder, read through getitem nodes); any other input is a constant of it."""
+    if isinstance(v, torch.Tensor):
+        return True
+    return type(v) in (list, tuple) and len(v) > 0 and all(_tensors_only(t) for t in v)
+
+
 def _is_tensor_method(fn):
     name = getattr(fn, "__name__", None)
     return name is not None and getattr(torch.Tensor, name, None) is fn
 
 
 def graph_module(steps, sample):
-    """The GraphModule computing a region, and the positions of its tensor inputs (its
-    arguments): `steps` are (kind, op, out, args, kwnames, name) tuples, args as (0, input
+    """The GraphModule computing a region, and the positions of its inputs that are tensors
+    or lists and tuples of tensors (its arguments): `steps` are (kind, op, out, args, kwnames, name) tuples, args as (0, input
     index), (1, slot) or (2, constant); the last step builds the tuple of outputs. `sample` are
     the region's inputs on this call: the ones that are not tensors (modules, functions,
     numbers) are constants of the graph, which the caller keys it by."""
     g = torch.fx.Graph()
     root = torch.nn.Module()
-    tensors = [i for i, v in enumerate(sample) if isinstance(v, torch.Tensor)]
-    placeholders = {i: g.placeholder(f"in{i}") for i in tensors}
-    inputs = [placeholders.get(i, ("const", v)) for i, v in enumerate(sample)]
+    tensors = [i for i, v in enumerate(sample) if _tensors_only(v)]
+    inputs = [g.placeholder(f"in{i}") if i in tensors else ("const", v)
+              for i, v in enumerate(sample)]
     env = {}
     modules = {}
 
@@ -76,21 +84,29 @@ def graph_module(steps, sample):
             root.add_module(name, m)
         return name
 
+    def constant_tensor(t):  # an attribute of the module (the same tensor, not a copy)
+        name = f"c{len(root._buffers) + len(root._parameters)}"
+        if isinstance(t, torch.nn.Parameter):
+            root.register_parameter(name, t)
+        else:
+            root.register_buffer(name, t)
+        return g.get_attr(name)
+
     def value(arg):
         where, v = arg
         if where == 0:
             v = inputs[v]
-            if isinstance(v, torch.fx.Node):
-                return v
+            if not (isinstance(v, tuple) and len(v) == 2 and v[0] == "const"):
+                return v  # a placeholder, or a list of them
             v = v[1]
         elif where == 1:
             return env[v]
-        if isinstance(v, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in v):
-            raise Unsupported("a list of tensors passed in")
+        if type(v) in (list, tuple):
+            return type(v)(value((2, t)) for t in v)
+        if isinstance(v, torch.Tensor):
+            return constant_tensor(v)
         if isinstance(v, torch.nn.Module):
             return g.get_attr(module_name(v))
-        if isinstance(v, torch.Tensor):
-            raise Unsupported("a tensor constant")  # regions take them as inputs
         return v
 
     def call(fn, args, kwargs):

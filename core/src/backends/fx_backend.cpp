@@ -56,9 +56,21 @@ py::Ref steps_as_python(const Plan& sub) {
 // different set gets its own graph, up to kMaxSpecs; further ones run the recorded steps.
 constexpr size_t kMaxSpecs = 8;
 
+// The same object, or equal numbers or strings, or lists or tuples of such (made afresh by
+// each call: `x[[0, 1]]`).
 bool same_constant(PyObject* a, PyObject* b) {
     if (a == b) return true;
-    if (Py_TYPE(a) != Py_TYPE(b) || !(PyLong_CheckExact(a) || PyFloat_CheckExact(a))) return false;
+    if (Py_TYPE(a) != Py_TYPE(b)) return false;
+    if (PyList_CheckExact(a) || PyTuple_CheckExact(a)) {
+        if (Py_SIZE(a) != Py_SIZE(b)) return false;
+        bool list = PyList_CheckExact(a);
+        for (Py_ssize_t i = 0; i < Py_SIZE(a); ++i)
+            if (!same_constant(list ? PyList_GET_ITEM(a, i) : PyTuple_GET_ITEM(a, i),
+                               list ? PyList_GET_ITEM(b, i) : PyTuple_GET_ITEM(b, i)))
+                return false;
+        return true;
+    }
+    if (!PyLong_CheckExact(a) && !PyFloat_CheckExact(a) && !PyUnicode_CheckExact(a)) return false;
     int eq = PyObject_RichCompareBool(a, b, Py_EQ);
     if (eq < 0) PyErr_Clear();
     return eq == 1;
@@ -123,7 +135,8 @@ public:
 private:
     struct Spec {
         std::vector<py::Ref> constants;  // the non-tensor inputs it was built for
-        std::vector<size_t> tensors;     // positions of the tensor inputs, its arguments
+        std::vector<size_t> tensors;  // its arguments: the positions of the inputs that are
+                                      // tensors, or lists and tuples of tensors
         py::Ref compiled;
         std::string text;
         uint64_t runs = 0;
@@ -163,7 +176,7 @@ private:
             std::vector<bool> is_tensor(m_inputs, false);
             for (Py_ssize_t k = 0; k < PyList_GET_SIZE(tensors); ++k) {
                 size_t i = PyLong_AsSize_t(PyList_GET_ITEM(tensors, k));
-                if (i >= m_inputs) return fail("bad tensor positions");
+                if (PyErr_Occurred() || i >= m_inputs) return fail("bad tensor positions");
                 spec.tensors.push_back(i);
                 is_tensor[i] = true;
             }

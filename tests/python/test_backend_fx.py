@@ -1,0 +1,131 @@
+"""The fx backends: each pure tensor stretch of a plan becomes a torch.fx GraphModule, run as
+Python (fx) or compiled by torch.compile (inductor, cudagraphs: torch >= 2, cudagraphs on a
+GPU). Every test compares against eager, and checks from the report what really ran. The
+whole suite also runs on the fx backend (ctest pytest_engine_fx)."""
+
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+
+import magpy
+import magpy._fx
+
+from conftest import check
+
+
+def runs(cf):
+    """(graph runs, eager runs) summed over every graph of every entry."""
+    g = e = 0
+    for gr in magpy.explain(cf).graphs:
+        for m in re.finditer(r"(\d+) graph runs, (\d+) eager runs", gr.get("backend_summary", "")):
+            g += int(m.group(1))
+            e += int(m.group(2))
+    return g, e
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 8)
+        self.proj = nn.Linear(8, 4)
+        self.norm = nn.LayerNorm(4)
+
+    def forward(self, x, states):
+        h, c = states
+        y = self.proj(torch.relu(self.fc(x))) * 0.5 + h
+        a, b = y.chunk(2, dim=-1)
+        y = torch.cat([a.sigmoid(), b.tanh()], -1)[:, :4] + c.sum()
+        return self.norm(y + x)
+
+
+def test_regions_become_fx_graphs_that_match_eager():
+    m = Block()
+    calls = [(torch.randn(3, 4), (torch.randn(3, 4), torch.randn(1))) for _ in range(3)]
+    cf = check(m, calls, backend="fx")
+    graph_runs, eager_runs = runs(cf)
+    assert graph_runs >= 2 and eager_runs == 0
+    e = magpy.explain(cf)
+    assert e.notes == []
+    (text,) = e.graphs[0]["backend_graphs"]
+    assert "def forward" in text and "torch.cat" in text and "self.m0" in text  # the module
+
+
+def test_a_module_swapped_for_another_gets_a_graph_of_its_own():
+    # modules and other non-tensor inputs are constants of a graph, which is keyed by them
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.inner(x).relu() * 2
+
+    m = Holder()
+    cf = magpy.compile(m, backend="fx")
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        assert torch.equal(cf(x), m(x))
+    m.inner = nn.Linear(4, 4)  # same guards (type, no hooks), another module
+    for _ in range(3):
+        assert torch.equal(cf(x), m(x))
+    assert runs(cf)[1] == 0
+
+
+def test_a_graph_that_fails_to_run_falls_back_to_its_steps_with_a_note(monkeypatch):
+    def f(x):
+        return (x + 1).relu() * 3
+
+    real = magpy._fx.compile_region
+
+    def broken(steps, sample, backend):
+        gm, text, tensors = real(steps, sample, backend)
+
+        def run(*args):
+            raise RuntimeError("the compiled kernel crashed")
+        return run, text, tensors
+
+    monkeypatch.setattr(magpy._fx, "compile_region", broken)
+    cf = magpy.compile(f, backend="fx")
+    x = torch.randn(5)
+    for _ in range(4):
+        assert torch.equal(cf(x), f(x))
+    notes = magpy.explain(cf).notes
+    assert any("fx graph 0 failed to run (RuntimeError: the compiled kernel crashed)" in n
+               for n in notes), notes
+    assert runs(cf)[0] == 0
+
+
+def test_a_program_error_inside_a_graph_is_the_programs_and_keeps_the_graph():
+    def f(x, y):
+        return (x * 2) @ (y + 1)
+
+    cf = magpy.compile(f, backend="fx")
+    a, b = torch.randn(2, 3), torch.randn(3, 2)
+    for _ in range(3):
+        assert torch.equal(cf(a, b), f(a, b))
+    with pytest.raises(RuntimeError) as eager:
+        f(torch.randn(2, 3), torch.randn(4, 2))
+    with pytest.raises(RuntimeError) as compiled:
+        cf(torch.randn(2, 3), torch.randn(4, 2))
+    assert str(compiled.value) == str(eager.value)
+    assert not any("failed to run" in n for n in magpy.explain(cf).notes)
+
+
+@pytest.mark.parametrize("backend", ["inductor", "cudagraphs"])
+def test_compiling_backends_that_cannot_run_here_say_why_and_run_eagerly(backend):
+    why = magpy._fx.unavailable(backend)
+    if why is None:
+        pytest.skip(f"{backend} runs here (torch {torch.__version__}): tests/gpu covers it")
+
+    def f(x):
+        return torch.sin(x) * 2 + 1
+
+    cf = magpy.compile(f, backend=backend)
+    x = torch.randn(4)
+    for _ in range(3):
+        assert torch.equal(cf(x), f(x))
+    notes = magpy.explain(cf).notes
+    assert any(why in n and "running it with the eager backend" in n for n in notes), notes
+    assert backend in magpy.backends()
