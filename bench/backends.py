@@ -103,7 +103,16 @@ def magpy_backends():
     if magpy is None:
         return []
     lister = getattr(getattr(magpy, "_magpy", None), "backends", None) or magpy.backends
-    return list(lister())
+    return [b for b in lister() if unavailable_backend(b) is None]
+
+
+def unavailable_backend(name):
+    """Why magpy's backend `name` cannot run here (it would only run eagerly), or None."""
+    try:
+        import magpy._fx as fx
+    except ImportError:
+        return None
+    return fx.unavailable(name) if name in fx.BACKENDS else None
 
 
 def torch_compile_available():
