@@ -305,17 +305,8 @@ private:
         std::vector<py::Ref> owners;
         auto make = [&](RegionPlan rp) -> py::Ref {
             auto* region = new FxRegion(static_cast<int>(regions.size()), std::move(rp), name());
-            py::Ref capsule = py::Ref::steal(PyCapsule_New(region, "magpy.fx_region", [](PyObject* c) {
-                delete static_cast<FxRegion*>(PyCapsule_GetPointer(c, "magpy.fx_region"));
-            }));
-            if (!capsule) {
-                delete region;
-                return {};
-            }
-            py::Ref fn = py::Ref::steal(PyCFunction_New(&g_fx_region_def, capsule.get()));
-            if (!fn) return {};
-            regions.push_back(region);
-            owners.push_back(capsule);
+            py::Ref fn = region_callable(region, "magpy.fx_region", &g_fx_region_def, owners);
+            if (fn) regions.push_back(region);
             return fn;
         };
         std::shared_ptr<Plan> rewritten = rewrite_regions(*plan, spans, make);

@@ -39,6 +39,24 @@ struct RegionPlan {
 std::shared_ptr<Plan> rewrite_regions(const Plan& plan, const std::vector<Span>& spans,
                                       const std::function<py::Ref(RegionPlan)>& make);
 
+// The Python callable a rewritten plan calls for `region` (`def` names it and calls it
+// through its capsule, named `capsule_name`), or null with a Python error. The capsule that
+// owns `region` goes to `owners` (the region is deleted here if none could be made).
+template <typename R>
+py::Ref region_callable(R* region, const char* capsule_name, PyMethodDef* def,
+                        std::vector<py::Ref>& owners) {
+    py::Ref capsule = py::Ref::steal(PyCapsule_New(region, capsule_name, [](PyObject* c) {
+        delete static_cast<R*>(PyCapsule_GetPointer(c, PyCapsule_GetName(c)));
+    }));
+    if (!capsule) {
+        delete region;
+        return {};
+    }
+    py::Ref fn = py::Ref::steal(PyCFunction_New(def, capsule.get()));
+    if (fn) owners.push_back(capsule);
+    return fn;
+}
+
 // What a region's callable raises when its steps, run one by one, declined (Plan::run returned
 // NULL with no error): the outer plan, whose step is inside the user's try, declines too.
 void raise_region_declined();

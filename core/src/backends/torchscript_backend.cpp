@@ -955,17 +955,8 @@ private:
             auto* region = new Region(static_cast<int>(regions.size()), std::move(rp.sub),
                                       rp.graph_ops, rp.steps, m_freeze);
             region->set_input_count(rp.inputs);
-            py::Ref capsule = py::Ref::steal(PyCapsule_New(region, "magpy.region", [](PyObject* c) {
-                delete static_cast<Region*>(PyCapsule_GetPointer(c, "magpy.region"));
-            }));
-            if (!capsule) {
-                delete region;
-                return {};
-            }
-            py::Ref fn = py::Ref::steal(PyCFunction_New(&g_region_def, capsule.get()));
-            if (!fn) return {};
-            regions.push_back(region);
-            owners.push_back(capsule);
+            py::Ref fn = region_callable(region, "magpy.region", &g_region_def, owners);
+            if (fn) regions.push_back(region);
             return fn;
         };
         std::shared_ptr<Plan> rewritten = rewrite_regions(*plan, spans, make);
