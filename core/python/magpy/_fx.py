@@ -65,15 +65,14 @@ def _is_tensor_method(fn):
 
 def graph_module(steps, sample):
     """The GraphModule computing a region, and the positions of its inputs that are tensors
-    or lists and tuples of tensors (its arguments): `steps` are (kind, op, out, args, kwnames, name) tuples, args as (0, input
-    index), (1, slot) or (2, constant); the last step builds the tuple of outputs. `sample` are
+    or lists and tuples of tensors (its arguments): `steps` are (kind, op, out, args, kwnames,
+    name) tuples, args as (0, input index), (1, slot) or (2, constant); the last step builds
+    the tuple of outputs. `sample` are
     the region's inputs on this call: the ones that are not tensors (modules, functions,
     numbers) are constants of the graph, which the caller keys it by."""
     g = torch.fx.Graph()
     root = torch.nn.Module()
-    tensors = [i for i, v in enumerate(sample) if _tensors_only(v)]
-    inputs = [g.placeholder(f"in{i}") if i in tensors else ("const", v)
-              for i, v in enumerate(sample)]
+    placeholders = {i: g.placeholder(f"in{i}") for i, v in enumerate(sample) if _tensors_only(v)}
     env = {}
     modules = {}
 
@@ -92,28 +91,36 @@ def graph_module(steps, sample):
             root.register_buffer(name, t)
         return g.get_attr(name)
 
-    def value(arg):
-        where, v = arg
-        if where == 0:
-            v = inputs[v]
-            if not (isinstance(v, tuple) and len(v) == 2 and v[0] == "const"):
-                return v  # a placeholder, or a list of them
-            v = v[1]
-        elif where == 1:
-            return env[v]
+    def constant(v):
         if type(v) in (list, tuple):
-            return type(v)(value((2, t)) for t in v)
+            return type(v)(constant(t) for t in v)
         if isinstance(v, torch.Tensor):
             return constant_tensor(v)
         if isinstance(v, torch.nn.Module):
             return g.get_attr(module_name(v))
         return v
 
+    def value(arg):
+        where, v = arg
+        if where == 1:
+            return env[v]
+        if where == 0:
+            if v in placeholders:
+                return placeholders[v]
+            v = sample[v]
+        return constant(v)
+
+    def callee(arg):  # a module called is called as one (call_module), not read
+        where, v = arg
+        if where == 1 or (where == 0 and v in placeholders):
+            return value(arg)
+        return sample[v] if where == 0 else v
+
     def call(fn, args, kwargs):
         if isinstance(fn, torch.fx.Node):
-            if fn.op == "get_attr" and fn.target in modules.values():
-                return g.call_module(fn.target, tuple(args), kwargs)
             raise Unsupported("a call of a computed callable")
+        if isinstance(fn, torch.nn.Module):
+            return g.call_module(module_name(fn), tuple(args), kwargs)
         if _is_tensor_method(fn) and args:
             return g.call_method(fn.__name__, tuple(args), kwargs)
         return g.call_function(fn, tuple(args), kwargs)
@@ -122,13 +129,13 @@ def graph_module(steps, sample):
     for kind, op, slot, args, kwnames, name in steps:
         kind = _KINDS[kind]
         if kind == "call":
-            fn = value(args[0])
+            fn = callee(args[0])
             rest = [value(a) for a in args[1:]]
             k = len(kwnames) if kwnames else 0
             positional = rest[:len(rest) - k]
             node = call(fn, positional, dict(zip(kwnames or (), rest[len(rest) - k:])))
         elif kind == "callex":
-            fn = value(args[0])
+            fn = callee(args[0])
             positional, kw = value(args[1]), value(args[2]) if len(args) > 2 else None
             if isinstance(positional, torch.fx.Node) or isinstance(kw, torch.fx.Node):
                 raise Unsupported("a call with computed *args or **kwargs")
@@ -160,7 +167,7 @@ def graph_module(steps, sample):
     if not isinstance(out, tuple):
         raise Unsupported("a region without its outputs' tuple")
     g.output(out)
-    return torch.fx.GraphModule(root, g, class_name="magpy_region"), tensors
+    return torch.fx.GraphModule(root, g, class_name="magpy_region"), sorted(placeholders)
 
 
 def _cloning(compiled):

@@ -5,21 +5,15 @@
 // [Note: fx backends].
 #include "backends/backend.h"
 #include "backends/regions.h"
+#include "profile/profiler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <string>
 #include <vector>
 
 namespace magpy {
 
 namespace {
-
-int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
 
 // The magpy._fx function `name` (new reference), or null with a Python error.
 py::Ref fx_function(const char* name) {

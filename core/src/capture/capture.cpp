@@ -1447,10 +1447,10 @@ std::string Capture::break_message() const {
 
 // GraphBreakError(message) with the break's fields as attributes (reason_id, reason, hint,
 // filename, lineno), for tools that show it (the notebook views).
-void Capture::raise_graph_break() const {
+py::Ref Capture::raise_graph_break() const {
     PyObject* type = graph_break_error();
     py::Ref exc = py::Ref::steal(PyObject_CallFunction(type, "s", break_message().c_str()));
-    if (!exc) return;
+    if (!exc) return {};
     BreakInfo b = m_breaks.empty() ? BreakInfo{} : m_breaks.front();
     auto set = [&](const char* name, PyObject* value) {
         if (value && PyObject_SetAttrString(exc.get(), name, value) < 0) PyErr_Clear();
@@ -1463,6 +1463,7 @@ void Capture::raise_graph_break() const {
     set("lineno", PyLong_FromLong(b.lineno));
     PyErr_Clear();
     PyErr_SetObject(type, exc.get());
+    return exc;
 }
 
 static PyObject* g_graph_break_error = nullptr;

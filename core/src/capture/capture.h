@@ -276,7 +276,7 @@ public:
     }
     size_t step_count() const { return m_plan->steps().size(); }
     std::string break_message() const;  // the first break, formatted for an exception
-    void raise_graph_break() const;     // sets GraphBreakError for the first break
+    py::Ref raise_graph_break() const;  // sets GraphBreakError for the first break; returns it
 
     void set_location(PyCodeObject* code, int line) {
         m_code = code;

@@ -1598,14 +1598,7 @@ int Monitor::trace(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
                             m->m_break_error.get());
             return -1;
         }
-        m->m_cap.raise_graph_break();
-        {
-            PyObject *t, *v, *tb;
-            PyErr_Fetch(&t, &v, &tb);
-            PyErr_NormalizeException(&t, &v, &tb);
-            m->m_break_error = py::Ref::borrow(v);
-            PyErr_Restore(t, v, tb);
-        }
+        m->m_break_error = m->m_cap.raise_graph_break();
         return -1;
     }
     PyErr_Restore(et, ev, etb);

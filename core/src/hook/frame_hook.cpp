@@ -10,7 +10,6 @@
 #include "capture/monitor.h"
 #include "python/compat.h"
 
-#include <chrono>
 #include <map>
 #include <string>
 
@@ -36,7 +35,6 @@ struct HandOver {
     std::vector<py::Ref>* refs;
 };
 thread_local HandOver* t_hand_over = nullptr;
-
 
 // The frame the hook waits for while a call is under way (the innermost one is t_active).
 struct ActiveScope {
@@ -72,12 +70,6 @@ void progress(const char* event, CompiledState& st,
     PyErr_Restore(et, ev, etb);
 }
 py::EvalFrameFn g_prev_eval = nullptr;
-
-int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
 
 PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame);
 PyObject* resume(CompiledState& st, const Continuation& c, py::IFrame* frame, PyObject* live);
@@ -251,6 +243,7 @@ struct BridgeExit {
 // frame's locals and the guards' fetched values once the segment has run, so that `del obj`
 // there frees obj where eager frees it (its __del__ runs at that line; [Note: finalizers] in
 // capture/monitor.cpp).
+
 // Calls `fn` (a Python function) with `args`, which it empties once fn's frame holds them
 // (t_hand_over).
 PyObject* call_handing_over(PyObject* fn, std::vector<py::Ref>& args) {

@@ -14,7 +14,6 @@
 #include <cupti.h>
 #include <dlfcn.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -86,12 +85,6 @@ std::string version_string(uint32_t v) {
 
 // What decides record layouts: major.minor from CUDA 13 on (xxyyzz), the API version before.
 uint32_t layout_version(uint32_t v) { return v >= 100000 ? v / 100 : v; }
-
-int64_t steady_now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
 
 // ---------------------------------------------------------------------------------------------
 // [SECTION] The driver, opened with dlopen
@@ -357,9 +350,9 @@ void decode(uint8_t* data, size_t valid, int64_t offset, ActivityBatch& batch) {
 // steady_clock minus CUPTI's clock (CLOCK_REALTIME by default on Linux), sampled now.
 bool clock_offset(int64_t& offset) {
     uint64_t cupti_now = 0;
-    int64_t before = steady_now_ns();
+    int64_t before = now_ns();
     if (cuptiGetTimestamp(&cupti_now) != CUPTI_SUCCESS) return false;
-    int64_t after = steady_now_ns();
+    int64_t after = now_ns();
     offset = before + (after - before) / 2 - static_cast<int64_t>(cupti_now);
     return true;
 }

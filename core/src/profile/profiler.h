@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -29,7 +30,14 @@ enum class ActivityKind : uint8_t {
 // "kernel", "memcpy", "memset", "runtime".
 const char* activity_kind_name(ActivityKind kind);
 
-// Times are nanoseconds on std::chrono::steady_clock, the engine's clock (hook/frame_hook.cpp).
+// The engine's clock: nanoseconds on std::chrono::steady_clock (phase timings, kernel records).
+inline int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+// Times are nanoseconds on the engine's clock (now_ns).
 struct KernelRecord {
     std::string name;  // kernel name as compiled (mangled), "memcpy HtoD", "memset", API name
     ActivityKind kind = ActivityKind::Kernel;
