@@ -798,9 +798,12 @@ def main(argv=None):
             for r in got:
                 r["grad"] = opts.grad
             rows += got
-            if opts.verbose:
-                print(f"# {spec.name}/b{batch}: {time.perf_counter() - t0:.1f} s",
-                      file=sys.stderr)
+            if opts.json:  # rows so far: a run cut short by a time limit keeps what it measured
+                with open(opts.json, "w") as f:
+                    json.dump({"machine": info, "systems": names, "rows": rows,
+                               "partial": True}, f, indent=2)
+            print(f"# {spec.name}/b{batch} done ({time.perf_counter() - t0:.1f} s)",
+                  file=sys.stderr, flush=True)
 
     print_table(rows)
     geo = summarize(rows, names)

@@ -10,8 +10,8 @@
 # cupti  builds tests/gpu/cupti_check.cu with nvcc and runs it (the CUPTI profiler on the GPU)
 # build  configures and builds core/ (no kernel, no GoogleTest) into build-gpu/ with this python3
 # smoke  tests/gpu/smoke.py: a few programs compiled beside eager, with explain()'s messages
-# test   the Python test suite on the GPU build (but the report schema test: the device machine
-#        has no jsonschema)
+# test   the Python test suite on the GPU build, one pytest per file in parallel (but the report
+#        schema test: the device machine has no jsonschema); MAGPY_TEST_FILES picks files
 # bench  bench/backends.py --device cuda (eager, torch.jit, torch.compile, magpy if it built)
 #
 # Outputs go to $OUT (default: gpu-out/). nlohmann_json, a header-only library that the device
@@ -79,12 +79,17 @@ smoke)
         | tee "$OUT/smoke.log"
     ;;
 test)
+    # One pytest per test file, MAGPY_TEST_JOBS at a time: a crash stops one file, not the run.
     stage test
-    (cd tests/python && PYTHONPATH="$ROOT/core/python:$ROOT/build-gpu/python" \
-        timeout "${MAGPY_TEST_TIMEOUT:-300}" "$PY" -m pytest -q -rfE -p no:cacheprovider \
-        --timeout ${MAGPY_TEST_PER:-60} ${MAGPY_TEST_ARGS:---ignore=test_report_schema.py .} > "$OUT/pytest.log" 2>&1;
-     grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | cut -c1-160 | head -${MAGPY_TEST_SHOW:-60};
-     tail -3 "$OUT/pytest.log")
+    logs=$OUT/pytest${MAGPY_TEST_BACKEND:+-$MAGPY_TEST_BACKEND}; mkdir -p "$logs"
+    per=""; "$PY" -c "import pytest_timeout" 2>/dev/null && per="--timeout=${MAGPY_TEST_PER:-60}"
+    (cd tests/python && ls ${MAGPY_TEST_FILES:-test_*.py} | grep -v "^test_report_schema.py$" \
+     | OMP_NUM_THREADS=1 PYTHONPATH="$ROOT/core/python:$ROOT/build-gpu/python" xargs -P "${MAGPY_TEST_JOBS:-12}" -I{} \
+       sh -c 'timeout "$1" "$2" -m pytest -q -rfEs -p no:cacheprovider $3 ${MAGPY_TEST_ARGS:-} {} > "$4/{}.log" 2>&1; \
+              rc=$?; echo "{}: rc $rc: $(tail -1 "$4/{}.log")"' _ \
+       "${MAGPY_TEST_TIMEOUT:-300}" "$PY" "$per" "$logs" \
+     | sort | tee "$logs/summary.txt")
+    grep -h -E "^(FAILED|ERROR)" "$logs"/*.log | cut -c1-200 | head -${MAGPY_TEST_SHOW:-60}
     ;;
 bench)
     stage bench

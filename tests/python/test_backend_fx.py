@@ -129,3 +129,46 @@ def test_compiling_backends_that_cannot_run_here_say_why_and_run_eagerly(backend
     notes = magpy.explain(cf).notes
     assert any(why in n and "running it with the eager backend" in n for n in notes), notes
     assert backend in magpy.backends()
+
+
+def _compiling_cases():
+    """(backend, device) pairs that run here; the others are skipped with their reason."""
+    for backend in ("inductor", "cudagraphs"):
+        why = magpy._fx.unavailable(backend)
+        if why:
+            yield pytest.param(backend, None, marks=pytest.mark.skip(reason=why))
+            continue
+        if backend == "inductor":
+            yield backend, "cpu"
+        if torch.cuda.is_available():
+            yield backend, "cuda"
+
+
+@pytest.mark.parametrize("backend,device", list(_compiling_cases()))
+def test_compiling_backends_run_their_graphs_and_match_eager(backend, device):
+    torch.manual_seed(0)
+    m = Block().to(device)
+    calls = [(torch.randn(3, 4, device=device),
+              (torch.randn(3, 4, device=device), torch.randn(1, device=device)))
+             for _ in range(4)]
+    cf = magpy.compile(m, backend=backend)
+    for x, states in calls:
+        torch.testing.assert_close(cf(x, states), m(x, states), rtol=1.3e-6, atol=1e-5)
+    graph_runs, eager_runs = runs(cf)
+    e = magpy.explain(cf)
+    assert e.notes == [] and graph_runs >= 3 and eager_runs == 0, (e.notes, graph_runs)
+
+
+@pytest.mark.skipif(magpy._fx.unavailable("cudagraphs") is not None,
+                    reason=str(magpy._fx.unavailable("cudagraphs")))
+def test_cudagraphs_results_are_not_overwritten_by_the_next_replay():
+    # a CUDA graph writes its outputs to the same memory on every replay: magpy hands out copies
+    def f(x):
+        return (x * 2).sin() + 1
+
+    cf = magpy.compile(f, backend="cudagraphs")
+    xs = [torch.randn(64, device="cuda") for _ in range(5)]
+    results = [cf(x) for x in xs]
+    for x, r in zip(xs, results):
+        torch.testing.assert_close(r, f(x), rtol=1.3e-6, atol=1e-5)
+    assert runs(cf)[0] >= 3 and magpy.explain(cf).notes == []
