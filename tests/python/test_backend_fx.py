@@ -172,3 +172,78 @@ def test_cudagraphs_results_are_not_overwritten_by_the_next_replay():
     for x, r in zip(xs, results):
         torch.testing.assert_close(r, f(x), rtol=1.3e-6, atol=1e-5)
     assert runs(cf)[0] >= 3 and magpy.explain(cf).notes == []
+
+
+@pytest.fixture
+def inductor_stand_in(monkeypatch):
+    """The inductor path on any torch: compile_fx replaced by the flat GraphModule itself, with
+    the versions it was asked for recorded."""
+    compiled = []
+
+    def stand_in(backend):
+        def compile(gm, inputs):
+            compiled.append([tuple(t.shape) for t in inputs])
+            return lambda *args: list(gm(*args))
+        return compile
+
+    monkeypatch.setattr(magpy._fx, "unavailable", lambda backend: None)
+    monkeypatch.setattr(magpy._fx, "_inductor", stand_in)
+    return compiled
+
+
+def test_inductor_compiles_each_input_shape_once_with_list_inputs_flattened(inductor_stand_in):
+    def f(xs, w):
+        y = torch.cat(xs, 0) * w  # xs: a list of tensors, one placeholder per tensor
+        return (y + xs[1].sum()).relu()
+
+    cf = magpy.compile(f, backend="inductor", dynamic=True)
+    for n in (2, 2, 3, 3, 2):
+        xs = [torch.randn(n, 3), torch.randn(1, 3)]
+        w = torch.randn(3)
+        assert torch.equal(cf(xs, w), f(xs, w))
+    assert magpy.explain(cf).notes == []
+    # one version per set of input shapes, reused when they come back
+    assert sorted(shapes[:3] for shapes in inductor_stand_in) == [[(2, 3), (1, 3), (3,)],
+                                                                  [(3, 3), (1, 3), (3,)]]
+    assert runs(cf)[1] == 0
+
+
+def test_inductor_gives_up_on_a_region_after_eight_input_shapes(inductor_stand_in):
+    def f(x):
+        return (x * 2).sin() + 1
+
+    cf = magpy.compile(f, backend="inductor", dynamic=True)
+    for n in range(1, 12):
+        x = torch.randn(n)
+        assert torch.equal(cf(x), f(x))
+    assert len(inductor_stand_in) == 8
+    assert any("more than 8 different input shapes" in n for n in magpy.explain(cf).notes)
+
+
+def test_an_interrupt_while_a_graph_runs_reaches_the_caller_and_keeps_the_graph(monkeypatch):
+    def f(x):
+        return (x + 1).relu() * 3
+
+    real = magpy._fx.compile_region
+    interrupt = [False]
+
+    def interruptible(steps, sample, backend):
+        gm, text, tensors = real(steps, sample, backend)
+
+        def run(*args):
+            if interrupt[0]:
+                interrupt[0] = False
+                raise KeyboardInterrupt
+            return gm(*args)
+        return run, text, tensors
+
+    monkeypatch.setattr(magpy._fx, "compile_region", interruptible)
+    cf = magpy.compile(f, backend="fx")
+    x = torch.randn(5)
+    for _ in range(3):
+        assert torch.equal(cf(x), f(x))
+    interrupt[0] = True
+    with pytest.raises(KeyboardInterrupt):
+        cf(x)
+    assert torch.equal(cf(x), f(x))
+    assert magpy.explain(cf).notes == [] and runs(cf)[1] == 0

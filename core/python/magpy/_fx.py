@@ -63,16 +63,29 @@ def _is_tensor_method(fn):
     return name is not None and getattr(torch.Tensor, name, None) is fn
 
 
-def graph_module(steps, sample):
+def _leaves(v):
+    """The tensors of a tensor or a (nested) list or tuple of tensors, in order."""
+    return [v] if isinstance(v, torch.Tensor) else [t for x in v for t in _leaves(x)]
+
+
+def graph_module(steps, sample, flat=False):
     """The GraphModule computing a region, and the positions of its inputs that are tensors
     or lists and tuples of tensors (its arguments): `steps` are (kind, op, out, args, kwnames,
     name) tuples, args as (0, input index), (1, slot) or (2, constant); the last step builds
     the tuple of outputs. `sample` are
     the region's inputs on this call: the ones that are not tensors (modules, functions,
-    numbers) are constants of the graph, which the caller keys it by."""
+    numbers) are constants of the graph, which the caller keys it by. With `flat`, each tensor
+    of an input list is a placeholder of its own (the caller passes _leaves of the arguments)."""
     g = torch.fx.Graph()
     root = torch.nn.Module()
-    placeholders = {i: g.placeholder(f"in{i}") for i, v in enumerate(sample) if _tensors_only(v)}
+
+    def placeholder(v, name):
+        if not flat or isinstance(v, torch.Tensor):
+            return g.placeholder(name)
+        return type(v)(placeholder(t, f"{name}_{k}") for k, t in enumerate(v))
+
+    placeholders = {i: placeholder(v, f"in{i}") for i, v in enumerate(sample)
+                    if _tensors_only(v)}
     env = {}
     modules = {}
 
@@ -150,7 +163,9 @@ def graph_module(steps, sample):
                 node = g.call_function(_UNARY[op], tuple(a))
             elif kind == "getitem":
                 if isinstance(a[0], (list, tuple)):
-                    node = a[0][a[1]]  # an item of a list built in the region
+                    if isinstance(a[1], torch.fx.Node):
+                        raise Unsupported("a list indexed with a computed index")
+                    node = a[0][a[1]]  # an item of a list built in the region (or flat input)
                 else:
                     node = g.call_function(operator.getitem, tuple(a))
             elif kind == "getattr":
@@ -170,25 +185,70 @@ def graph_module(steps, sample):
     return torch.fx.GraphModule(root, g, class_name="magpy_region"), sorted(placeholders)
 
 
-def _cloning(compiled):
+_MAX_SHAPES = 8  # compiled versions of one region (input shapes, strides, grad mode), then eager
+
+
+_storage_ptr = (lambda t: t.untyped_storage().data_ptr()) if hasattr(torch.Tensor, "untyped_storage") \
+    else (lambda t: t.storage().data_ptr())  # torch < 2 (the CPU machines' tests)
+
+
+def _key(args):
+    """What a graph compiled for `args` was specialised on: grad mode, and per tensor its
+    metadata and which earlier input shares its storage."""
+    storages = {}
+    key = [torch.is_grad_enabled()]
+    for i, t in enumerate(args):
+        ptr = _storage_ptr(t)
+        key.append((t.shape, t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad,
+                    storages.setdefault(ptr, i)))
+    return tuple(key)
+
+
+def _inductor(backend):
+    """compile(gm, example_inputs) for `backend`: inductor's compile_fx, called directly."""
+    from torch._inductor.compile_fx import compile_fx
+    patches = {"triton.cudagraphs": True, "triton.cudagraph_trees": False} \
+        if backend == "cudagraphs" else None
+    return lambda gm, inputs: compile_fx(gm, inputs, config_patches=patches)
+
+
+def compiled_per_key(gm, compile, clone_outputs):
+    """A callable that compiles `gm` for its inputs once per key (_key) and runs that version.
+    For inductor, `compile` is its compile_fx, called directly without torch.compile's frame
+    evaluation and guards (magpy's guards and the key stand in for them): 3x less time per call
+    than torch.compile(gm) on the device machine (bench/results/gpu-h100-py3.12-torch2.11-fx-
+    backends.txt). `cudagraphs` is inductor with CUDA graphs on (their plain, tree-less form):
+    each version is recorded once and replayed, inputs copied into static buffers; its outputs
+    live in memory the next replay reuses, so they are cloned (`clone_outputs`). The callable
+    takes the region's inputs as they come (lists of tensors too) and passes their tensors."""
+    versions = {}
+
     def run(*args):
-        return tuple(t.clone() for t in compiled(*args))
+        args = _leaves(args)
+        key = _key(args)
+        fn = versions.get(key)
+        if fn is None:
+            if len(versions) >= _MAX_SHAPES:
+                raise Unsupported(f"more than {_MAX_SHAPES} different input shapes")
+            fn = versions[key] = compile(gm, args)
+        out = fn(*args)
+        if clone_outputs:
+            return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in out)
+        return tuple(out)
     return run
 
 
 def compile_region(steps, sample, backend):
     """(callable, graph text, tensor input positions): the callable takes the region's tensor
     inputs and returns the tuple of its outputs."""
-    gm, tensors = graph_module(steps, sample)
+    gm, tensors = graph_module(steps, sample, flat=backend != "fx")
     text = gm.code.strip()
     if backend == "fx":
         return gm, text, tensors
     why = unavailable(backend)
     if why:
         raise Unsupported(why)
-    if backend == "inductor":
-        return torch.compile(gm, backend="inductor", fullgraph=True, dynamic=False), text, tensors
-    if backend == "cudagraphs":
-        compiled = torch.compile(gm, backend="cudagraphs", fullgraph=True, dynamic=False)
-        return _cloning(compiled), text, tensors
+    if backend in ("inductor", "cudagraphs"):
+        return (compiled_per_key(gm, _inductor(backend), backend == "cudagraphs"), text,
+                tensors)
     raise ValueError(f"unknown fx backend {backend!r}")

@@ -90,7 +90,7 @@ public:
                 return run_steps(args);
             }
             spec = build(args);
-            if (!spec) return run_steps(args);
+            if (!spec) return PyErr_Occurred() ? nullptr : run_steps(args);
         }
         m_argv.clear();
         for (size_t i : spec->tensors) m_argv.push_back(args[i]);
@@ -101,6 +101,8 @@ public:
             ++spec->runs;
             return r;
         }
+        if (!r && !PyErr_ExceptionMatches(PyExc_Exception))
+            return nullptr;  // an interrupt (KeyboardInterrupt), not the graph's failure
         std::string why = r ? "it returned no tuple" : py::fetch_error_string();
         Py_XDECREF(r);
         // The steps again: if they raise too, the error is the program's, and the graph stays.
@@ -160,6 +162,8 @@ private:
                                           m_backend.c_str()))
                                     : py::Ref();
         m_compile_ns += now_ns() - t0;
+        if (!r && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception))
+            return nullptr;  // as in call()
         Spec spec;
         if (r && PyTuple_Check(r.get()) && PyTuple_GET_SIZE(r.get()) == 3 &&
             PyUnicode_Check(PyTuple_GET_ITEM(r.get(), 1)) &&
