@@ -82,12 +82,12 @@ def format_tensor(x):
 
 
 def set_literal(x):
-    return x * len({1, 2})
+    return x * len({x, x * 2})  # sets of constants are followed; of tensors, not
 
 
 def set_iteration(x):
     out = x
-    for k in set([1, 2]):
+    for k in set([x, x + 1]):
         out = out + k
     return out
 
@@ -105,8 +105,8 @@ CASES = {
     "masked_stride": (masked_stride, "MB010"),
     "tensor_attribute": (tensor_attribute, "MB007"),
     "format": (format_tensor, "MB002"),
-    "set": (set_literal, "MB004"),
-    "set_iteration": (set_iteration, "MB003"),
+    "set": (set_literal, "MB002"),
+    "set_iteration": (set_iteration, "MB002"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Tuples, lists and dicts: built in the function, passed in, indexed, returned."""
+"""Tuples, lists, dicts and sets: built in the function, passed in, indexed, returned."""
 
 import collections
 
@@ -643,3 +643,96 @@ def test_defaultdicts_made_in_the_call():
 
     cf = check(set_factory, [torch.randn(2) for _ in range(2)])
     assert break_ids(cf) == ["MB003"] and "runs its factory" in str(magpy.explain(cf))
+
+
+# [Note: sets made in the call]
+def test_sets_of_constants_made_in_the_call_fold_and_are_fresh_when_returned():
+    def f(x, skip):
+        s = {1, 2}
+        s.add(5)
+        s.discard(1)
+        s |= {9}
+        t = (s - {9}) | set((7,))
+        acc = x
+        for e in sorted(s):
+            if e not in skip:
+                acc = acc + e
+        return acc, s, t, len(t), frozenset(s), set(), 2 in s, s == {2, 5, 9}
+
+    cf = check(f, [(torch.ones(2), (5,)), (torch.ones(2), (5,)), (torch.ones(2), (2,))])
+    assert_stats(cf, graphs=2, breaks=0, hits=1)
+    a, b = cf(torch.ones(2), (5,)), cf(torch.ones(2), (5,))
+    assert a[1] == b[1] and a[1] is not b[1]  # a new set each call, as eager makes
+    a[1].add(100)
+    assert cf(torch.ones(2), (5,))[1] == {2, 5, 9}
+
+
+def test_loops_over_sets_of_constants_are_unrolled():
+    def f(x):
+        out = x
+        for k in set([1, 2]) | {3, 4, 5}:
+            out = out + k
+        return out * len({1, 2}), {k * 2 for k in (1, 2, 2)}
+
+    cf = check(f, [(torch.ones(2),)] * 3)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_a_set_in_a_closure_like_module_call_impl_is_followed_without_a_break():
+    # torch >= 2's Module._call_impl with hooks: `called = set()`, filled in a closure
+    always = {3: True}
+
+    def f(x, hooks):
+        called = set()
+        result = None
+
+        def inner():
+            nonlocal result
+            result = x * 2
+            for hook_id, hook in hooks.items():
+                if hook_id in always:
+                    called.add(hook_id)
+                result = hook(result)
+            return result
+
+        try:
+            return inner(), len(called), 3 in called
+        except Exception:
+            for hook_id in always:
+                if hook_id not in called:
+                    pass
+            raise
+
+    hooks = {1: lambda r: r + 1, 3: lambda r: r * 3}
+    cf = check(f, [(torch.ones(2), hooks)] * 3)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_a_set_passed_in_and_returned_is_the_callers_object():
+    def f(x, s):
+        return x + len(s), s
+
+    cf = magpy.compile(f)
+    for _ in range(3):
+        s = {1, 2}
+        r = cf(torch.ones(1), s)
+        assert r[1] is s and torch.equal(r[0], torch.full((1,), 3.0))
+    assert_stats(cf, graphs=1, hits=2)
+
+
+def test_sets_that_cannot_be_followed_break_and_match_eager():
+    def changed_after_stored(x, log):
+        s = set()
+        log.append(s)
+        s.add(1)  # the stored set changes: a break
+        return x + len(s)
+
+    def of_tensors(x):
+        s = {x, x + 1}  # elements that are not constants
+        return len(s) * x
+
+    cf = check(changed_after_stored, [(torch.ones(2), []) for _ in range(3)])
+    assert break_ids(cf) == ["MB003"]
+    cf = check(of_tensors, [(torch.ones(2),) for _ in range(3)])
+    assert break_ids(cf) == ["MB002"]
+    assert "a set element uses L['x'], which is not a constant" in str(magpy.explain(cf))

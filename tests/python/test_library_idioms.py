@@ -705,3 +705,32 @@ def test_typing_subscripts_are_constants():
 
     cf = check(f, [torch.randn(3) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_torch_switches_read_in_forward_are_guarded_by_asking_again(monkeypatch):
+    # torch >= 2's TransformerEncoderLayer asks torch.backends.mha.get_fastpath_enabled(), a
+    # Python function of torch's that returns a module flag: like torch.is_grad_enabled(), the
+    # answer is guarded by calling it on every call, not a graph break
+    import sys
+    import types
+    mod = types.ModuleType("torch.backends.magpy_test_switch")
+    mod.torch = torch
+    exec("_enabled = True\n"
+         "def get_fastpath_enabled():\n"
+         "    if not torch.jit.is_scripting():\n"
+         "        return _enabled\n"
+         "    return True\n", mod.__dict__)
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    monkeypatch.setattr(torch.backends, "magpy_test_switch", mod, raising=False)
+
+    def f(x):
+        if torch.backends.magpy_test_switch.get_fastpath_enabled():
+            return x.relu() + 1
+        return x.sigmoid() - 1
+
+    def mutate(i):
+        mod._enabled = i not in (3, 4)
+
+    cf = check(f, [(torch.randn(4),) for _ in range(7)], mutate=mutate)
+    assert_stats(cf, graphs=2, breaks=0, hits=5)
+    assert "get_fastpath_enabled() == True" in str(magpy.explain(cf))

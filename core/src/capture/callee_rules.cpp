@@ -28,6 +28,11 @@ bool starts_with(const std::string& s, const char* prefix) {
     return s.rfind(prefix, 0) == 0;
 }
 
+static bool ends_with(const std::string& s, const char* suffix) {
+    size_t n = std::strlen(suffix);
+    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
 // The module a C function belongs to: its __module__, else the module it is bound to.
 std::string cfunction_module(PyCFunctionObject* cf) {
     if (cf->m_module && PyUnicode_Check(cf->m_module)) return py::str_of(cf->m_module);
@@ -102,8 +107,10 @@ bool is_global_state_query(const std::string& n) {
     static const std::unordered_set<std::string> kGlobal = {
         "get_default_dtype", "is_grad_enabled", "is_inference_mode_enabled",
         "is_autocast_enabled", "is_autocast_cpu_enabled", "are_deterministic_algorithms_enabled",
-        "is_anomaly_enabled", "get_num_threads"};
-    return kGlobal.count(n) != 0;
+        "is_anomaly_enabled", "get_num_threads", "is_compiling"};
+    // and torch's other switches of the same shape (torch.backends.mha.get_fastpath_enabled)
+    return kGlobal.count(n) != 0 ||
+           ((starts_with(n, "is_") || starts_with(n, "get_")) && ends_with(n, "_enabled"));
 }
 
 bool reads_strides(const std::string& n) {
@@ -525,6 +532,9 @@ CalleeInfo classify_callee(PyObject* f) {
         } else if (owner == &PyList_Type) {
             info.kind = CallKind::ListMethod;
             info.name = py::str_of(PyDescr_NAME(f));
+        } else if (owner == &PySet_Type || owner == &PyFrozenSet_Type) {
+            info.kind = CallKind::SetMethod;
+            info.name = "set." + info.op;
         } else if (PyType_IsSubtype(owner, &PyDict_Type)) {
             info.kind = CallKind::DictMethod;
             info.name = py::str_of(PyDescr_NAME(f));
@@ -582,7 +592,8 @@ CalleeInfo classify_callee(PyObject* f) {
         if (t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type || t == &PyUnicode_Type ||
             t == &PyTuple_Type || t == &PyList_Type || t == &PyRange_Type ||
             t == &PySlice_Type || t == api.size_type || t == api.device_type ||
-            t == api.ordered_dict_type || t == api.defaultdict_type || t == &PyDict_Type)
+            t == api.ordered_dict_type || t == api.defaultdict_type || t == &PyDict_Type ||
+            t == &PySet_Type || t == &PyFrozenSet_Type)
             info.kind = CallKind::TypeCtor;
         if (api.is_context_type(f)) info.kind = CallKind::Context;
         if (t == &PyType_Type) info.kind = CallKind::TypeOf;

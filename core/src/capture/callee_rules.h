@@ -18,6 +18,7 @@ enum class CallKind : uint8_t {
     IsInstance,
     ListMethod,      // list.append & co
     DictMethod,      // dict.items / keys / values / get
+    SetMethod,       // set.add & co, on a set of constants made in the call
     Iteration,       // zip, enumerate, reversed, map
     EagerFact,       // torch.jit.is_scripting() & co: fixed answers in eager mode
     TypeCtor,        // int(), float(), tuple(), list(), range(), slice() ...

@@ -280,6 +280,19 @@ int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
     return register_input(node, real, by_type);
 }
 
+bool Capture::set_items(int id, std::vector<int>& out) {
+    out.clear();
+    PyObject* it = PyObject_GetIter(v(id).real.get());
+    while (PyObject* e = it ? PyIter_Next(it) : nullptr) {
+        out.push_back(const_value(e));
+        Py_DECREF(e);
+    }
+    Py_XDECREF(it);
+    if (!PyErr_Occurred()) return true;
+    internal_error("the elements of a set made in the call");
+    return false;
+}
+
 int Capture::fresh(ValueKind kind, std::vector<int> items, PyObject* real) {
     // A tuple made only of constants is itself a constant.
     if (kind == ValueKind::FreshTuple) {
@@ -610,6 +623,8 @@ bool Capture::folds(int id, int depth) {
     case ValueKind::Const: return !x.tensor && !x.sym && !x.dyn_scalar;
     case ValueKind::OpResult:
         return x.const_data && !x.sym && data_version(x.real.get()) == x.const_version;
+    case ValueKind::FreshSet:  // of constants
+        return true;
     case ValueKind::FreshList:
     case ValueKind::FreshTuple:
     case ValueKind::FreshDict: {
@@ -1117,7 +1132,10 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         return true;
     }
     case ValueKind::Const:
-        out = Arg::value(val.real.get());
+        // A set passed in is known by value, but it is the caller's object: what the call
+        // hands on is that object (read again through its path), not the one captured.
+        out = val.node >= 0 && PySet_CheckExact(val.real.get()) ? Arg::input(val.node)
+                                                                 : Arg::value(val.real.get());
         return true;
     case ValueKind::OpResult:
         out = Arg::slot(val.slot);
@@ -1130,6 +1148,7 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         }
         [[fallthrough]];
     case ValueKind::FreshList:
+    case ValueKind::FreshSet:
     case ValueKind::FreshTuple:
     case ValueKind::FreshDict: {
         if (val.built >= 0) {
@@ -1142,7 +1161,8 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
             return false;
         }
         Step s;
-        s.kind = val.kind == ValueKind::FreshList    ? StepKind::BuildList
+        s.kind = val.kind == ValueKind::FreshList || val.kind == ValueKind::FreshSet
+                     ? StepKind::BuildList
                  : val.kind == ValueKind::FreshTuple ? StepKind::BuildTuple
                                                      : StepKind::BuildDict;
         bool object = val.kind == ValueKind::FreshObject;
@@ -1153,11 +1173,14 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
             internal_error("the items of an object made in the call are built without it");
             return false;
         }
-        if (((s.kind == StepKind::BuildDict && !PyDict_CheckExact(val.real.get())) ||
+        if (val.kind == ValueKind::FreshSet)  // set([...]) at replay
+            s.name = py::Ref::borrow(reinterpret_cast<PyObject*>(&PySet_Type));
+        else if (((s.kind == StepKind::BuildDict && !PyDict_CheckExact(val.real.get())) ||
              (s.kind == StepKind::BuildList && !PyList_CheckExact(val.real.get()))) &&
             !object && val.real)  // an OrderedDict, a ModuleList made by slicing one
             s.name = py::Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(val.real.get())));
         std::vector<int> items = val.items;
+        if (val.kind == ValueKind::FreshSet && !set_items(id, items)) return false;
         for (int item : items) {
             Arg a;
             if (!build_arg(item, a, escape, depth + 1)) return false;
@@ -1477,7 +1500,7 @@ void set_graph_break_error(PyObject* type) {
 
 void Capture::describe_graph(CaptureResult& r) {
     static const char* kKinds[] = {"null",  "input",    "const", "op",      "list",    "tuple",
-                                   "dict",  "object",   "iterator", "cell", "function",
+                                   "dict",  "set",      "object", "iterator", "cell", "function",
                                    "super", "partial", "context", "method"};
     static_assert(sizeof(kKinds) / sizeof(kKinds[0]) ==
                       static_cast<size_t>(ValueKind::BoundMethod) + 1,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace magpy {
@@ -139,6 +140,7 @@ bool Monitor::items_of(int seq, std::vector<int>& out) {
         out = s.items;
         return true;
     }
+    if (s.kind == ValueKind::FreshSet) return m_cap.set_items(seq, out);
     if (s.kind == ValueKind::Const && (PyTuple_Check(o) || PyList_Check(o))) {
         out.clear();
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
@@ -287,6 +289,45 @@ int Monitor::fresh_dict(const std::vector<int>& pairs, PyObject* real) {
     int d = m_cap.fresh(ValueKind::FreshDict, {}, real);
     for (size_t i = 0; i + 1 < pairs.size(); i += 2) dict_set(d, pairs[i], pairs[i + 1]);
     return d;
+}
+
+// [Note: sets made in the call] A set made in the call from constants (`set()`, `{1, 2}`,
+// `set(a_constant_tuple)`, torch >= 2's `called_always_called_hooks = set()` in
+// Module._call_impl) is followed by its elements: each a constant, in the set's own order,
+// read again from the set after each change. What Python asks of it (`in`, len, truth,
+// iteration, a copy) follows from constants, so it folds; nothing runs at replay unless it
+// escapes (returned, stored, passed on), where it is made as set([...]) of the elements the set
+// holds then (Capture::set_items: the set is the program's own, changed by the real run). An
+// element that is not a constant, or a change after it escaped, breaks.
+int Monitor::fresh_set(PyObject* real) {
+    int id = m_cap.fresh(ValueKind::FreshSet, {}, real);
+    m_cap.v(id).label = "a set made in the call";
+    return id;
+}
+
+// set.add(x) and the other set methods on a set made in the call (`in` is CONTAINS_OP).
+int Monitor::set_method(const Pending& p, PyObject* result) {
+    const std::string& op = p.callee.op;
+    if (p.in.empty() || m_cap.v(p.in[0]).kind != ValueKind::FreshSet)
+        return m_cap.fail(breaks::kUnsupportedCallee,
+                          "`set." + op + "()` on " + (p.in.empty() ? "nothing" : m_cap.v(p.in[0]).label),
+                          "call set methods on sets of constants made in the function"), -1;
+    std::vector<int> args(p.in.begin() + 1, p.in.end());
+    for (int a : args) {  // update(other), union(a, b): their items too
+        std::vector<int> items;
+        if (!known(a) && !(items_of(a, items) && require_const(items, "`set." + op + "()`")))
+            return -1;
+    }
+    static const std::unordered_set<std::string> kChanges = {
+        "add", "discard", "remove", "clear", "update", "difference_update",
+        "intersection_update", "symmetric_difference_update", "pop"};
+    if (kChanges.count(op) && m_cap.exists_at_replay(p.in[0]))
+        return m_cap.fail(breaks::kUnsupportedCallee,
+                          "`set." + op + "()` changes a set after it was stored or returned",
+                          "finish the set before storing or returning it"), -1;
+    if (result && (PySet_CheckExact(result) || PyFrozenSet_CheckExact(result)))
+        return PySet_CheckExact(result) ? fresh_set(result) : m_cap.const_value(result);
+    return result ? m_cap.const_value(result) : -1;  // None, an element, a bool
 }
 
 // [Note: objects made in the call] An instance of a plain class of the user's
@@ -2750,6 +2791,19 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         d.items.push_back(val);
         return;
     }
+    case SET_ADD:     // {e for e in ...}
+    case SET_UPDATE: {  // {1, 2, 3}: BUILD_SET 0, then the constant frozenset
+        int src = pop(f);
+        int target = f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)];
+        if (m_cap.v(target).kind != ValueKind::FreshSet)
+            return m_cap.fail(breaks::kUnsupportedOpcode, "a set of values that are not "
+                              "constants", "build sets of constants (numbers, strings)");
+        std::vector<int> items;
+        if (ins.opcode == SET_ADD) items.push_back(src);
+        else if (!known(src) && !items_of(src, items)) return;
+        require_const(items, "a set element");  // it changes as the real set does
+        return;
+    }
     case LIST_EXTEND: {
         int src = pop(f);
         int target = f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)];
@@ -2857,7 +2911,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         defer(1, 1);
         if (ins.opcode == GET_ITER) expect_hook(f.pending, "__iter__");
         return;
-    case BUILD_TUPLE: case BUILD_LIST: defer(ins.oparg, 1); return;
+    case BUILD_TUPLE: case BUILD_LIST: case BUILD_SET: defer(ins.oparg, 1); return;
     case BUILD_MAP: defer(2 * ins.oparg, 1); return;
     case BUILD_CONST_KEY_MAP: defer(ins.oparg + 1, 1); return;
     case BUILD_SLICE: defer(ins.oparg, 1); return;
@@ -3121,7 +3175,7 @@ void Monitor::complete(ShadowFrame& f) {
             out(m_cap.const_value(tos));
             return;
         }
-        if (c.kind == ValueKind::Const) {
+        if (c.kind == ValueKind::Const || c.kind == ValueKind::FreshSet) {
             out(m_cap.const_value(tos));
             return;
         }
@@ -3191,6 +3245,9 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     case LIST_TO_TUPLE:
         out(m_cap.fresh(ValueKind::FreshTuple, m_cap.v(p.in[0]).items, tos));
+        return;
+    case BUILD_SET:  // {a, b} of constants: [Note: sets made in the call]
+        if (require_const(p.in, "a set element")) out(fresh_set(tos));
         return;
     case BUILD_MAP:
         for (size_t i = 0; i < p.in.size(); i += 2)
@@ -4056,7 +4113,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                                   "take len() of lists, tuples, dicts or tensors");
             }
         } else if (!(v.tensor || v.kind == ValueKind::Const || v.kind == ValueKind::FreshList ||
-                     v.kind == ValueKind::FreshTuple || v.kind == ValueKind::FreshDict)) {
+                     v.kind == ValueKind::FreshTuple || v.kind == ValueKind::FreshDict ||
+                     v.kind == ValueKind::FreshSet)) {
             return m_cap.fail(breaks::kUnsupportedCallee, "len() of " + v.label,
                               "take len() of lists, tuples, dicts or tensors");
         }
@@ -4215,6 +4273,13 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                                  items, result));
             return;
         }
+        if ((name == "set" || name == "frozenset") && p.in.size() <= 1 && !p.kwnames && result) {
+            std::vector<int> items;  // [Note: sets made in the call]
+            if (!p.in.empty() && !known(p.in[0]) &&
+                !(items_of(p.in[0], items) && require_const(items, "a set element")))
+                return;
+            return push_out(name == "set" ? fresh_set(result) : m_cap.const_value(result));
+        }
         if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 && name == "list" &&
             m_cap.v(p.in[0]).kind == ValueKind::Const) {
             std::vector<int> items;  // list(range(n)), list(a_constant_tuple)
@@ -4356,6 +4421,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` while scripting or tracing",
                           "compile the eager model, not a scripted or traced one");
     }
+    case CallKind::SetMethod:
+        push_out(set_method(p, result));
+        return;
     case CallKind::ListMethod: {
         if (p.callee.op == "sort") return push_out(sort_list(p));
         if ((p.callee.op == "index" || p.callee.op == "count") && result && !p.in.empty()) {
@@ -5161,8 +5229,8 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
     IterKind kind;
     int source = src;
     std::vector<int> flat;
-    if (s.kind == ValueKind::Const) {
-        kind = IterKind::ConstSeq;
+    if (s.kind == ValueKind::Const || s.kind == ValueKind::FreshSet) {
+        kind = IterKind::ConstSeq;  // a set's elements are constants
     } else if (s.kind == ValueKind::FreshList || s.kind == ValueKind::FreshTuple) {
         kind = IterKind::FreshSeq;
     } else if (s.kind == ValueKind::Input && !s.tensor &&
@@ -6047,6 +6115,18 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         return r;
     }
     if (x.kind == ValueKind::Const && y.kind == ValueKind::Const) return m_cap.const_value(real);
+    if ((x.kind == ValueKind::FreshSet || y.kind == ValueKind::FreshSet) && known(a) && known(b)) {
+        // a | b, a - b, a &= b: [Note: sets made in the call]
+        if (op < NB_INPLACE_ADD || real != x.real.get())
+            return PySet_CheckExact(real) ? fresh_set(real) : m_cap.const_value(real);
+        if (m_cap.v(a).kind != ValueKind::FreshSet || m_cap.exists_at_replay(a)) {
+            m_cap.fail(breaks::kUnsupportedOpcode, "an in-place operator changes " +
+                       m_cap.v(a).label + ", a set passed in, stored or returned",
+                       "make a new set: s = s | other");
+            return -1;
+        }
+        return a;
+    }
     auto is_dict = [&](const Value& d) {
         return !d.tensor && PyDict_Check(d.real.get()) &&
                (d.kind == ValueKind::FreshDict || d.kind == ValueKind::Input);
@@ -6215,7 +6295,7 @@ bool Monitor::number_operands(int a, int b) {
 bool Monitor::known(int id, int depth) {
     const Value& v = m_cap.v(id);
     m_cap.concretize(id);  // a symbolic number: Python needs it
-    if (v.kind == ValueKind::Const || v.identity) return true;
+    if (v.kind == ValueKind::Const || v.kind == ValueKind::FreshSet || v.identity) return true;
     if (v.kind == ValueKind::Input && !v.tensor && depth < 8 &&
         (PyList_CheckExact(v.real.get()) || PyTuple_CheckExact(v.real.get()))) {
         // a list held by the model (sum(self.class_weights)): its length and items guarded
@@ -6523,6 +6603,7 @@ bool Monitor::truthiness_known(int id) {
     switch (v.kind) {
     case ValueKind::Const:
     case ValueKind::FreshList:
+    case ValueKind::FreshSet:
     case ValueKind::FreshTuple:
     case ValueKind::FreshDict:
         return true;

@@ -283,6 +283,8 @@ private:
     bool items_of(int seq, std::vector<int>& out);
     bool iterator_items(int it, std::vector<int>& out);
     int fresh_dict(const std::vector<int>& pairs, PyObject* real);
+    int fresh_set(PyObject* real);
+    int set_method(const Pending& p, PyObject* result);
     // A new list (or tuple) of the objects the values stand for (None where one has none).
     py::Ref reals_of(const std::vector<int>& items, bool list);
     int new_object(int cls, PyObject* real);
