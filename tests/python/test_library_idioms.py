@@ -734,3 +734,34 @@ def test_torch_switches_read_in_forward_are_guarded_by_asking_again(monkeypatch)
     cf = check(f, [(torch.randn(4),) for _ in range(7)], mutate=mutate)
     assert_stats(cf, graphs=2, breaks=0, hits=5)
     assert "get_fastpath_enabled() == True" in str(magpy.explain(cf))
+
+
+_tp_caches = {}
+
+
+def _tp_cache_312(func):
+    # Python 3.12's typing._tp_cache: the lru_cache is looked up by the function object
+    cache = functools.lru_cache()(func)
+    _tp_caches[func] = cache
+
+    @functools.wraps(func)
+    def inner(*args, **kwds):
+        try:
+            return _tp_caches[func](*args, **kwds)
+        except TypeError:
+            pass
+        return func(*args, **kwds)
+    return inner
+
+
+@_tp_cache_312
+def _doubled(n):
+    return n * 2
+
+
+def test_a_dict_read_under_a_function_the_guards_pin_is_not_a_break():
+    def f(x):
+        return x * _doubled(3)
+
+    cf = check(f, [(torch.ones(2),)] * 3)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

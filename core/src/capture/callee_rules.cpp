@@ -381,7 +381,10 @@ CalleeInfo classify_callee(PyObject* f) {
         info.op = "partial";
         return info;
     }
-    if (std::string(Py_TYPE(f)->tp_name) == "numpy.ufunc") {  // np.sqrt, np.log2
+    // np.sqrt, np.log2; and numpy >= 1.25's functions (np.triu, np.ones), which are objects
+    // of its own C type wrapping the Python function
+    if (std::string(Py_TYPE(f)->tp_name) == "numpy.ufunc" ||
+        std::string(Py_TYPE(f)->tp_name) == "numpy._ArrayFunctionDispatcher") {
         info.kind = CallKind::PureBuiltin;
         PyObject* n = PyObject_GetAttrString(f, "__name__");
         info.op = n && PyUnicode_Check(n) ? py::str_of(n) : "ufunc";

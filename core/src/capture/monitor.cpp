@@ -5962,7 +5962,10 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
         return r;
     }
     m_cap.concretize(key);
-    if (k.kind != ValueKind::Const) {
+    // d[f] with f an object the guards pin (3.12's typing: _caches[func] in _tp_cache): read
+    // under that object, as under a constant key
+    bool pinned_key = k.identity && c.kind == ValueKind::Input && PyDict_Check(c.real.get());
+    if (k.kind != ValueKind::Const && !pinned_key) {
         m_cap.fail(breaks::kUnsupportedOpcode, c.label + " is indexed with a computed key",
                    "index containers with constants");
         return -1;

@@ -268,8 +268,8 @@ PyObject* iterator_rest(PyObject* it) {
     py::Ref out;
     if (seq) {
         if (nargs != 1) return nullptr;
-        Py_ssize_t pos = 0;
-        if (PyTuple_GET_SIZE(red.get()) >= 3) {
+        Py_ssize_t pos = 0;  // 3.12's range iterator: None, its range starts where it is
+        if (PyTuple_GET_SIZE(red.get()) >= 3 && PyTuple_GET_ITEM(red.get(), 2) != Py_None) {
             pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(red.get(), 2));
             if (pos < 0) {
                 PyErr_Clear();
