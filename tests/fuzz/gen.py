@@ -804,7 +804,7 @@ class ProgramGen:
                   (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try"), (1, "print"),
                   (0.8, "warn_log"),
                   (0.6, "data_sizes"), (0.6, "const_tensor"), (0.6, "iter_alias"),
-                  (1, "generators"), (0.6, "props"), (0.6, "mappings")]
+                  (1, "generators"), (0.6, "props"), (0.6, "mappings"), (1, "set")]
         if depth < 2:
             kinds += [(1, "block")]
         kinds = [(w * BOOST.get(k, 1.0), k) for w, k in kinds]
@@ -1554,6 +1554,28 @@ class ProgramGen:
             else:
                 lines.append(f"{n}.insert(0, {o.code})")
                 v.min_len += 1
+        return lines
+
+    def st_set(self, env, depth, loop):
+        """A set of guarded ints made in the call: built, changed, stored (then changed: a
+        break), asked (in, len, operators, iteration); an int of it for later statements."""
+        a, b = self.gen_int(env)[0], self.gen_int(env)[0]
+        n = self.name("S")
+        lines = [self.choice([f"{n} = {{{a}, {b}}}", f"{n} = set(({a}, {b}))", f"{n} = set()",
+                              f"{n} = {{v % 3 for v in ({a}, {b}, 4)}}"])]
+        for _ in range(self.r.randint(0, 3)):
+            c = self.gen_int(env)[0]
+            lines.append(self.choice([f"{n}.add({c})", f"{n}.discard({c})",
+                                      f"{n} |= {{{c}, 7}}", f"{n} = {n} - {{{c}}}",
+                                      f"{n}.update(({c}, 1))", "G_LOG.append({n})".format(n=n)]))
+        k = self.name("k")
+        code, lo, hi = self.choice([
+            (f"len({n})", 0, 6), (f"(2 if {a} in {n} else 0)", 0, 2),
+            (f"len({n} & {{0, 1, 2}})", 0, 3), (f"sum({n}) % 7", 0, 6),
+            (f"len([v for v in sorted({n}) if v > 0])", 0, 6),
+            (f"int({n} == {{{a}, {b}}})", 0, 1)])
+        lines.append(f"{k} = {code}")
+        env[k] = V("int", lo=lo, hi=hi)
         return lines
 
     def st_dict(self, env, depth, loop):

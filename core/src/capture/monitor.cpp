@@ -6123,8 +6123,10 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         if (op < NB_INPLACE_ADD || real != x.real.get())
             return PySet_CheckExact(real) ? fresh_set(real) : m_cap.const_value(real);
         if (m_cap.v(a).kind != ValueKind::FreshSet || m_cap.exists_at_replay(a)) {
-            m_cap.fail(breaks::kUnsupportedOpcode, "an in-place operator changes " +
-                       m_cap.v(a).label + ", a set passed in, stored or returned",
+            m_cap.fail(breaks::kUnsupportedOpcode,
+                       "an in-place operator changes " + m_cap.v(a).label +
+                           (m_cap.v(a).kind == ValueKind::FreshSet
+                                ? " after it was stored or returned" : ", a set passed in"),
                        "make a new set: s = s | other");
             return -1;
         }
