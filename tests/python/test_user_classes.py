@@ -595,3 +595,61 @@ def test_custom_container_slots_are_traced():
              for _ in range(3)]
     cf = check(f, calls)
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+class _Named:
+    def __init__(self, n):
+        self.count = n
+        self.flag = n > 1
+
+    def __str__(self):
+        return f"Named(count={self.count}, flag={self.flag})"
+
+
+class _Tagged:
+    def __init__(self, n):
+        self.n = n
+
+    def __repr__(self):  # str() and f"{}" use it too: the class keeps object's __str__
+        return "Tagged(%d)" % self.n
+
+
+class _ShowsData:
+    def __init__(self, t):
+        self.t = t
+
+    def __str__(self):
+        return f"ShowsData({self.t.sum().item():.3f})"
+
+
+_TEXT_LOG = []
+
+
+def test_str_repr_and_fstrings_of_user_objects_trace_their_hooks():
+    def f(x, passed):
+        a = str(_Named(2))
+        b = repr(_Tagged(3))
+        c = f"{_Named(1)}|{_Tagged(4)}|{_Tagged(5)!r}|{passed}|{passed!s}"
+        _TEXT_LOG.append(c)
+        if len(str(_Named(3))) > 0:
+            x = x + len(a) + len(b)
+        return x, a, b, c, str(_Tagged(7))
+
+    def mutate(i):
+        if i == 3:
+            calls[i][1].count = 7  # an attribute __str__ reads: guarded
+
+    calls = [(torch.ones(2), _Named(9)) for _ in range(5)]
+    cf = check(f, calls, mutate=mutate, snapshot=lambda: list(_TEXT_LOG),
+               restore=lambda s: _TEXT_LOG.__setitem__(slice(None), s))
+    assert_stats(cf, breaks=0)
+    assert magpy.explain(cf).graph_count >= 1
+
+
+def test_a_str_hook_that_reads_tensor_data_breaks_and_matches_eager():
+    def f(x):
+        s = str(_ShowsData(x * 2))
+        return x + len(s), s
+
+    cf = check(f, [(torch.full((2,), float(i)),) for i in range(3)])
+    assert magpy.explain(cf).break_count >= 1

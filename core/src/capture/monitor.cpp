@@ -531,6 +531,15 @@ static PyObject* os_environ() {
     return environ;
 }
 
+// The text hook that str(obj) (`repr`: repr(obj)) runs: __str__, or __repr__ when the class
+// keeps object's __str__, which calls it.
+static const char* text_hook(PyObject* obj, bool repr) {
+    if (repr) return "__repr__";
+    PyObject* own = _PyType_Lookup(Py_TYPE(obj), PyUnicode_InternFromString("__str__"));
+    PyObject* base = PyDict_GetItemString(py::type_dict(&PyBaseObject_Type), "__str__");
+    return own && own == base ? "__repr__" : "__str__";
+}
+
 // [Note: hooks of objects made in the call] Whether the instruction pending in `p` (its `in`:
 // the object, then the hook's other arguments) runs `dunder` of the object's class, written in
 // Python: then it is traced as a method, and `p` says so.
@@ -2917,7 +2926,19 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case BUILD_SLICE: defer(ins.oparg, 1); return;
     case LIST_TO_TUPLE: defer(1, 1); return;
     case BUILD_STRING: defer(ins.oparg, 1); return;
-    case FORMAT_VALUE: defer((ins.oparg & 0x04) ? 2 : 1, 1); return;
+    case FORMAT_VALUE:
+        defer((ins.oparg & 0x04) ? 2 : 1, 1);
+        // f"{obj}", f"{obj!r}" of a class with its own __str__ / __repr__ (and object's
+        // __format__, which calls str())
+        if (!(ins.oparg & 0x04) && (ins.oparg & 0x03) != 3 && !f.pending.in.empty()) {
+            PyObject* o = m_cap.v(f.pending.in[0]).real.get();
+            PyObject* fmt = o ? _PyType_Lookup(Py_TYPE(o), interned("__format__")) : nullptr;
+            bool plain = fmt && fmt == PyDict_GetItemString(py::type_dict(&PyBaseObject_Type),
+                                                            "__format__");
+            if (plain || (ins.oparg & 0x03) != 0)
+                expect_hook(f.pending, text_hook(o, (ins.oparg & 0x03) == 2));
+        }
+        return;
     case UNPACK_SEQUENCE: defer(1, ins.oparg); return;
     case UNPACK_EX: defer(1, (ins.oparg & 0xff) + (ins.oparg >> 8) + 1); return;
     case FOR_ITER:
@@ -3002,8 +3023,12 @@ void Monitor::complete(ShadowFrame& f) {
         if (p.opcode == BINARY_SUBSCR || p.opcode == GET_ITER) out(p.inline_result);
         if (p.opcode == CONTAINS_OP && require_const({p.inline_result}, "an `in` test"))
             out(m_cap.const_value(tos));  // what __contains__ gave, as `in` or `not in` made it
-        if (p.opcode == CALL && require_const({p.inline_result}, "a length"))
+        bool length = p.callee.name.size() > 8 &&
+                       p.callee.name.compare(p.callee.name.size() - 8, 8, ".__len__") == 0;
+        if (p.opcode == CALL && length && require_const({p.inline_result}, "a length"))
             out(m_cap.const_value(tos));  // len(obj): what __len__ gave, as an int
+        if ((p.opcode == CALL && !length) || p.opcode == FORMAT_VALUE)
+            out(p.inline_result);  // str(obj), f"{obj}": what __str__ / __repr__ gave
         if (p.opcode == BEFORE_WITH) user_with_enter(f, p);
         return;
     }
@@ -3711,6 +3736,11 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     if (p.callee.kind == CallKind::Len && p.in.size() == 1 && !kwnames &&
         expect_hook(p, "__len__"))  // len(obj) of a class with its own __len__
         return;
+    bool text = (p.callee.kind == CallKind::TypeCtor && p.callee.name == "str") ||
+                (p.callee.kind == CallKind::PureBuiltin && p.callee.name == "repr");
+    if (text && p.in.size() == 1 && !kwnames &&
+        expect_hook(p, text_hook(m_cap.v(p.in[0]).real.get(), p.callee.name == "repr")))
+        return;  // str(obj), repr(obj) of a class with its own __str__ / __repr__
     if (p.callee.kind == CallKind::InlineModule) p.expect_self = fn;
     if (p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::LeafModule) {
         // [Note: module hooks] Hooks run code the module's forward does not show (a forward
