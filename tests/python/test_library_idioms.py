@@ -765,3 +765,21 @@ def test_a_dict_read_under_a_function_the_guards_pin_is_not_a_break():
 
     cf = check(f, [(torch.ones(2),)] * 3)
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+class _Mode(enum.Enum):
+    TRAIN = 1
+    EVAL = 2
+
+
+def test_enum_members_value_and_name_are_constants():
+    def f(x, mode):
+        scale = _Mode.EVAL.value
+        if mode.name == "TRAIN":
+            return x * mode.value + scale
+        return x - mode.value
+
+    calls = [(torch.ones(2), _Mode.TRAIN), (torch.ones(2), _Mode.TRAIN),
+             (torch.ones(2), _Mode.EVAL), (torch.ones(2), _Mode.EVAL)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=2, breaks=0, hits=2)

@@ -531,6 +531,21 @@ static PyObject* os_environ() {
     return environ;
 }
 
+// A member of an enum.Enum class (its `value` and `name` are properties, fixed for good).
+static bool is_enum_member(PyObject* o) {
+    static PyObject* enum_type = [] {
+        PyObject* m = PyImport_ImportModule("enum");
+        PyObject* t = m ? PyObject_GetAttrString(m, "Enum") : nullptr;
+        Py_XDECREF(m);
+        if (!t) PyErr_Clear();
+        return t;
+    }();
+    if (!enum_type || PyType_Check(o)) return false;
+    int r = PyObject_IsInstance(o, enum_type);
+    if (r < 0) PyErr_Clear();
+    return r == 1;
+}
+
 // The text hook that str(obj) (`repr`: repr(obj)) runs: __str__, or __repr__ when the class
 // keeps object's __str__, which calls it.
 static const char* text_hook(PyObject* obj, bool repr) {
@@ -5861,6 +5876,8 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
     }
     PyObject* target = o.real.get();
     bool is_module = PyObject_TypeCheck(target, torch_api().module_type);
+    if (o.identity && (n == "value" || n == "name") && is_enum_member(target))
+        return m_cap.const_value(real);  // Color.RED.value: fixed when the class was made
     if (!PyType_Check(target) && is_code_descriptor(Py_TYPE(target), name)) {
         m_cap.fail(breaks::kUnsupportedAttribute,
                    "`" + o.label + "." + n + "` is a property (its getter runs Python code)",
