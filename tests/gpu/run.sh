@@ -90,6 +90,13 @@ test)
        "${MAGPY_TEST_TIMEOUT:-300}" "$PY" "$per" "$logs" \
      | sort | tee "$logs/summary.txt")
     grep -h -E "^(FAILED|ERROR)" "$logs"/*.log | cut -c1-200 | head -${MAGPY_TEST_SHOW:-60}
+    # The lease brings back only a few files: the failing files' reports go into one, and the
+    # per-file logs are dropped (MAGPY_TEST_KEEP_LOGS=1 keeps them).
+    for f in "$logs"/*.py.log; do
+        grep -q -E "^(FAILED|ERROR)|Fatal Python error|Segmentation" "$f" || continue
+        echo "##### $(basename "$f" .log)"; tail -c "${MAGPY_TEST_FAIL_BYTES:-20000}" "$f"
+    done > "$logs/failures.txt"
+    [ "${MAGPY_TEST_KEEP_LOGS:-0}" = 1 ] || rm -f "$logs"/*.py.log
     ;;
 bench)
     stage bench
