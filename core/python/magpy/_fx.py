@@ -14,6 +14,7 @@ A region that cannot be built, compiled or run falls back to its recorded steps 
 backends/fx_backend.cpp), with a note in explain().
 """
 
+import copy
 import operator
 
 import torch
@@ -230,7 +231,10 @@ def compiled_per_key(gm, compile, clone_outputs):
         if fn is None:
             if len(versions) >= _MAX_SHAPES:
                 raise Unsupported(f"more than {_MAX_SHAPES} different input shapes")
-            fn = versions[key] = compile(gm, args)
+            # a graph of its own for each version (compilers rewrite the graph they are
+            # given), over the same modules and parameters
+            fn = versions[key] = compile(torch.fx.GraphModule(gm, copy.deepcopy(gm.graph)),
+                                         args)
         out = fn(*args)
         if clone_outputs:
             return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in out)
