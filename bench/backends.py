@@ -594,7 +594,7 @@ def busy(info, opts):
     return max(start + opts.threads, end) > (os.cpu_count() or 1) + 0.5
 
 
-def plot(path, rows, names, log):
+def plot(path, rows, names, log, info):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -628,8 +628,9 @@ def plot(path, rows, names, log):
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FormatStrFormatter("%.2g"))
         ax.yaxis.set_minor_formatter(FormatStrFormatter("%.2g"))
-    ax.set_title(f"speedup over eager, torch {torch.__version__}, "
-                 f"{'grad' if rows and rows[0].get('grad') else 'no_grad'} (hatched: FAILED)")
+    where = f", {info['gpu']}" if info.get("gpu") else ""
+    ax.set_title(f"speedup over eager, torch {info.get('torch', '?')}{where}, "
+                 f"{'grad' if rows and rows[0].get('grad') else 'no_grad'} (hatched: FAILED)", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -733,6 +734,9 @@ def main(argv=None):
     ap.add_argument("--plot", help="write a PNG of speedup over eager per model and system")
     ap.add_argument("--plot-log", action="store_true", help="log-scale y axis in --plot")
     ap.add_argument("--list", action="store_true", help="list models and systems and exit")
+    ap.add_argument("--from-json", metavar="JSON",
+                    help="print the table (and --plot) of an earlier run's JSON, e.g. one "
+                         "brought back from the GPU machine or cut short, and exit")
     ap.add_argument("-v", "--verbose", action="store_true", help="print tracebacks of n/a")
     ap.add_argument("--in-process", action="store_true",
                     help="run every model in this process (default: one worker subprocess per "
@@ -742,6 +746,13 @@ def main(argv=None):
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     opts.repeats = opts.repeats or (5 if opts.quick else 9)
+    if opts.from_json:
+        with open(opts.from_json) as f:
+            saved = json.load(f)
+        print_table(saved["rows"])
+        if opts.plot:
+            plot(opts.plot, saved["rows"], saved["systems"], opts.plot_log, saved["machine"])
+        return 0
     opts.sample_s = 0.01 if opts.quick else 0.05
     opts.first_reps = 1 if opts.quick else 3
     if opts.device == "cuda" and not torch.cuda.is_available():
@@ -859,7 +870,7 @@ def main(argv=None):
                        "targets": tg, "elapsed_s": elapsed},
                       f, indent=2)
     if opts.plot:
-        plot(opts.plot, rows, names, opts.plot_log)
+        plot(opts.plot, rows, names, opts.plot_log, info)
     return 0
 
 
