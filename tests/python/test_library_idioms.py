@@ -783,3 +783,13 @@ def test_enum_members_value_and_name_are_constants():
              (torch.ones(2), _Mode.EVAL), (torch.ones(2), _Mode.EVAL)]
     cf = check(f, calls)
     assert_stats(cf, graphs=2, breaks=0, hits=2)
+
+
+def test_numpy_scalar_types_called_on_constants_fold():
+    np = pytest.importorskip("numpy")
+
+    def f(x):
+        return x * np.sqrt(4.0) + float(np.float32(1.5)) + int(np.int64(x.shape[0]))
+
+    cf = check(f, [(torch.arange(1.0, 4.0),)] * 3)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
