@@ -333,13 +333,14 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
             Declined declined;
             // Kernels launched by this run are attributed to the entry (CUPTI, on a GPU).
             uint64_t id = it->id;
-            profiler().begin_graph(id);
+            static Profiler& prof = profiler();
+            prof.begin_graph(id);
             result = it->graph->run(values.data(), declined);
-            profiler().end_graph(id);
-            int64_t replay_ns = now_ns() - replay_start;
-            it->replay_ns += replay_ns;
-            st.stats.replay_ns += replay_ns;
-            guard_start = now_ns();  // a declined run goes on to the next entry
+            prof.end_graph(id);
+            int64_t replay_end = now_ns();
+            it->replay_ns += replay_end - replay_start;
+            st.stats.replay_ns += replay_end - replay_start;
+            guard_start = replay_end;  // a declined run goes on to the next entry
             if (declined == Declined::Recapture) {
                 // A size relation the capture relied on does not hold: like a failed guard.
                 GuardTree::release_values(values);
