@@ -247,3 +247,20 @@ def test_an_interrupt_while_a_graph_runs_reaches_the_caller_and_keeps_the_graph(
         cf(x)
     assert torch.equal(cf(x), f(x))
     assert magpy.explain(cf).notes == [] and runs(cf)[1] == 0
+
+
+def test_inductor_compiles_again_when_a_module_parameter_is_replaced(inductor_stand_in):
+    # a compiled version holds the parameter objects it was compiled with
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    cf = magpy.compile(m, backend="inductor")
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        assert torch.equal(cf(x), m(x))
+    assert len(inductor_stand_in) == 1
+    m[0].weight = nn.Parameter(torch.randn(4, 4))
+    for _ in range(2):
+        assert torch.equal(cf(x), m(x))
+    assert len(inductor_stand_in) == 2
+    with torch.no_grad():
+        m[0].bias.add_(1.0)  # in place: the same object, seen without compiling again
+    assert torch.equal(cf(x), m(x)) and len(inductor_stand_in) == 2

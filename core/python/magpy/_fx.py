@@ -223,8 +223,22 @@ def compiled_per_key(gm, compile, clone_outputs):
     live in memory the next replay reuses, so they are cloned (`clone_outputs`). The callable
     takes the region's inputs as they come (lists of tensors too) and passes their tensors."""
     versions = {}
+    # A compiled version holds the modules' parameters and buffers it was compiled with (the
+    # same tensor objects: in-place updates are seen). One replaced on its module (`m.weight =
+    # nn.Parameter(...)`, a buffer reassigned) makes the versions stale: compiled again.
+    pins = [(d, name, t) for m in gm.modules() if m is not gm
+            for d in (m._parameters, m._buffers) for name, t in d.items()]
+
+    swaps = [0]
 
     def run(*args):
+        if any(d.get(name) is not t for d, name, t in pins):
+            swaps[0] += 1
+            if swaps[0] > _MAX_SHAPES:
+                raise Unsupported(f"its modules' parameters were replaced more than "
+                                  f"{_MAX_SHAPES} times")
+            versions.clear()
+            pins[:] = [(d, name, t2) for d, name, _ in pins if (t2 := d.get(name)) is not None]
         args = _leaves(args)
         key = _key(args)
         fn = versions.get(key)
