@@ -183,7 +183,7 @@ def inductor_stand_in(monkeypatch):
     def stand_in(backend):
         def compile(gm, inputs):
             compiled.append([tuple(t.shape) for t in inputs])
-            return lambda *args: list(gm(*args))
+            return (lambda *args: list(gm(*args))), False  # (callable, clone its outputs)
         return compile
 
     monkeypatch.setattr(magpy._fx, "unavailable", lambda backend: None)
@@ -264,3 +264,22 @@ def test_inductor_compiles_again_when_a_module_parameter_is_replaced(inductor_st
     with torch.no_grad():
         m[0].bias.add_(1.0)  # in place: the same object, seen without compiling again
     assert torch.equal(cf(x), m(x)) and len(inductor_stand_in) == 2
+
+
+@pytest.mark.skipif(magpy._fx.unavailable("cudagraphs") is not None,
+                    reason=str(magpy._fx.unavailable("cudagraphs")))
+def test_cudagraphs_keeps_an_output_that_is_a_view_of_an_input_a_view():
+    # a CUDA graph's outputs live in its own buffers: a region whose output shares memory with
+    # an input runs as inductor without CUDA graphs, so the view stays a view as in eager
+    def f(x):
+        y = x.view(2, -1)
+        z = (x * 2).sin() + 1
+        return y, z
+
+    cf = magpy.compile(f, backend="cudagraphs")
+    for _ in range(4):
+        x = torch.randn(8, device="cuda")
+        y, z = cf(x)
+        torch.testing.assert_close(z, (x * 2).sin() + 1, rtol=1.3e-6, atol=1e-5)
+        assert y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert magpy.explain(cf).notes == []

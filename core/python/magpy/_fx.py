@@ -205,23 +205,44 @@ def _key(args):
     return tuple(key)
 
 
+def _shares_memory(outs, args):
+    """Whether an output is (a view of) an input or of another output."""
+    seen = {_storage_ptr(t) for t in args if isinstance(t, torch.Tensor)}
+    for o in outs:
+        if isinstance(o, torch.Tensor) and o.numel():
+            p = _storage_ptr(o)
+            if p in seen:
+                return True
+            seen.add(p)
+    return False
+
+
 def _inductor(backend):
-    """compile(gm, example_inputs) for `backend`: inductor's compile_fx, called directly."""
+    """compile(gm, example_inputs) -> (callable, whether its outputs must be cloned) for
+    `backend`: inductor's compile_fx, called directly. For `cudagraphs`, with CUDA graphs on
+    when the inputs are on the GPU and no output shares memory with an input or another output
+    (it would share it with a static buffer instead, and a clone would break the aliasing eager
+    has): the graph is run once eagerly to see."""
     from torch._inductor.compile_fx import compile_fx
-    patches = {"triton.cudagraphs": True, "triton.cudagraph_trees": False} \
-        if backend == "cudagraphs" else None
-    return lambda gm, inputs: compile_fx(gm, inputs, config_patches=patches)
+
+    def compile(gm, inputs):
+        if backend == "cudagraphs" and inputs and all(t.is_cuda for t in inputs) and \
+                not _shares_memory(gm(*inputs), inputs):
+            patches = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
+            return compile_fx(gm, inputs, config_patches=patches), True
+        return compile_fx(gm, inputs), False
+    return compile
 
 
-def compiled_per_key(gm, compile, clone_outputs):
+def compiled_per_key(gm, compile):
     """A callable that compiles `gm` for its inputs once per key (_key) and runs that version.
     For inductor, `compile` is its compile_fx, called directly without torch.compile's frame
     evaluation and guards (magpy's guards and the key stand in for them): 3x less time per call
     than torch.compile(gm) on the device machine (bench/results/gpu-h100-py3.12-torch2.11-fx-
     backends.txt). `cudagraphs` is inductor with CUDA graphs on (their plain, tree-less form):
     each version is recorded once and replayed, inputs copied into static buffers; its outputs
-    live in memory the next replay reuses, so they are cloned (`clone_outputs`). The callable
-    takes the region's inputs as they come (lists of tensors too) and passes their tensors."""
+    live in memory the next replay reuses, so they are cloned. The callable takes the region's
+    inputs as they come (lists of tensors too) and passes their tensors."""
     versions = {}
     # A compiled version holds the modules' parameters and buffers it was compiled with (the
     # same tensor objects: in-place updates are seen). One replaced on its module (`m.weight =
@@ -249,8 +270,9 @@ def compiled_per_key(gm, compile, clone_outputs):
             # given), over the same modules and parameters
             fn = versions[key] = compile(torch.fx.GraphModule(gm, copy.deepcopy(gm.graph)),
                                          args)
-        out = fn(*args)
-        if clone_outputs:
+        compiled, clone = fn
+        out = compiled(*args)
+        if clone:
             return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in out)
         return tuple(out)
     return run
@@ -267,6 +289,5 @@ def compile_region(steps, sample, backend):
     if why:
         raise Unsupported(why)
     if backend in ("inductor", "cudagraphs"):
-        return (compiled_per_key(gm, _inductor(backend), backend == "cudagraphs"), text,
-                tensors)
+        return compiled_per_key(gm, _inductor(backend)), text, tensors
     raise ValueError(f"unknown fx backend {backend!r}")
