@@ -517,29 +517,24 @@ bool Monitor::set_object_attr(int obj, PyObject* name, int val) {
     return true;
 }
 
-// obj.name of an object made in the call: what was set, else the class's attribute (`method`:
-// a function, bound by LOAD_METHOD with the object as self).
-// os.environ, as os made it (borrowed; kept for the process), or null.
+// module.name, imported once and kept for the process (callers cache it), or null.
+static PyObject* module_attr(const char* module, const char* name) {
+    PyObject* m = PyImport_ImportModule(module);
+    PyObject* a = m ? PyObject_GetAttrString(m, name) : nullptr;
+    Py_XDECREF(m);
+    if (!a) PyErr_Clear();
+    return a;
+}
+
+// os.environ, as os made it (borrowed), or null.
 static PyObject* os_environ() {
-    static PyObject* environ = [] {
-        PyObject* os = PyImport_ImportModule("os");
-        PyObject* e = os ? PyObject_GetAttrString(os, "environ") : nullptr;
-        Py_XDECREF(os);
-        if (!e) PyErr_Clear();
-        return e;
-    }();
+    static PyObject* environ = module_attr("os", "environ");
     return environ;
 }
 
 // A member of an enum.Enum class (its `value` and `name` are properties, fixed for good).
 static bool is_enum_member(PyObject* o) {
-    static PyObject* enum_type = [] {
-        PyObject* m = PyImport_ImportModule("enum");
-        PyObject* t = m ? PyObject_GetAttrString(m, "Enum") : nullptr;
-        Py_XDECREF(m);
-        if (!t) PyErr_Clear();
-        return t;
-    }();
+    static PyObject* enum_type = module_attr("enum", "Enum");
     if (!enum_type || PyType_Check(o)) return false;
     int r = PyObject_IsInstance(o, enum_type);
     if (r < 0) PyErr_Clear();
@@ -712,6 +707,8 @@ int Monitor::object_slot_call(const Pending& p, PyObject* result) {
     return -1;
 }
 
+// obj.name of an object made in the call: what was set, else the class's attribute (`method`:
+// a function, bound by LOAD_METHOD with the object as self).
 int Monitor::object_attr(int obj, PyObject* name, PyObject* real, bool method) {
     const Value& o = m_cap.v(obj);
     std::string label = o.label + "." + str(name);
