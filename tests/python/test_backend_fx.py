@@ -283,3 +283,16 @@ def test_cudagraphs_keeps_an_output_that_is_a_view_of_an_input_a_view():
         torch.testing.assert_close(z, (x * 2).sin() + 1, rtol=1.3e-6, atol=1e-5)
         assert y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
     assert magpy.explain(cf).notes == []
+
+
+def test_inductor_compiles_again_when_a_parameter_changes_kind(inductor_stand_in):
+    # freezing a layer changes what the compiled version computes gradients for
+    m = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    cf = magpy.compile(m, backend="inductor")
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        assert torch.equal(cf(x), m(x))
+    m[0].weight.requires_grad_(False)
+    for _ in range(2):
+        assert torch.equal(cf(x), m(x))
+    assert len(inductor_stand_in) == 2

@@ -736,3 +736,77 @@ def test_sets_that_cannot_be_followed_break_and_match_eager():
     cf = check(of_tensors, [(torch.ones(2),) for _ in range(3)])
     assert break_ids(cf) == ["MB002"]
     assert "a set element uses L['x'], which is not a constant" in str(magpy.explain(cf))
+
+
+# found by a review of the set support
+def test_folded_builtins_give_new_containers_each_call_or_their_argument():
+    import functools
+    import operator
+
+    def f(x, s):
+        return (x + 1, sorted((3, 1)), functools.reduce(operator.or_, [{1}, {2}]),
+                min({1, 2}, {1, 2, 3}), max(s, {0}, key=len))
+
+    cf = magpy.compile(f)
+    s = {4, 5}
+    for _ in range(3):
+        r = cf(torch.ones(1), s)
+        assert r[1:4] == ([1, 3], {1, 2}, {1, 2}) and r[4] is s
+        r[1].append(9), r[2].add(99), r[3].add(98)  # a caller's changes stay in its objects
+
+
+def test_in_place_set_operators_on_a_set_passed_in_break_and_match_eager():
+    def f(x, s):
+        s |= {2}
+        s -= {7}
+        return x + len(s), s
+
+    cf = check(f, [(torch.ones(1), {1, 7}) for _ in range(3)])
+    assert break_ids(cf) == ["MB004", "MB004"]  # each write runs in Python
+
+
+def test_sets_made_from_a_module_list_follow_its_contents():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Identity(), torch.nn.ReLU()])
+
+        def forward(self, x):
+            kinds = set(self.layers) | {*self.layers}
+            return x * len(kinds)
+
+    net = Net()
+    cf = magpy.compile(net)
+    for n in range(3):
+        assert torch.equal(cf(torch.ones(1)), net(torch.ones(1)))
+        net.layers.append(torch.nn.Tanh())
+
+
+def test_a_set_that_lost_elements_and_leaves_the_call_iterates_as_eager():
+    def f(x):
+        x = x * 2
+        s = set(range(40))
+        for v in range(40):
+            if v not in (1, 8):  # {1, 8} made anew iterates as 8, 1; this one as 1, 8
+                s.discard(v)
+        if x.sum() > 0:  # a graph break: s goes on to the rest of the call
+            x = x + 0
+        for e in s:
+            x = x * 100 + e
+        return x
+
+    cf = check(f, [(torch.zeros(1, dtype=torch.float64),) for _ in range(4)])
+    assert "would iterate in another order" in str(magpy.explain(cf))
+
+
+def test_sets_passed_in_are_guarded_by_their_elements_types():
+    def f(x, s):
+        return x, [type(e).__name__ for e in s]
+
+    cf = magpy.compile(f)
+    for s in ({1}, {1.0}, {True}, frozenset({2})):
+        r = cf(torch.ones(1), s)
+        assert r[1] == f(torch.ones(1), s)[1]
+    fs = frozenset({3, 4})
+    assert cf(torch.ones(1), fs)[1] == ["int", "int"]
+    assert magpy.compile(lambda x, t: (x, t))(torch.ones(1), fs)[1] is fs

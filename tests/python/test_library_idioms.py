@@ -793,3 +793,32 @@ def test_numpy_scalar_types_called_on_constants_fold():
 
     cf = check(f, [(torch.arange(1.0, 4.0),)] * 3)
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+class _Preset(enum.Enum):
+    TRAIN = {"scale": 1.0}  # a mutable value: read through, not folded
+
+
+def test_an_enum_members_mutable_value_is_not_a_constant():
+    def f(x):
+        return x * _Preset.TRAIN.value["scale"]
+
+    cf = magpy.compile(f)
+    try:
+        for i in range(3):
+            _Preset.TRAIN.value["scale"] = float(i)
+            assert torch.equal(cf(torch.ones(2)), f(torch.ones(2)))
+    finally:
+        _Preset.TRAIN.value["scale"] = 1.0
+
+
+def test_a_torch_switch_read_after_the_call_changed_it_breaks_once():
+    def f(x):
+        torch.set_warn_always(True)
+        r = x * (2 if torch.is_warn_always_enabled() else 3)
+        torch.set_warn_always(False)
+        return r
+
+    cf = check(f, [(torch.ones(2),) for _ in range(4)])
+    e = magpy.explain(cf)
+    assert e.break_count == 1 and "MB013" not in break_ids(cf), e

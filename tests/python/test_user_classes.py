@@ -653,3 +653,20 @@ def test_a_str_hook_that_reads_tensor_data_breaks_and_matches_eager():
 
     cf = check(f, [(torch.full((2,), float(i)),) for i in range(3)])
     assert magpy.explain(cf).break_count >= 1
+
+
+def test_a_class_that_gains_a_str_later_is_noticed():
+    class R:
+        def __repr__(self):
+            return "R-repr"
+
+    def f(x, r):
+        return x, str(r), f"{r}"
+
+    cf = magpy.compile(f)
+    for _ in range(2):
+        assert cf(torch.ones(1), R())[1:] == ("R-repr", "R-repr")
+    R.__str__ = lambda self: "patched"
+    assert cf(torch.ones(1), R())[1:] == ("patched", "patched")
+    R.__format__ = lambda self, spec: "formatted"
+    assert cf(torch.ones(1), R())[1:] == ("patched", "formatted")

@@ -193,6 +193,10 @@ _storage_ptr = (lambda t: t.untyped_storage().data_ptr()) if hasattr(torch.Tenso
     else (lambda t: t.storage().data_ptr())  # torch < 2 (the CPU machines' tests)
 
 
+def _meta(t):
+    return t.shape, t.dtype, t.device, t.requires_grad
+
+
 def _key(args):
     """What a graph compiled for `args` was specialised on: grad mode, and per tensor its
     metadata and which earlier input shares its storage."""
@@ -245,21 +249,24 @@ def compiled_per_key(gm, compile):
     inputs as they come (lists of tensors too) and passes their tensors."""
     versions = {}
     # A compiled version holds the modules' parameters and buffers it was compiled with (the
-    # same tensor objects: in-place updates are seen). One replaced on its module (`m.weight =
-    # nn.Parameter(...)`, a buffer reassigned) makes the versions stale: compiled again.
-    pins = [(d, name, t) for m in gm.modules() if m is not gm
-            for d in (m._parameters, m._buffers) for name, t in d.items()]
+    # same tensor objects: in-place updates are seen) and is specialised on their metadata. One
+    # replaced on its module (`m.weight = nn.Parameter(...)`, a buffer reassigned), or changed
+    # in kind (`requires_grad_(False)`, `.half()`), makes the versions stale: compiled again.
+    def pinned():
+        return [(d, name, t, _meta(t)) for m in gm.modules() if m is not gm
+                for d in (m._parameters, m._buffers) for name, t in d.items() if t is not None]
 
+    pins = pinned()
     swaps = [0]
 
     def run(*args):
-        if any(d.get(name) is not t for d, name, t in pins):
+        if any(d.get(name) is not t or _meta(t) != meta for d, name, t, meta in pins):
             swaps[0] += 1
             if swaps[0] > _MAX_SHAPES:
-                raise Unsupported(f"its modules' parameters were replaced more than "
-                                  f"{_MAX_SHAPES} times")
+                raise Unsupported(f"its modules' parameters were replaced or changed more "
+                                  f"than {_MAX_SHAPES} times")
             versions.clear()
-            pins[:] = [(d, name, t2) for d, name, _ in pins if (t2 := d.get(name)) is not None]
+            pins[:] = pinned()
         args = _leaves(args)
         key = _key(args)
         fn = versions.get(key)

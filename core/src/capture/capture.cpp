@@ -293,6 +293,29 @@ bool Capture::set_items(int id, std::vector<int>& out) {
     return false;
 }
 
+// set([...]) of a set's elements iterates as the set does unless removals left its table
+// larger than a new one's (then the order can differ, and with it what a loop over it computes).
+bool Capture::set_items_in_order(int id, std::vector<int>& out) {
+    if (!set_items(id, out)) return false;
+    py::Ref list = py::Ref::steal(PyList_New(0));
+    for (int e : out)
+        if (list && PyList_Append(list.get(), v(e).real.get()) < 0) list = py::Ref();
+    py::Ref again = list ? py::Ref::steal(PySet_New(list.get())) : py::Ref();
+    py::Ref order = again ? py::Ref::steal(PySequence_List(again.get())) : py::Ref();
+    int same = order ? PyObject_RichCompareBool(order.get(), list.get(), Py_EQ) : -1;
+    if (same < 0) {
+        PyErr_Clear();
+        internal_error("the elements of a set made in the call");
+        return false;
+    }
+    if (!same)
+        fail(breaks::kUnsupportedCallee,
+             "a set made in the call leaves it after elements were removed, and a set made "
+             "again of what it holds would iterate in another order",
+             "build the set again from its elements before it leaves: s = set(sorted(s))");
+    return same == 1;
+}
+
 int Capture::fresh(ValueKind kind, std::vector<int> items, PyObject* real) {
     // A tuple made only of constants is itself a constant.
     if (kind == ValueKind::FreshTuple) {
@@ -1134,8 +1157,8 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
     case ValueKind::Const:
         // A set passed in is known by value, but it is the caller's object: what the call
         // hands on is that object (read again through its path), not the one captured.
-        out = val.node >= 0 && PySet_CheckExact(val.real.get()) ? Arg::input(val.node)
-                                                                 : Arg::value(val.real.get());
+        out = val.node >= 0 && PyAnySet_CheckExact(val.real.get()) ? Arg::input(val.node)
+                                                                    : Arg::value(val.real.get());
         return true;
     case ValueKind::OpResult:
         out = Arg::slot(val.slot);
@@ -1180,7 +1203,7 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
             !object && val.real)  // an OrderedDict, a ModuleList made by slicing one
             s.name = py::Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(val.real.get())));
         std::vector<int> items = val.items;
-        if (val.kind == ValueKind::FreshSet && !set_items(id, items)) return false;
+        if (val.kind == ValueKind::FreshSet && !set_items_in_order(id, items)) return false;
         for (int item : items) {
             Arg a;
             if (!build_arg(item, a, escape, depth + 1)) return false;

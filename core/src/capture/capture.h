@@ -239,6 +239,7 @@ public:
     // true when it must be replayed.
     // The elements a set made in the call holds now, as constants ([Note: sets made in the call]).
     bool set_items(int id, std::vector<int>& out);
+    bool set_items_in_order(int id, std::vector<int>& out);
     bool exists_at_replay(int value) { return v(value).kind == ValueKind::Input || v(value).built >= 0; }
 
     // --- dynamic shapes -----------------------------------------------------------------

@@ -305,6 +305,15 @@ int Monitor::fresh_set(PyObject* real) {
     return id;
 }
 
+// Whether the elements that `src` gives a set are constants the guards fix: a constant, a set
+// made here, or a container whose items are guarded (items_of) and constant.
+bool Monitor::set_source_known(int src) {
+    ValueKind k = m_cap.v(src).kind;
+    if (k == ValueKind::Const || k == ValueKind::FreshSet) return true;
+    std::vector<int> items;
+    return items_of(src, items) && require_const(items, "a set element");
+}
+
 // set.add(x) and the other set methods on a set made in the call (`in` is CONTAINS_OP).
 int Monitor::set_method(const Pending& p, PyObject* result) {
     const std::string& op = p.callee.op;
@@ -313,11 +322,11 @@ int Monitor::set_method(const Pending& p, PyObject* result) {
                           "`set." + op + "()` on " + (p.in.empty() ? "nothing" : m_cap.v(p.in[0]).label),
                           "call set methods on sets of constants made in the function"), -1;
     std::vector<int> args(p.in.begin() + 1, p.in.end());
-    for (int a : args) {  // update(other), union(a, b): their items too
-        std::vector<int> items;
-        if (!known(a) && !(items_of(a, items) && require_const(items, "`set." + op + "()`")))
-            return -1;
-    }
+    bool many = op == "update" || op == "union" || op == "intersection" || op == "difference" ||
+                op == "symmetric_difference" || op == "issubset" || op == "issuperset" ||
+                op == "isdisjoint" || (op.size() > 7 && op.compare(op.size() - 7, 7, "_update") == 0);
+    for (int a : args)  // update(other), union(a, b): their elements; add(x): x itself
+        if (many ? !set_source_known(a) : !require_const({a}, "`set." + op + "()`")) return -1;
     static const std::unordered_set<std::string> kChanges = {
         "add", "discard", "remove", "clear", "update", "difference_update",
         "intersection_update", "symmetric_difference_update", "pop"};
@@ -548,6 +557,16 @@ static const char* text_hook(PyObject* obj, bool repr) {
     PyObject* own = _PyType_Lookup(Py_TYPE(obj), PyUnicode_InternFromString("__str__"));
     PyObject* base = PyDict_GetItemString(py::type_dict(&PyBaseObject_Type), "__str__");
     return own && own == base ? "__repr__" : "__str__";
+}
+
+// Guards that type(obj).name is still what it is now (a hook traced because another one is
+// object's: a class that gains __str__ later must not keep using its __repr__).
+void Monitor::pin_type_attr(int obj, const char* name) {
+    const Value& o = m_cap.v(obj);
+    PyObject* attr = _PyType_Lookup(Py_TYPE(o.real.get()), interned(name));
+    if (!attr || m_cap.failed()) return;
+    if (o.kind == ValueKind::FreshObject) class_member(obj, interned(name), attr);
+    else if (o.kind == ValueKind::Input) class_attr(obj, interned(name), attr);
 }
 
 // [Note: hooks of objects made in the call] Whether the instruction pending in `p` (its `in`:
@@ -2819,10 +2838,8 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         if (m_cap.v(target).kind != ValueKind::FreshSet)
             return m_cap.fail(breaks::kUnsupportedOpcode, "a set of values that are not "
                               "constants", "build sets of constants (numbers, strings)");
-        std::vector<int> items;
-        if (ins.opcode == SET_ADD) items.push_back(src);
-        else if (!known(src) && !items_of(src, items)) return;
-        require_const(items, "a set element");  // it changes as the real set does
+        if (ins.opcode == SET_ADD) require_const({src}, "a set element");
+        else set_source_known(src);  // the set changes as the real one does
         return;
     }
     case LIST_EXTEND: {
@@ -2943,12 +2960,18 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         // f"{obj}", f"{obj!r}" of a class with its own __str__ / __repr__ (and object's
         // __format__, which calls str())
         if (!(ins.oparg & 0x04) && (ins.oparg & 0x03) != 3 && !f.pending.in.empty()) {
-            PyObject* o = m_cap.v(f.pending.in[0]).real.get();
+            int obj = f.pending.in[0];
+            PyObject* o = m_cap.v(obj).real.get();
             PyObject* fmt = o ? _PyType_Lookup(Py_TYPE(o), interned("__format__")) : nullptr;
             bool plain = fmt && fmt == PyDict_GetItemString(py::type_dict(&PyBaseObject_Type),
                                                             "__format__");
-            if (plain || (ins.oparg & 0x03) != 0)
-                expect_hook(f.pending, text_hook(o, (ins.oparg & 0x03) == 2));
+            bool repr = (ins.oparg & 0x03) == 2;
+            const char* hook = text_hook(o, repr);
+            if ((plain || (ins.oparg & 0x03) != 0) && expect_hook(f.pending, hook) &&
+                !m_cap.failed()) {
+                if (!(ins.oparg & 0x03)) pin_type_attr(obj, "__format__");  // object's
+                if (!repr && std::strcmp(hook, "__repr__") == 0) pin_type_attr(obj, "__str__");
+            }
         }
         return;
     case UNPACK_SEQUENCE: defer(1, ins.oparg); return;
@@ -3750,9 +3773,16 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         return;
     bool text = (p.callee.kind == CallKind::TypeCtor && p.callee.name == "str") ||
                 (p.callee.kind == CallKind::PureBuiltin && p.callee.name == "repr");
-    if (text && p.in.size() == 1 && !kwnames &&
-        expect_hook(p, text_hook(m_cap.v(p.in[0]).real.get(), p.callee.name == "repr")))
-        return;  // str(obj), repr(obj) of a class with its own __str__ / __repr__
+    if (text && p.in.size() == 1 && !kwnames) {
+        int obj = p.in[0];
+        bool repr = p.callee.name == "repr";
+        const char* hook = text_hook(m_cap.v(obj).real.get(), repr);
+        if (expect_hook(p, hook)) {  // str(obj), repr(obj) of a class with its own hooks
+            if (!repr && std::strcmp(hook, "__repr__") == 0)
+                pin_type_attr(obj, "__str__");  // object's, which calls __repr__
+            return;
+        }
+    }
     if (p.callee.kind == CallKind::InlineModule) p.expect_self = fn;
     if (p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::LeafModule) {
         // [Note: module hooks] Hooks run code the module's forward does not show (a forward
@@ -4053,6 +4083,12 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::LeafModule: {
         size_t nargs = p.in.size() + (p.callee.bound_self ? 1 : 0) -
                        (p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0);
+        // torch.set_warn_always(True), torch.use_deterministic_algorithms(...): state the guards
+        // read at entry changes inside the call, so a query of it after this breaks (below)
+        const std::string& op = p.callee.op;
+        if (p.callee.kind == CallKind::TorchOp && !p.callee.bound_self &&
+            (op.rfind("set_", 0) == 0 || op.rfind("use_", 0) == 0) && op != "set_grad_enabled")
+            m_other_state_set = true;
         if (p.callee.kind == CallKind::TorchOp && is_global_state_query(p.callee.op) &&
             p.in.empty() && (m_grad_state_set || m_other_state_set)) {
             // Inside or after a captured with block: grad mode follows from the guarded mode
@@ -4060,8 +4096,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             if (p.callee.op == "is_grad_enabled") return push_out(m_cap.const_value(result));
             if (m_other_state_set)
                 return m_cap.fail(breaks::kUnsupportedCallee,
-                                  "`" + name + "()` reads state that a captured with block "
-                                  "(autocast, inference_mode) changed",
+                                  "`" + name + "()` reads state that the call changed "
+                                  "before it (a with block such as autocast or "
+                                  "inference_mode, or a torch.set_* call)",
                                   "read it outside the compiled function and pass it in");
         }
         if (p.callee.kind == CallKind::TorchOp && result &&
@@ -4316,10 +4353,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             return;
         }
         if ((name == "set" || name == "frozenset") && p.in.size() <= 1 && !p.kwnames && result) {
-            std::vector<int> items;  // [Note: sets made in the call]
-            if (!p.in.empty() && !known(p.in[0]) &&
-                !(items_of(p.in[0], items) && require_const(items, "a set element")))
-                return;
+            // [Note: sets made in the call]
+            if (!p.in.empty() && !set_source_known(p.in[0])) return;
             return push_out(name == "set" ? fresh_set(result) : m_cap.const_value(result));
         }
         if (p.callee.kind == CallKind::TypeCtor && p.in.size() == 1 && name == "list" &&
@@ -4417,7 +4452,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                               "`" + name + "()` gives a " + py::type_name(result) +
                                   ", not a number to fold",
                               "compute with torch, or call it outside the compiled function");
-        push_out(m_cap.const_value(result));
+        for (int a : p.in)  // min(s, t) gives one of its arguments: that object, not a copy
+            if (result && m_cap.v(a).real.get() == result) return push_out(a);
+        push_out(constant_of(result));  // a list, dict or set folded is made anew each call
         return;
     }
     case CallKind::EagerFact: {
@@ -4833,6 +4870,17 @@ int Monitor::constant_of(PyObject* o, int depth) {
         return m_cap.fresh(PyList_CheckExact(o) ? ValueKind::FreshList : ValueKind::FreshTuple,
                            std::move(items), o);
     }
+    if (PyDict_CheckExact(o) && depth < 8) {  // dict.fromkeys("ab", 0), a folded dict
+        std::vector<int> pairs;
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            pairs.push_back(m_cap.const_value(k));
+            pairs.push_back(constant_of(v, depth + 1));
+        }
+        return fresh_dict(pairs, o);
+    }
+    if (PySet_CheckExact(o)) return fresh_set(o);  // of hashable constants
     return m_cap.const_value(o);
 }
 
@@ -5873,7 +5921,8 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
     }
     PyObject* target = o.real.get();
     bool is_module = PyObject_TypeCheck(target, torch_api().module_type);
-    if (o.identity && (n == "value" || n == "name") && is_enum_member(target))
+    if (o.identity && (n == "value" || n == "name") && is_enum_member(target) && real &&
+        is_constant_like(real))
         return m_cap.const_value(real);  // Color.RED.value: fixed when the class was made
     if (!PyType_Check(target) && is_code_descriptor(Py_TYPE(target), name)) {
         m_cap.fail(breaks::kUnsupportedAttribute,
@@ -6160,6 +6209,12 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         if (r < 0 || text) return r;  // a string, not a number
         if (!graph_op) number_from(r, {a, b});
         return r;
+    }
+    if (op >= NB_INPLACE_ADD && real == x.real.get() && x.kind == ValueKind::Const &&
+        PyAnySet_Check(real)) {  // s |= t on a set passed in: a write the replay cannot make
+        m_cap.fail(breaks::kUnsupportedOpcode, "an in-place operator changes " + x.label +
+                   ", a set passed in", "make a new set: s = s | other");
+        return -1;
     }
     if (x.kind == ValueKind::Const && y.kind == ValueKind::Const) return m_cap.const_value(real);
     if ((x.kind == ValueKind::FreshSet || y.kind == ValueKind::FreshSet) && known(a) && known(b)) {

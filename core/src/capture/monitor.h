@@ -285,6 +285,8 @@ private:
     int fresh_dict(const std::vector<int>& pairs, PyObject* real);
     int fresh_set(PyObject* real);
     int set_method(const Pending& p, PyObject* result);
+    bool set_source_known(int src);
+    void pin_type_attr(int obj, const char* name);
     // A new list (or tuple) of the objects the values stand for (None where one has none).
     py::Ref reals_of(const std::vector<int>& items, bool list);
     int new_object(int cls, PyObject* real);

@@ -407,7 +407,7 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     // Not resumable: the capture fails with the site's own break (reported once), the call is
     // cached as eager, and a note says why the rest did not resume.
     auto refuse = [&](std::string because) {
-        if (m_cap.failed() && !m_cap.breaks().empty()) because = m_cap.breaks().front().reason;
+        if (m_cap.failed() && !m_cap.breaks().empty()) because = m_cap.breaks().back().reason;
         else m_cap.fail(breaks::kUnsupportedOpcode, because, "");
         if (!why.reason_id.empty()) m_cap.set_break(why);
         m_note = "the call runs eagerly after the break at line " + std::to_string(why.lineno) +

@@ -417,6 +417,25 @@ bool same_constant(PyObject* expected, PyObject* v) {
                 return false;
         return true;
     }
+    if (PyAnySet_Check(v)) {
+        // == of sets matches {1} with {1.0} and {True}: each element must be the same
+        // constant (type and bits), as in a tuple
+        if (PySet_GET_SIZE(v) != PySet_GET_SIZE(expected)) return false;
+        py::Ref mine = py::Ref::steal(PySequence_List(expected));
+        py::Ref theirs = py::Ref::steal(PySequence_List(v));
+        if (!mine || !theirs) {
+            PyErr_Clear();
+            return false;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(theirs.get()); ++i) {
+            bool found = false;
+            for (Py_ssize_t j = 0; !found && j < PyList_GET_SIZE(mine.get()); ++j)
+                found = same_constant(PyList_GET_ITEM(mine.get(), j),
+                                      PyList_GET_ITEM(theirs.get(), i));
+            if (!found) return false;
+        }
+        return true;
+    }
     if (PySlice_Check(v)) {
         auto* a = reinterpret_cast<PySliceObject*>(expected);
         auto* b = reinterpret_cast<PySliceObject*>(v);
