@@ -296,3 +296,26 @@ def test_inductor_compiles_again_when_a_parameter_changes_kind(inductor_stand_in
     for _ in range(2):
         assert torch.equal(cf(x), m(x))
     assert len(inductor_stand_in) == 2
+
+
+def test_the_signature_a_compiled_version_is_keyed_by():
+    key = magpy._fx._key
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    assert key([a, b]) == key([torch.zeros(2, 3), torch.ones(2, 3)])
+    assert key([a, a]) != key([a, b])  # the same memory twice
+    assert key([a, a[0]]) != key([a, b[0]])  # a view of an earlier input
+    for other in (a.double(), a.t(), a.reshape(3, 2), a[:, 1:], a.clone().requires_grad_()):
+        assert key([other]) != key([a])
+    with_grad = key([a])
+    with torch.no_grad():
+        assert key([a]) != with_grad  # grad mode
+    with pytest.raises(TypeError, match="item 1 is a int, not a tensor"):
+        key([a, 3])
+    lin = nn.Linear(2, 2)
+    pins = [(lin._parameters, "weight", lin.weight)]
+    before = magpy._fx._pins_key(pins)
+    assert magpy._fx._pins_key(pins) == before
+    lin.weight.requires_grad_(False)
+    assert magpy._fx._pins_key(pins) != before
+    lin.weight = nn.Parameter(torch.ones(2, 2))
+    assert magpy._fx._pins_key(pins) is None

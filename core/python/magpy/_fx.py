@@ -19,6 +19,8 @@ import operator
 
 import torch
 
+import _magpy
+
 # Step kinds, in the order of kStepKinds in backends/fx_backend.cpp.
 _KINDS = ("call", "binary", "compare", "unary", "getitem", "getattr", "list", "tuple", "dict",
           "slice", "setattr", "setitem", "callex", "check")
@@ -192,21 +194,12 @@ _MAX_SHAPES = 8  # compiled versions of one region (input shapes, strides, grad 
 _storage_ptr = (lambda t: t.untyped_storage().data_ptr()) if hasattr(torch.Tensor, "untyped_storage") \
     else (lambda t: t.storage().data_ptr())  # torch < 2 (the CPU machines' tests)
 
-
-def _meta(t):
-    return t.shape, t.dtype, t.device, t.requires_grad
-
-
-def _key(args):
-    """What a graph compiled for `args` was specialised on: grad mode, and per tensor its
-    metadata and which earlier input shares its storage."""
-    storages = {}
-    key = [torch.is_grad_enabled()]
-    for i, t in enumerate(args):
-        ptr = _storage_ptr(t)
-        key.append((t.shape, t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad,
-                    storages.setdefault(ptr, i)))
-    return tuple(key)
+# What a compiled version is specialised on, read in C++ (backends/fx_backend.cpp): grad mode,
+# then per tensor dtype, device, layout, requires_grad, sizes, strides, offset and which earlier
+# tensor shares its memory; for pins ((dict, key, tensor) of the modules' parameters and
+# buffers), None once a dict holds another tensor under its key.
+_key = _magpy._fx_signature
+_pins_key = _magpy._fx_pins_signature
 
 
 def _shares_memory(outs, args):
@@ -253,20 +246,22 @@ def compiled_per_key(gm, compile):
     # replaced on its module (`m.weight = nn.Parameter(...)`, a buffer reassigned), or changed
     # in kind (`requires_grad_(False)`, `.half()`), makes the versions stale: compiled again.
     def pinned():
-        return [(d, name, t, _meta(t)) for m in gm.modules() if m is not gm
+        return [(d, name, t) for m in gm.modules() if m is not gm
                 for d in (m._parameters, m._buffers) for name, t in d.items() if t is not None]
 
     pins = pinned()
+    pins_key = [_pins_key(pins)]
     swaps = [0]
 
     def run(*args):
-        if any(d.get(name) is not t or _meta(t) != meta for d, name, t, meta in pins):
+        if _pins_key(pins) != pins_key[0]:
             swaps[0] += 1
             if swaps[0] > _MAX_SHAPES:
                 raise Unsupported(f"its modules' parameters were replaced or changed more "
                                   f"than {_MAX_SHAPES} times")
             versions.clear()
             pins[:] = pinned()
+            pins_key[0] = _pins_key(pins)
         args = _leaves(args)
         key = _key(args)
         fn = versions.get(key)

@@ -1,11 +1,13 @@
 // The fx backends: each region of a plan (backends/regions.h) becomes a torch.fx GraphModule,
 // built by magpy._fx from the region's steps on its first run, and run as Python ("fx"), or
-// compiled by torch.compile ("inductor", "cudagraphs"; torch >= 2). A region that cannot be
+// compiled by inductor ("inductor", "cudagraphs"; torch >= 2). A region that cannot be
 // built, compiled or run falls back to its recorded steps, with a note. See core/NOTES.md
 // [Note: fx backends].
 #include "backends/backend.h"
 #include "backends/regions.h"
+#include "guards/tensor_check.h"
 #include "profile/profiler.h"
+#include "python/torch_api.h"
 
 #include <algorithm>
 #include <string>
@@ -326,6 +328,68 @@ const Backend* fx_backend(const std::string& name) {
     if (name == "inductor") return &inductor;
     if (name == "cudagraphs") return &cudagraphs;
     return nullptr;
+}
+
+// What a compiled fx version is specialised on, as bytes to key it by: per tensor its dtype,
+// device, layout, requires_grad, sizes, strides and storage offset, and the position of the
+// first earlier tensor sharing its memory; `grad` adds grad mode first. Read in C++ (the same
+// reads as the guards' tensor checks): a few hundred nanoseconds for a region's inputs, where
+// Python attribute reads took microseconds. NULL with a TypeError when an item is no tensor.
+PyObject* fx_signature(PyObject* tensors, bool grad) {
+    py::Ref seq = py::Ref::steal(PySequence_Fast(tensors, "fx_signature: a list of tensors"));
+    if (!seq) return nullptr;
+    std::string out;
+    auto put = [&](int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    if (grad) put(grad_mode_enabled() ? 1 : 0);
+    std::vector<const void*> storages;
+    TensorKey key;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i) {
+        PyObject* t = PySequence_Fast_GET_ITEM(seq.get(), i);
+        if (!PyObject_TypeCheck(t, torch_api().tensor_type)) {
+            PyErr_Format(PyExc_TypeError, "fx_signature: item %zd is a %s, not a tensor", i,
+                         Py_TYPE(t)->tp_name);
+            return nullptr;
+        }
+        if (tensor_is_nested(t)) {
+            put(-2);
+            continue;
+        }
+        tensor_key_of(t, key, true);
+        for (int64_t v : {int64_t{key.dtype}, int64_t{key.device_type}, int64_t{key.device_index},
+                          int64_t{key.layout}, int64_t{key.requires_grad},
+                          static_cast<int64_t>(key.sizes.size())})
+            put(v);
+        for (int64_t d : key.sizes) put(d);
+        for (int64_t d : key.strides) put(d);
+        put(key.storage_offset);
+        const void* mem = tensor_storage(t);
+        auto same = mem ? std::find(storages.begin(), storages.end(), mem) : storages.end();
+        put(same == storages.end() ? -1 : same - storages.begin());
+        storages.push_back(mem);
+    }
+    return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
+}
+
+// The signature of the tensors `pins` names ((dict, key, tensor) triples: a module's
+// parameters and buffers as a compiled version holds them), or None when one of the dicts no
+// longer holds that very tensor under that key.
+PyObject* fx_pins_signature(PyObject* pins) {
+    py::Ref seq = py::Ref::steal(PySequence_Fast(pins, "fx_pins_signature: a list of pins"));
+    if (!seq) return nullptr;
+    py::Ref tensors = py::Ref::steal(PyList_New(0));
+    for (Py_ssize_t i = 0; tensors && i < PySequence_Fast_GET_SIZE(seq.get()); ++i) {
+        PyObject* pin = PySequence_Fast_GET_ITEM(seq.get(), i);
+        if (!PyTuple_Check(pin) || PyTuple_GET_SIZE(pin) != 3 ||
+            !PyDict_Check(PyTuple_GET_ITEM(pin, 0))) {
+            PyErr_SetString(PyExc_TypeError, "fx_pins_signature: pins are (dict, key, tensor)");
+            return nullptr;
+        }
+        PyObject* now = PyDict_GetItemWithError(PyTuple_GET_ITEM(pin, 0), PyTuple_GET_ITEM(pin, 1));
+        if (!now && PyErr_Occurred()) return nullptr;
+        if (now != PyTuple_GET_ITEM(pin, 2)) Py_RETURN_NONE;
+        if (PyList_Append(tensors.get(), now) < 0) return nullptr;
+    }
+    return tensors ? fx_signature(tensors.get(), false) : nullptr;
 }
 
 }  // namespace magpy

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "api/compiled_function.h"
+#include "backends/backend.h"
 #include "cache/code_cache.h"
 #include "profile/profiler.h"
 #include "python/torch_api.h"
@@ -75,6 +76,16 @@ PYBIND11_MODULE(_magpy, m) {
     });
 
     m.def("reset", [] { magpy::clear_all_caches(); });
+    m.def("_fx_signature", [](py11::object tensors) {
+        PyObject* r = magpy::fx_signature(tensors.ptr(), true);
+        if (!r) throw py11::error_already_set();
+        return py11::reinterpret_steal<py11::object>(r);
+    });
+    m.def("_fx_pins_signature", [](py11::object pins) {
+        PyObject* r = magpy::fx_pins_signature(pins.ptr());
+        if (!r) throw py11::error_already_set();
+        return py11::reinterpret_steal<py11::object>(r);
+    });
     // For live views (magpy._ipython): hook(event, info) as the engine captures and compiles.
     m.def("_set_progress_hook", [](py11::object hook) {
         if (!hook.is_none() && !PyCallable_Check(hook.ptr()))
