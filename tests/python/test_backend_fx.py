@@ -73,20 +73,25 @@ def test_a_module_swapped_for_another_gets_a_graph_of_its_own():
     assert runs(cf)[1] == 0
 
 
+def wrap_graphs(monkeypatch, wrap):
+    """Each region runs `wrap(graph)` instead of its graph."""
+    real = magpy._fx.compile_region
+
+    def compile_region(steps, sample, backend):
+        gm, text, tensors = real(steps, sample, backend)
+        return wrap(gm), text, tensors
+
+    monkeypatch.setattr(magpy._fx, "compile_region", compile_region)
+
+
 def test_a_graph_that_fails_to_run_falls_back_to_its_steps_with_a_note(monkeypatch):
     def f(x):
         return (x + 1).relu() * 3
 
-    real = magpy._fx.compile_region
+    def crash(*args):
+        raise RuntimeError("the compiled kernel crashed")
 
-    def broken(steps, sample, backend):
-        gm, text, tensors = real(steps, sample, backend)
-
-        def run(*args):
-            raise RuntimeError("the compiled kernel crashed")
-        return run, text, tensors
-
-    monkeypatch.setattr(magpy._fx, "compile_region", broken)
+    wrap_graphs(monkeypatch, lambda gm: crash)
     cf = magpy.compile(f, backend="fx")
     x = torch.randn(5)
     for _ in range(4):
@@ -224,20 +229,17 @@ def test_an_interrupt_while_a_graph_runs_reaches_the_caller_and_keeps_the_graph(
     def f(x):
         return (x + 1).relu() * 3
 
-    real = magpy._fx.compile_region
     interrupt = [False]
 
-    def interruptible(steps, sample, backend):
-        gm, text, tensors = real(steps, sample, backend)
-
+    def interruptible(gm):
         def run(*args):
             if interrupt[0]:
                 interrupt[0] = False
                 raise KeyboardInterrupt
             return gm(*args)
-        return run, text, tensors
+        return run
 
-    monkeypatch.setattr(magpy._fx, "compile_region", interruptible)
+    wrap_graphs(monkeypatch, interruptible)
     cf = magpy.compile(f, backend="fx")
     x = torch.randn(5)
     for _ in range(3):
