@@ -3,13 +3,15 @@
 #   run(command="tests/gpu/lease.sh", carry=[".devdeps"], timeout_s=590)
 # 1. build core; 2. the fx backends' tests (inductor, cudagraphs) and the files that failed on
 # the last run; 3. the whole suite, one pytest per file; 4. the backends bench (--quick, all
-# models, magpy's compiling backends beside torch.compile). Everything lands in $OUT as a few
-# files (the lease brings back only a few): build.log, pytest*/summary.txt and failures.txt,
-# gpu-bench.txt and .json. LEASE_STAGES picks stages ("build focus suite bench").
+# models, magpy's compiling backends beside torch.compile); 5. a few behaviour files with every
+# region compiled by inductor (breaks, resumed segments, compiled callees). Everything lands in
+# $OUT as a few files (the lease brings back only a few): build.log, pytest*/summary.txt and
+# failures.txt, gpu-bench.txt and .json. LEASE_STAGES picks stages
+# ("build focus suite bench inductor").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export OUT=${OUT:-$PWD/gpu-out}
-stages=${LEASE_STAGES:-build focus suite bench}
+stages=${LEASE_STAGES:-build focus suite bench inductor}
 has() { [[ " $stages " == *" $1 "* ]]; }
 echo "lease start $(date +%T)"
 has build && MAGPY_BUILD_TIMEOUT=${LEASE_BUILD_S:-200} tests/gpu/run.sh build > /dev/null 2>&1
@@ -26,5 +28,11 @@ if has bench; then
     MAGPY_BENCH_TIMEOUT=${LEASE_BENCH_S:-240} \
         MAGPY_BENCH_ARGS="${LEASE_BENCH_ARGS:---quick --systems magpy-torchscript-freeze,magpy-inductor,magpy-cudagraphs,torch.compile}" \
         tests/gpu/run.sh bench 2>&1 | grep -v "^# .* done" | tail -70
+fi
+if has inductor; then
+    OUT=$OUT/inductor MAGPY_TEST_BACKEND=inductor TORCHINDUCTOR_COMPILE_THREADS=2 \
+        MAGPY_TEST_TIMEOUT=${LEASE_INDUCTOR_S:-120} MAGPY_TEST_PER=110 MAGPY_TEST_JOBS=6 \
+        MAGPY_TEST_FILES="${LEASE_INDUCTOR_FILES:-test_backend_fx.py test_callees_compiled.py test_resume.py test_breaks.py test_nn_modules.py test_inplace.py}" \
+        tests/gpu/run.sh test
 fi
 echo "lease end $(date +%T)"
