@@ -313,3 +313,10 @@ def test_the_signature_a_compiled_version_is_keyed_by():
     assert magpy._fx._pins_key(pins) != before
     lin.weight = nn.Parameter(torch.ones(2, 2))
     assert magpy._fx._pins_key(pins) is None
+    lin.bias = None  # a None entry is pinned too, and a parameter registered since is seen
+    pins = [(lin._parameters, "bias", None)]
+    before = magpy._fx._pins_key(pins)
+    lin.register_parameter("extra", nn.Parameter(torch.ones(1)))
+    assert magpy._fx._pins_key(pins) != before
+    lin.bias = nn.Parameter(torch.ones(2))
+    assert magpy._fx._pins_key(pins) is None

@@ -247,7 +247,7 @@ def compiled_per_key(gm, compile):
     # in kind (`requires_grad_(False)`, `.half()`), makes the versions stale: compiled again.
     def pinned():
         return [(d, name, t) for m in gm.modules() if m is not gm
-                for d in (m._parameters, m._buffers) for name, t in d.items() if t is not None]
+                for d in (m._parameters, m._buffers) for name, t in d.items()]
 
     pins = pinned()
     pins_key = [_pins_key(pins)]

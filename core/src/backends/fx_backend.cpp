@@ -370,13 +370,15 @@ PyObject* fx_signature(PyObject* tensors, bool grad) {
     return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
 }
 
-// The signature of the tensors `pins` names ((dict, key, tensor) triples: a module's
-// parameters and buffers as a compiled version holds them), or None when one of the dicts no
-// longer holds that very tensor under that key.
+// The signature of the tensors `pins` names ((dict, key, tensor or None) triples: a module's
+// parameters and buffers as a compiled version holds them) and of how many entries each dict
+// has (a parameter registered since), or None when a dict no longer holds that very object
+// under that key.
 PyObject* fx_pins_signature(PyObject* pins) {
     py::Ref seq = py::Ref::steal(PySequence_Fast(pins, "fx_pins_signature: a list of pins"));
     if (!seq) return nullptr;
     py::Ref tensors = py::Ref::steal(PyList_New(0));
+    std::string sizes;
     for (Py_ssize_t i = 0; tensors && i < PySequence_Fast_GET_SIZE(seq.get()); ++i) {
         PyObject* pin = PySequence_Fast_GET_ITEM(seq.get(), i);
         if (!PyTuple_Check(pin) || PyTuple_GET_SIZE(pin) != 3 ||
@@ -384,12 +386,19 @@ PyObject* fx_pins_signature(PyObject* pins) {
             PyErr_SetString(PyExc_TypeError, "fx_pins_signature: pins are (dict, key, tensor)");
             return nullptr;
         }
-        PyObject* now = PyDict_GetItemWithError(PyTuple_GET_ITEM(pin, 0), PyTuple_GET_ITEM(pin, 1));
+        PyObject* dict = PyTuple_GET_ITEM(pin, 0);
+        PyObject* now = PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(pin, 1));
         if (!now && PyErr_Occurred()) return nullptr;
         if (now != PyTuple_GET_ITEM(pin, 2)) Py_RETURN_NONE;
-        if (PyList_Append(tensors.get(), now) < 0) return nullptr;
+        Py_ssize_t n = PyDict_GET_SIZE(dict);
+        sizes.append(reinterpret_cast<const char*>(&n), sizeof n);
+        if (now != Py_None && PyList_Append(tensors.get(), now) < 0) return nullptr;
     }
-    return tensors ? fx_signature(tensors.get(), false) : nullptr;
+    if (!tensors) return nullptr;
+    py::Ref sig = py::Ref::steal(fx_signature(tensors.get(), false));
+    if (!sig) return nullptr;
+    sizes.insert(0, PyBytes_AS_STRING(sig.get()), static_cast<size_t>(PyBytes_GET_SIZE(sig.get())));
+    return PyBytes_FromStringAndSize(sizes.data(), static_cast<Py_ssize_t>(sizes.size()));
 }
 
 }  // namespace magpy
