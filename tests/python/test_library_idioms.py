@@ -3,6 +3,7 @@ capture must follow without breaking: enum flags, sentinels, list() of an argume
 that stop early, generator expressions inside torch.nn modules, has_torch_function checks.
 Nested tensors passed in are refused cleanly (the call runs eagerly, nothing crashes)."""
 
+import dataclasses
 import enum
 import warnings
 
@@ -822,3 +823,31 @@ def test_a_torch_switch_read_after_the_call_changed_it_breaks_once():
     cf = check(f, [(torch.ones(2),) for _ in range(4)])
     e = magpy.explain(cf)
     assert e.break_count == 1 and "MB013" not in break_ids(cf), e
+
+
+@dataclasses.dataclass
+class _Scales:
+    a: int = 2
+    b: float = 0.5
+
+
+def test_id_of_pinned_objects_and_constants_folds_and_asdict_works():
+    layer = nn.Linear(2, 2)
+    seen = {id(layer): "layer"}
+
+    def f(x):
+        d = dataclasses.asdict(_Scales())  # deepcopy of each value: id() of constants
+        name = seen.get(id(layer), "?")
+        return x * d["a"] + d["b"], name
+
+    cf = check(f, [(torch.ones(2),)] * 3)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_id_of_a_new_object_each_call_breaks():
+    def f(x):
+        return x + 1, id(x) != 0
+
+    cf = check(f, [(torch.ones(2),) for _ in range(3)])
+    assert break_ids(cf) == ["MB003"]
+    assert "is a new object each call" in str(magpy.explain(cf))

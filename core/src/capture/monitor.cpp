@@ -4292,6 +4292,17 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::PureBuiltin:
     case CallKind::TypeCtor: {
         if (p.key_map >= 0) return push_out(keyed_result(p, result));
+        if (name == "id" && p.in.size() == 1 && !p.kwnames && result) {
+            // the same number each call only for an object the guards pin (a module, a
+            // function) or an immutable constant (copy.deepcopy's memo keys); anything made
+            // anew each call has a new id
+            const Value& a = m_cap.v(p.in[0]);
+            if (a.identity || (a.kind == ValueKind::Const && is_constant_like(a.real.get())))
+                return push_out(m_cap.const_value(result));
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`id()` of " + a.label + ", which is a new object each call",
+                              "compare objects with `is`, or key by something else");
+        }
         if (name == "callable" && p.in.size() == 1 && !p.kwnames && result)
             return push_out(m_cap.const_value(result));  // follows from the type: guarded
         if (p.fold_map >= 0) return push_out(fold_result(p, result));
