@@ -630,7 +630,8 @@ def plot(path, rows, names, log, info):
         ax.yaxis.set_minor_formatter(FormatStrFormatter("%.2g"))
     where = f", {info['gpu']}" if info.get("gpu") else ""
     ax.set_title(f"speedup over eager, torch {info.get('torch', '?')}{where}, "
-                 f"{'grad' if rows and rows[0].get('grad') else 'no_grad'} (hatched: FAILED)", fontsize=10)
+                 f"{'grad' if rows and rows[0].get('grad') else 'no_grad'} (hatched: FAILED)",
+                 fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
