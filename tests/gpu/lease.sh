@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One device lease, in priority order, each stage with its own time limit, for the `run` tool:
-#   run(command="tests/gpu/lease.sh", carry=[".devdeps"], timeout_s=590)
+#   run(command="tests/gpu/lease.sh", carry=[".devdeps"], timeout_s=600)
+# The first four stages' limits add up to 570 s (a call may run 600 s); the last stage gets what
+# is left, and what any stage wrote comes back even when the call is cut off.
 # 1. build core; 2. the fx backends' tests (inductor, cudagraphs) and the files that failed on
 # the last run; 3. the whole suite, one pytest per file; 4. the backends bench (--quick, all
 # models, magpy's compiling backends beside torch.compile); 5. a few behaviour files with every
@@ -14,18 +16,18 @@ export OUT=${OUT:-$PWD/gpu-out}
 stages=${LEASE_STAGES:-build focus suite bench inductor}
 has() { [[ " $stages " == *" $1 "* ]]; }
 echo "lease start $(date +%T)"
-has build && MAGPY_BUILD_TIMEOUT=${LEASE_BUILD_S:-200} tests/gpu/run.sh build > /dev/null 2>&1
+has build && MAGPY_BUILD_TIMEOUT=${LEASE_BUILD_S:-150} tests/gpu/run.sh build > /dev/null 2>&1
 ls build-gpu/python/_magpy* > /dev/null 2>&1 || { echo "no build: see $OUT/build.log"; tail -30 "$OUT/build.log"; exit 1; }
 if has focus; then
-    OUT=$OUT/focus MAGPY_TEST_TIMEOUT=${LEASE_FOCUS_S:-150} MAGPY_TEST_PER=140 \
+    OUT=$OUT/focus MAGPY_TEST_TIMEOUT=${LEASE_FOCUS_S:-100} MAGPY_TEST_PER=90 \
         MAGPY_TEST_FILES="${LEASE_FOCUS_FILES:-test_backend_fx.py test_library_idioms.py test_nn_modules.py test_resume.py test_backend_torchscript.py test_containers.py test_user_classes.py}" \
         tests/gpu/run.sh test
 fi
 if has suite; then
-    MAGPY_TEST_TIMEOUT=${LEASE_SUITE_S:-150} MAGPY_TEST_PER=120 tests/gpu/run.sh test
+    MAGPY_TEST_TIMEOUT=${LEASE_SUITE_S:-120} MAGPY_TEST_PER=100 tests/gpu/run.sh test
 fi
 if has bench; then
-    MAGPY_BENCH_TIMEOUT=${LEASE_BENCH_S:-240} \
+    MAGPY_BENCH_TIMEOUT=${LEASE_BENCH_S:-200} \
         MAGPY_BENCH_ARGS="${LEASE_BENCH_ARGS:---quick --systems magpy-torchscript-freeze,magpy-inductor,magpy-cudagraphs,torch.compile}" \
         tests/gpu/run.sh bench 2>&1 | grep -v "^# .* done" | tail -70
 fi
