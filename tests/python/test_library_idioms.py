@@ -851,3 +851,16 @@ def test_id_of_a_new_object_each_call_breaks():
     cf = check(f, [(torch.ones(2),) for _ in range(3)])
     assert break_ids(cf) == ["MB003"]
     assert "is a new object each call" in str(magpy.explain(cf))
+
+
+def test_vars_of_an_object_passed_in_reads_its_attributes():
+    def f(x, c):
+        return x * vars(c)["a"] + vars(c).get("b", 0.0)
+
+    cfg = _Scales()
+    cf = magpy.compile(f)
+    for i in range(4):
+        if i == 2:
+            cfg.a = 5  # an attribute read through vars(): guarded
+        assert torch.equal(cf(torch.ones(2), cfg), f(torch.ones(2), cfg))
+    assert_stats(cf, graphs=2, breaks=0, hits=2)

@@ -67,7 +67,7 @@ bool is_process_fact(const std::string& module, const std::string& op) {
 
 const std::unordered_set<std::string> kPureBuiltins = {
     "abs", "min", "max", "round", "divmod", "pow", "ord", "chr", "repr", "hash", "callable",
-    "sum", "any", "all", "sorted", "format", "ascii", "bin", "hex", "oct", "id"};
+    "sum", "any", "all", "sorted", "format", "ascii", "bin", "hex", "oct", "id", "vars"};
 
 }  // namespace
 

@@ -4292,6 +4292,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     case CallKind::PureBuiltin:
     case CallKind::TypeCtor: {
         if (p.key_map >= 0) return push_out(keyed_result(p, result));
+        if (name == "vars" && p.in.size() == 1 && !p.kwnames && result)
+            return push_out(load_attr(p.in[0], interned("__dict__"), result));  // obj.__dict__
         if (name == "id" && p.in.size() == 1 && !p.kwnames && result) {
             // the same number each call only for an object the guards pin (a module, a
             // function) or an immutable constant (copy.deepcopy's memo keys); anything made
