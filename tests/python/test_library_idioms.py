@@ -864,3 +864,12 @@ def test_vars_of_an_object_passed_in_reads_its_attributes():
             cfg.a = 5  # an attribute read through vars(): guarded
         assert torch.equal(cf(torch.ones(2), cfg), f(torch.ones(2), cfg))
     assert_stats(cf, graphs=2, breaks=0, hits=2)
+
+
+def test_vars_of_an_object_made_in_the_call_breaks_with_its_reason():
+    def f(x):
+        return x * vars(_Scales())["a"]
+
+    cf = check(f, [(torch.ones(2),) for _ in range(3)])
+    assert break_ids(cf) == ["MB007"]
+    assert "(or vars()) of an object made in the call is not followed" in str(magpy.explain(cf))

@@ -732,6 +732,12 @@ int Monitor::object_attr(int obj, PyObject* name, PyObject* real, bool method) {
     const Value& o = m_cap.v(obj);
     std::string label = o.label + "." + str(name);
     PyTypeObject* type = Py_TYPE(o.real.get());
+    if (str(name) == "__dict__") {  // (a C descriptor, not a property)
+        m_cap.fail(breaks::kUnsupportedAttribute,
+                   "`" + label + "` (or vars()) of an object made in the call is not followed",
+                   "read its attributes directly: obj.name");
+        return -1;
+    }
     if (is_data_descriptor(type, name)) {
         m_cap.fail(breaks::kUnsupportedAttribute,
                    "`" + label + "` is a property (its getter runs Python code)",
