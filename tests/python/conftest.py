@@ -37,8 +37,9 @@ if _TEST_BACKEND:
     magpy.compile = _compile_with_backend
 
 # Backends that generate their own kernels (inductor) may fuse and reorder floating-point
-# arithmetic: their results are compared within float32 rounding, everything else bit-for-bit.
-_TOLERANCE = (1.3e-6, 1e-5) if _TEST_BACKEND in ("inductor", "cudagraphs") else (0, 0)
+# arithmetic and use vectorised math functions: their results are compared within a relative
+# 1e-4 (inductor's own tests allow as much), everything else bit-for-bit.
+_TOLERANCE = (1e-4, 1e-5) if _TEST_BACKEND in ("inductor", "cudagraphs") else (0, 0)
 
 
 @pytest.fixture(autouse=True)
