@@ -191,9 +191,6 @@ def graph_module(steps, sample, flat=False):
 _MAX_SHAPES = 8  # compiled versions of one region (input shapes, strides, grad mode), then eager
 
 
-_storage_ptr = (lambda t: t.untyped_storage().data_ptr()) if hasattr(torch.Tensor, "untyped_storage") \
-    else (lambda t: t.storage().data_ptr())  # torch < 2 (the CPU machines' tests)
-
 # What a compiled version is specialised on, read in C++ (backends/fx_backend.cpp): grad mode,
 # then per tensor dtype, device, layout, requires_grad, sizes, strides, offset and which earlier
 # tensor shares its memory; for pins ((dict, key, tensor) of the modules' parameters and
@@ -203,11 +200,11 @@ _pins_key = _magpy._fx_pins_signature
 
 
 def _shares_memory(outs, args):
-    """Whether an output is (a view of) an input or of another output."""
-    seen = {_storage_ptr(t) for t in args if isinstance(t, torch.Tensor)}
+    """Whether an output is (a view of) an input or of another output (torch >= 2)."""
+    seen = {t.untyped_storage().data_ptr() for t in args if isinstance(t, torch.Tensor)}
     for o in outs:
         if isinstance(o, torch.Tensor) and o.numel():
-            p = _storage_ptr(o)
+            p = o.untyped_storage().data_ptr()
             if p in seen:
                 return True
             seen.add(p)
@@ -250,18 +247,19 @@ def compiled_per_key(gm, compile):
                 for d in (m._parameters, m._buffers) for name, t in d.items()]
 
     pins = pinned()
-    pins_key = [_pins_key(pins)]
-    swaps = [0]
+    pins_key = _pins_key(pins)
+    swaps = 0
 
     def run(*args):
-        if _pins_key(pins) != pins_key[0]:
-            swaps[0] += 1
-            if swaps[0] > _MAX_SHAPES:
+        nonlocal pins, pins_key, swaps
+        if _pins_key(pins) != pins_key:
+            swaps += 1
+            if swaps > _MAX_SHAPES:
                 raise Unsupported(f"its modules' parameters were replaced or changed more "
                                   f"than {_MAX_SHAPES} times")
             versions.clear()
-            pins[:] = pinned()
-            pins_key[0] = _pins_key(pins)
+            pins = pinned()
+            pins_key = _pins_key(pins)
         args = _leaves(args)
         key = _key(args)
         fn = versions.get(key)

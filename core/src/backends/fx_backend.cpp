@@ -330,25 +330,23 @@ const Backend* fx_backend(const std::string& name) {
     return nullptr;
 }
 
-// What a compiled fx version is specialised on, as bytes to key it by: per tensor its dtype,
-// device, layout, requires_grad, sizes, strides and storage offset, and the position of the
-// first earlier tensor sharing its memory; `grad` adds grad mode first. Read in C++ (the same
-// reads as the guards' tensor checks): a few hundred nanoseconds for a region's inputs, where
-// Python attribute reads took microseconds. NULL with a TypeError when an item is no tensor.
-PyObject* fx_signature(PyObject* tensors, bool grad) {
-    py::Ref seq = py::Ref::steal(PySequence_Fast(tensors, "fx_signature: a list of tensors"));
-    if (!seq) return nullptr;
-    std::string out;
+namespace {
+
+// Appends what a compiled fx version is specialised on to `out`: per tensor its dtype, device,
+// layout, requires_grad, sizes, strides and storage offset, and the position of the first
+// earlier tensor sharing its memory. Read in C++ (the same reads as the guards' tensor
+// checks): a few hundred nanoseconds for a region's inputs, where Python attribute reads took
+// microseconds. False with a TypeError when an item is no tensor.
+bool append_signature(PyObject* const* items, Py_ssize_t n, std::string& out) {
     auto put = [&](int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
-    if (grad) put(grad_mode_enabled() ? 1 : 0);
     std::vector<const void*> storages;
     TensorKey key;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i) {
-        PyObject* t = PySequence_Fast_GET_ITEM(seq.get(), i);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* t = items[i];
         if (!PyObject_TypeCheck(t, torch_api().tensor_type)) {
             PyErr_Format(PyExc_TypeError, "fx_signature: item %zd is a %s, not a tensor", i,
                          Py_TYPE(t)->tp_name);
-            return nullptr;
+            return false;
         }
         if (tensor_is_nested(t)) {
             put(-2);
@@ -367,7 +365,25 @@ PyObject* fx_signature(PyObject* tensors, bool grad) {
         put(same == storages.end() ? -1 : same - storages.begin());
         storages.push_back(mem);
     }
-    return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
+    return true;
+}
+
+PyObject* as_bytes(const std::string& s) {
+    return PyBytes_FromStringAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
+}
+
+}  // namespace
+
+// Grad mode, then the signature of `tensors` (a list): the key of a compiled fx version.
+PyObject* fx_signature(PyObject* tensors, bool grad) {
+    py::Ref seq = py::Ref::steal(PySequence_Fast(tensors, "fx_signature: a list of tensors"));
+    if (!seq) return nullptr;
+    std::string out;
+    if (grad) out.push_back(grad_mode_enabled() ? '\1' : '\0');
+    if (!append_signature(PySequence_Fast_ITEMS(seq.get()), PySequence_Fast_GET_SIZE(seq.get()),
+                          out))
+        return nullptr;
+    return as_bytes(out);
 }
 
 // The signature of the tensors `pins` names ((dict, key, tensor or None) triples: a module's
@@ -377,9 +393,9 @@ PyObject* fx_signature(PyObject* tensors, bool grad) {
 PyObject* fx_pins_signature(PyObject* pins) {
     py::Ref seq = py::Ref::steal(PySequence_Fast(pins, "fx_pins_signature: a list of pins"));
     if (!seq) return nullptr;
-    py::Ref tensors = py::Ref::steal(PyList_New(0));
-    std::string sizes;
-    for (Py_ssize_t i = 0; tensors && i < PySequence_Fast_GET_SIZE(seq.get()); ++i) {
+    std::vector<PyObject*> tensors;
+    std::string out;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i) {
         PyObject* pin = PySequence_Fast_GET_ITEM(seq.get(), i);
         if (!PyTuple_Check(pin) || PyTuple_GET_SIZE(pin) != 3 ||
             !PyDict_Check(PyTuple_GET_ITEM(pin, 0))) {
@@ -391,14 +407,12 @@ PyObject* fx_pins_signature(PyObject* pins) {
         if (!now && PyErr_Occurred()) return nullptr;
         if (now != PyTuple_GET_ITEM(pin, 2)) Py_RETURN_NONE;
         Py_ssize_t n = PyDict_GET_SIZE(dict);
-        sizes.append(reinterpret_cast<const char*>(&n), sizeof n);
-        if (now != Py_None && PyList_Append(tensors.get(), now) < 0) return nullptr;
+        out.append(reinterpret_cast<const char*>(&n), sizeof n);
+        if (now != Py_None) tensors.push_back(now);  // borrowed: the dicts hold them meanwhile
     }
-    if (!tensors) return nullptr;
-    py::Ref sig = py::Ref::steal(fx_signature(tensors.get(), false));
-    if (!sig) return nullptr;
-    sizes.insert(0, PyBytes_AS_STRING(sig.get()), static_cast<size_t>(PyBytes_GET_SIZE(sig.get())));
-    return PyBytes_FromStringAndSize(sizes.data(), static_cast<Py_ssize_t>(sizes.size()));
+    if (!append_signature(tensors.data(), static_cast<Py_ssize_t>(tensors.size()), out))
+        return nullptr;
+    return as_bytes(out);
 }
 
 }  // namespace magpy

@@ -24,15 +24,6 @@ std::string module_of(PyObject* o) {
     return s;
 }
 
-bool starts_with(const std::string& s, const char* prefix) {
-    return s.rfind(prefix, 0) == 0;
-}
-
-static bool ends_with(const std::string& s, const char* suffix) {
-    size_t n = std::strlen(suffix);
-    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 // The module a C function belongs to: its __module__, else the module it is bound to.
 std::string cfunction_module(PyCFunctionObject* cf) {
     if (cf->m_module && PyUnicode_Check(cf->m_module)) return py::str_of(cf->m_module);

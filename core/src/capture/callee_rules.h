@@ -8,6 +8,15 @@
 
 namespace magpy {
 
+// Prefix and suffix tests of the names the rules match.
+inline bool starts_with(const std::string& s, const char* prefix) {
+    return s.rfind(prefix, 0) == 0;
+}
+inline bool ends_with(const std::string& s, const char* suffix) {
+    size_t n = std::char_traits<char>::length(suffix);
+    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
 enum class CallKind : uint8_t {
     TorchOp,         // torch function or Tensor method: recorded in the operator graph
     LeafModule,      // built-in torch.nn module: recorded as one op

@@ -48,8 +48,8 @@ enum class ValueKind : uint8_t {
     FreshList,   // containers created during the call; rebuilt from their items at replay
     FreshTuple,
     FreshDict,
-    FreshSet,    // a set of constants made in the call ([Note: sets made in the call]): `items`
-                 // its elements (constants) in the set's own order
+    FreshSet,    // a set of constants made in the call ([Note: sets made in the call]): its
+                 // elements are read from the set itself when needed (Capture::set_items)
     FreshObject, // an instance of a plain user class made in the call ([Note: objects made in
                  // the call]): `items` its attributes as name, value pairs; `cls` its class;
                  // `mapping` its items when it is a dict
@@ -235,11 +235,12 @@ public:
     bool escape_arg(int value, Arg& out);
     // Tracks the items of an input list or tuple from here on (guards its length and items).
     bool shadow(int value);
-    // A mutation of a container that exists at replay (input list, escaped fresh container):
-    // true when it must be replayed.
-    // The elements a set made in the call holds now, as constants ([Note: sets made in the call]).
+    // The elements a set made in the call holds now, as constants ([Note: sets made in the
+    // call]); in_order: only if set([...]) of them iterates as the set does (else a break).
     bool set_items(int id, std::vector<int>& out);
     bool set_items_in_order(int id, std::vector<int>& out);
+    // A mutation of a container that exists at replay (input list, escaped fresh container):
+    // true when it must be replayed.
     bool exists_at_replay(int value) { return v(value).kind == ValueKind::Input || v(value).built >= 0; }
 
     // --- dynamic shapes -----------------------------------------------------------------

@@ -324,7 +324,7 @@ int Monitor::set_method(const Pending& p, PyObject* result) {
     std::vector<int> args(p.in.begin() + 1, p.in.end());
     bool many = op == "update" || op == "union" || op == "intersection" || op == "difference" ||
                 op == "symmetric_difference" || op == "issubset" || op == "issuperset" ||
-                op == "isdisjoint" || (op.size() > 7 && op.compare(op.size() - 7, 7, "_update") == 0);
+                op == "isdisjoint" || ends_with(op, "_update");
     for (int a : args)  // update(other), union(a, b): their elements; add(x): x itself
         if (many ? !set_source_known(a) : !require_const({a}, "`set." + op + "()`")) return -1;
     static const std::unordered_set<std::string> kChanges = {
@@ -550,13 +550,21 @@ static bool is_enum_member(PyObject* o) {
     return r == 1;
 }
 
-// The text hook that str(obj) (`repr`: repr(obj)) runs: __str__, or __repr__ when the class
-// keeps object's __str__, which calls it.
-static const char* text_hook(PyObject* obj, bool repr) {
-    if (repr) return "__repr__";
-    PyObject* own = _PyType_Lookup(Py_TYPE(obj), PyUnicode_InternFromString("__str__"));
-    PyObject* base = PyDict_GetItemString(py::type_dict(&PyBaseObject_Type), "__str__");
-    return own && own == base ? "__repr__" : "__str__";
+// Whether type(obj).name is object's own (the class does not define it).
+static bool objects_own(PyObject* obj, const char* name) {
+    PyObject* own = _PyType_Lookup(Py_TYPE(obj), interned(name));
+    return own && own == PyDict_GetItemString(py::type_dict(&PyBaseObject_Type), name);
+}
+
+// str(obj) (`repr`: repr(obj)) about to run for the pending instruction, whose `in` starts
+// with obj: the class's own __str__ traced as a hook, or its __repr__ when it keeps object's
+// __str__ (which calls it; then that __str__ is guarded too, for a class that gains one later).
+bool Monitor::expect_text_hook(Pending& p, bool repr) {
+    int obj = p.in[0];
+    bool via_repr = !repr && objects_own(m_cap.v(obj).real.get(), "__str__");
+    if (!expect_hook(p, repr || via_repr ? "__repr__" : "__str__")) return false;
+    if (via_repr) pin_type_attr(obj, "__str__");
+    return true;
 }
 
 // Guards that type(obj).name is still what it is now (a hook traced because another one is
@@ -564,9 +572,16 @@ static const char* text_hook(PyObject* obj, bool repr) {
 void Monitor::pin_type_attr(int obj, const char* name) {
     const Value& o = m_cap.v(obj);
     PyObject* attr = _PyType_Lookup(Py_TYPE(o.real.get()), interned(name));
-    if (!attr || m_cap.failed()) return;
-    if (o.kind == ValueKind::FreshObject) class_member(obj, interned(name), attr);
-    else if (o.kind == ValueKind::Input) class_attr(obj, interned(name), attr);
+    if (attr && !m_cap.failed() &&
+        (o.kind == ValueKind::FreshObject || o.kind == ValueKind::Input))
+        type_attr(obj, interned(name), attr);
+}
+
+// type(obj).name (`attr`), of an object made in the call (through its class) or passed in
+// (through obj.__class__, with no instance attribute shadowing it), as a guarded value.
+int Monitor::type_attr(int obj, PyObject* name, PyObject* attr) {
+    return m_cap.v(obj).kind == ValueKind::FreshObject ? class_member(obj, name, attr)
+                                                        : class_attr(obj, name, attr);
 }
 
 // [Note: hooks of objects made in the call] Whether the instruction pending in `p` (its `in`:
@@ -603,10 +618,10 @@ bool Monitor::expect_hook(Pending& p, const char* dunder) {
                    "define it with def");
         return true;
     }
-    int fv = input ? class_attr(p.in[0], interned(dunder), fn)
-                   : class_member(p.in[0], interned(dunder), fn);
+    int fv = type_attr(p.in[0], interned(dunder), fn);
     if (fv < 0) return true;
     p.callee = CalleeInfo{};
+    p.callee.op = dunder;
     p.callee.kind = CallKind::InlineFunction;
     p.callee.name = std::string(type->tp_name) + "." + dunder;
     p.callee.code = code;
@@ -2967,17 +2982,11 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         // __format__, which calls str())
         if (!(ins.oparg & 0x04) && (ins.oparg & 0x03) != 3 && !f.pending.in.empty()) {
             int obj = f.pending.in[0];
-            PyObject* o = m_cap.v(obj).real.get();
-            PyObject* fmt = o ? _PyType_Lookup(Py_TYPE(o), interned("__format__")) : nullptr;
-            bool plain = fmt && fmt == PyDict_GetItemString(py::type_dict(&PyBaseObject_Type),
-                                                            "__format__");
-            bool repr = (ins.oparg & 0x03) == 2;
-            const char* hook = text_hook(o, repr);
-            if ((plain || (ins.oparg & 0x03) != 0) && expect_hook(f.pending, hook) &&
-                !m_cap.failed()) {
-                if (!(ins.oparg & 0x03)) pin_type_attr(obj, "__format__");  // object's
-                if (!repr && std::strcmp(hook, "__repr__") == 0) pin_type_attr(obj, "__str__");
-            }
+            bool convert = (ins.oparg & 0x03) != 0;  // !s, !r: str() or repr() itself
+            bool plain = objects_own(m_cap.v(obj).real.get(), "__format__");
+            if ((convert || plain) && expect_text_hook(f.pending, (ins.oparg & 0x03) == 2) &&
+                !convert)
+                pin_type_attr(obj, "__format__");  // object's, which calls str()
         }
         return;
     case UNPACK_SEQUENCE: defer(1, ins.oparg); return;
@@ -3064,8 +3073,7 @@ void Monitor::complete(ShadowFrame& f) {
         if (p.opcode == BINARY_SUBSCR || p.opcode == GET_ITER) out(p.inline_result);
         if (p.opcode == CONTAINS_OP && require_const({p.inline_result}, "an `in` test"))
             out(m_cap.const_value(tos));  // what __contains__ gave, as `in` or `not in` made it
-        bool length = p.callee.name.size() > 8 &&
-                       p.callee.name.compare(p.callee.name.size() - 8, 8, ".__len__") == 0;
+        bool length = p.callee.op == "__len__";
         if (p.opcode == CALL && length && require_const({p.inline_result}, "a length"))
             out(m_cap.const_value(tos));  // len(obj): what __len__ gave, as an int
         if ((p.opcode == CALL && !length) || p.opcode == FORMAT_VALUE)
@@ -3779,16 +3787,8 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         return;
     bool text = (p.callee.kind == CallKind::TypeCtor && p.callee.name == "str") ||
                 (p.callee.kind == CallKind::PureBuiltin && p.callee.name == "repr");
-    if (text && p.in.size() == 1 && !kwnames) {
-        int obj = p.in[0];
-        bool repr = p.callee.name == "repr";
-        const char* hook = text_hook(m_cap.v(obj).real.get(), repr);
-        if (expect_hook(p, hook)) {  // str(obj), repr(obj) of a class with its own hooks
-            if (!repr && std::strcmp(hook, "__repr__") == 0)
-                pin_type_attr(obj, "__str__");  // object's, which calls __repr__
-            return;
-        }
-    }
+    if (text && p.in.size() == 1 && !kwnames && expect_text_hook(p, p.callee.name == "repr"))
+        return;  // str(obj), repr(obj) of a class with its own hooks
     if (p.callee.kind == CallKind::InlineModule) p.expect_self = fn;
     if (p.callee.kind == CallKind::InlineModule || p.callee.kind == CallKind::LeafModule) {
         // [Note: module hooks] Hooks run code the module's forward does not show (a forward
@@ -4093,7 +4093,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         // read at entry changes inside the call, so a query of it after this breaks (below)
         const std::string& op = p.callee.op;
         if (p.callee.kind == CallKind::TorchOp && !p.callee.bound_self &&
-            (op.rfind("set_", 0) == 0 || op.rfind("use_", 0) == 0) && op != "set_grad_enabled")
+            (starts_with(op, "set_") || starts_with(op, "use_")) && op != "set_grad_enabled")
             m_other_state_set = true;
         if (p.callee.kind == CallKind::TorchOp && is_global_state_query(p.callee.op) &&
             p.in.empty() && (m_grad_state_set || m_other_state_set)) {
@@ -6229,26 +6229,22 @@ int Monitor::binary(int op, int a, int b, PyObject* real) {
         if (!graph_op) number_from(r, {a, b});
         return r;
     }
-    if (op >= NB_INPLACE_ADD && real == x.real.get() && x.kind == ValueKind::Const &&
-        PyAnySet_Check(real)) {  // s |= t on a set passed in: a write the replay cannot make
-        m_cap.fail(breaks::kUnsupportedOpcode, "an in-place operator changes " + x.label +
-                   ", a set passed in", "make a new set: s = s | other");
+    // s |= t: a write the replay cannot make on a set passed in (known by value) or on one
+    // made in the call that has left it; on one made here, the set itself ([Note: sets made in
+    // the call])
+    bool in_place = op >= NB_INPLACE_ADD && real == x.real.get() && PyAnySet_Check(real);
+    bool made_here = x.kind == ValueKind::FreshSet;
+    if (in_place && (x.kind == ValueKind::Const || (made_here && m_cap.exists_at_replay(a)))) {
+        m_cap.fail(breaks::kUnsupportedOpcode,
+                   "an in-place operator changes " + x.label +
+                       (made_here ? " after it was stored or returned" : ", a set passed in"),
+                   "make a new set: s = s | other");
         return -1;
     }
     if (x.kind == ValueKind::Const && y.kind == ValueKind::Const) return m_cap.const_value(real);
-    if ((x.kind == ValueKind::FreshSet || y.kind == ValueKind::FreshSet) && known(a) && known(b)) {
-        // a | b, a - b, a &= b: [Note: sets made in the call]
-        if (op < NB_INPLACE_ADD || real != x.real.get())
-            return PySet_CheckExact(real) ? fresh_set(real) : m_cap.const_value(real);
-        if (m_cap.v(a).kind != ValueKind::FreshSet || m_cap.exists_at_replay(a)) {
-            m_cap.fail(breaks::kUnsupportedOpcode,
-                       "an in-place operator changes " + m_cap.v(a).label +
-                           (m_cap.v(a).kind == ValueKind::FreshSet
-                                ? " after it was stored or returned" : ", a set passed in"),
-                       "make a new set: s = s | other");
-            return -1;
-        }
-        return a;
+    if ((made_here || y.kind == ValueKind::FreshSet) && known(a) && known(b)) {
+        if (in_place && made_here) return a;  // a |= b, a &= b
+        return PySet_CheckExact(real) ? fresh_set(real) : m_cap.const_value(real);  // a | b
     }
     auto is_dict = [&](const Value& d) {
         return !d.tensor && PyDict_Check(d.real.get()) &&

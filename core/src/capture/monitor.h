@@ -287,6 +287,8 @@ private:
     int set_method(const Pending& p, PyObject* result);
     bool set_source_known(int src);
     void pin_type_attr(int obj, const char* name);
+    bool expect_text_hook(Pending& p, bool repr);
+    int type_attr(int obj, PyObject* name, PyObject* attr);
     // A new list (or tuple) of the objects the values stand for (None where one has none).
     py::Ref reals_of(const std::vector<int>& items, bool list);
     int new_object(int cls, PyObject* real);

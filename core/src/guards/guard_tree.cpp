@@ -420,21 +420,27 @@ bool same_constant(PyObject* expected, PyObject* v) {
     if (PyAnySet_Check(v)) {
         // == of sets matches {1} with {1.0} and {True}: each element must be the same
         // constant (type and bits), as in a tuple
+        // (the element of `expected` that equals each of v's, found through a dict of them)
         if (PySet_GET_SIZE(v) != PySet_GET_SIZE(expected)) return false;
-        py::Ref mine = py::Ref::steal(PySequence_List(expected));
-        py::Ref theirs = py::Ref::steal(PySequence_List(v));
-        if (!mine || !theirs) {
+        py::Ref mine = py::Ref::steal(PyDict_New());
+        py::Ref it = py::Ref::steal(PyObject_GetIter(expected));
+        bool same = mine && it;
+        while (PyObject* e = same ? PyIter_Next(it.get()) : nullptr) {
+            same = PyDict_SetItem(mine.get(), e, e) == 0;
+            Py_DECREF(e);
+        }
+        it = same ? py::Ref::steal(PyObject_GetIter(v)) : py::Ref();
+        same = same && it;
+        while (PyObject* e = same ? PyIter_Next(it.get()) : nullptr) {
+            PyObject* twin = PyDict_GetItemWithError(mine.get(), e);
+            same = twin && same_constant(twin, e);
+            Py_DECREF(e);
+        }
+        if (PyErr_Occurred()) {  // an element's __eq__ or __hash__ raised
             PyErr_Clear();
             return false;
         }
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(theirs.get()); ++i) {
-            bool found = false;
-            for (Py_ssize_t j = 0; !found && j < PyList_GET_SIZE(mine.get()); ++j)
-                found = same_constant(PyList_GET_ITEM(mine.get(), j),
-                                      PyList_GET_ITEM(theirs.get(), i));
-            if (!found) return false;
-        }
-        return true;
+        return same;
     }
     if (PySlice_Check(v)) {
         auto* a = reinterpret_cast<PySliceObject*>(expected);
