@@ -4,6 +4,8 @@ Loops are unrolled along the executed path; what decided the trip count (lengths
 is guarded, and every result is compared with eager.
 """
 
+import itertools
+
 import torch
 
 import magpy
@@ -234,6 +236,32 @@ def test_sorted_dict_items_and_keys_by_a_key_function():
         return {"a": torch.randn(2), "b": torch.randn(2), "c": torch.randn(2)}
 
     cf = check(f, [(torch.randn(2), d()) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_sorted_items_of_a_dict_of_constants_by_value():
+    # the pairs are constants, folded into one tuple each: the key's calls from C still match
+    def f(x):
+        by_value = sorted({"b": 2, "a": 1, "c": 3}.items(), key=lambda kv: kv[1])
+        table = {k: v for k, v in sorted({"y": 1, "x": 0}.items(), key=lambda kv: -kv[1])}
+        return x * by_value[0][1] + by_value[-1][1], list(table), by_value
+
+    cf = check(f, [torch.randn(2) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_sum_min_max_of_iterators_and_of_the_rest_of_one():
+    def f(x, xs, d):
+        it = iter(xs)
+        first = next(it)
+        rest = sum(it)  # what next() took is not in it
+        return (first * 2 + rest, sum(itertools.chain([x], xs)), sum(reversed(xs)),
+                sum(d.values()), max(itertools.chain([3, 1], [2])) * x,
+                min(reversed([4, 2, 5])), sum(v * k for k, v in zip([1, 2], reversed(xs))))
+
+    calls = [(torch.randn(2), [torch.randn(2) for _ in range(3)],
+              {"a": torch.randn(2), "b": torch.randn(2)}) for _ in range(3)]
+    cf = check(f, calls)
     assert_stats(cf, graphs=1, breaks=0, hits=2)
 
 

@@ -223,16 +223,21 @@ bool Monitor::iterator_items(int it, std::vector<int>& out) {
                    "unpack lists, tuples, or zip() of them");
         return false;
     };
-    if ((v.iter_pos != 0 && !v.iter_view) || v.iter_advance >= 0) return fail();
+    // what next() took already is not among them (`first = next(it); rest = sum(it)`)
+    size_t skip = v.iter_view ? 0 : static_cast<size_t>(v.iter_pos);
+    if (v.iter_advance >= 0) return fail();
     std::vector<int> items;
     switch (v.iter_kind) {
     case IterKind::ConstSeq:
     case IterKind::FreshSeq:
     case IterKind::InputSeq:
         if (!items_of(v.iter_source, items)) return false;
+        if (skip > items.size()) return m_cap.internal_error("an iterator past its items"), false;
+        items.erase(items.begin(), items.begin() + static_cast<long>(skip));
         break;
     case IterKind::Generator:
     case IterKind::Map:
+        if (skip) return fail();
         if (!lazy_items(it, items)) return false;
         break;
     case IterKind::Flat:
@@ -240,7 +245,8 @@ bool Monitor::iterator_items(int it, std::vector<int>& out) {
         // rows of `width` items: a dict's items() pairs, or one item from each zipped input
         std::vector<std::vector<int>> cols;
         size_t width = static_cast<size_t>(v.iter_width), n = v.items.size() / width;
-        if (v.iter_kind == IterKind::Zip) {
+        size_t first = v.iter_kind == IterKind::Flat ? std::min(skip, n) : 0;
+        if (v.iter_kind == IterKind::Zip) {  // (each zipped iterator skips its own)
             std::vector<int> inner = v.items;
             width = inner.size();
             n = SIZE_MAX;
@@ -251,7 +257,7 @@ bool Monitor::iterator_items(int it, std::vector<int>& out) {
             }
         }
         const std::vector<int> flat = m_cap.v(it).items;
-        for (size_t r = 0; r < n; ++r) {
+        for (size_t r = first; r < n; ++r) {
             std::vector<int> row;
             for (size_t c = 0; c < width; ++c)
                 row.push_back(cols.empty() ? flat[r * width + c] : cols[c][r]);
@@ -266,7 +272,7 @@ bool Monitor::iterator_items(int it, std::vector<int>& out) {
     default:
         return fail();
     }
-    if (!m_cap.v(it).iter_view) m_cap.v(it).iter_pos = static_cast<int>(items.size());
+    if (!m_cap.v(it).iter_view) m_cap.v(it).iter_pos = static_cast<int>(skip + items.size());
     out = std::move(items);
     return true;
 }
@@ -2013,7 +2019,10 @@ bool Monitor::enter_map_step(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co)
     auto same = [&](PyObject* got, int want) {
         const Value& w = m_cap.v(want);
         if (got == w.real.get()) return true;
-        if (w.kind != ValueKind::FreshTuple || w.built >= 0 || !got || !PyTuple_CheckExact(got) ||
+        if (!got || !PyTuple_CheckExact(got)) return false;
+        if (w.kind == ValueKind::Const)  // a pair of constants: folded into one
+            return w.real && PyTuple_CheckExact(w.real.get()) && same_constant(w.real.get(), got);
+        if (w.kind != ValueKind::FreshTuple || w.built >= 0 ||
             static_cast<size_t>(PyTuple_GET_SIZE(got)) != w.items.size())
             return false;
         for (size_t k = 0; k < w.items.size(); ++k)
@@ -4043,11 +4052,21 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         // enumerate take them as they are: their steps resume them one at a time.)
         // all() and any() stop at the first item that decides: what it yielded so far is what
         // they saw.
+        // sum(), min() and max() of any other iterator (chain(...), reversed(xs), d.values())
+        // take all its items too: the list of them. (sorted() reads its argument's items.)
         bool stops_early = p.callee.kind == CallKind::PureBuiltin && (name == "all" || name == "any");
+        bool takes_all = p.callee.kind == CallKind::PureBuiltin &&
+                         (name == "sum" || name == "min" || name == "max");
         for (int& a : p.in) {
-            if (!generator_of(a) && !map_of(a)) continue;
             std::vector<int> items;
-            if (!lazy_items(a, items, stops_early)) return;
+            if (generator_of(a) || map_of(a)) {
+                if (!lazy_items(a, items, stops_early)) return;
+            } else if (takes_all && p.key_map < 0 && m_cap.v(a).kind == ValueKind::Iterator) {
+                // (with a key function, the items were read before the call and are its result)
+                if (!iterator_items(a, items)) return;
+            } else {
+                continue;
+            }
             a = m_cap.fresh(ValueKind::FreshList, items, reals_of(items, true).get());
         }
     }

@@ -117,9 +117,11 @@ static PyObject* module_attr(PyObject* obj, PyObject* name) {
         PyObject* v = PyDict_GetItemWithError(d, name);
         if (v) return new_ref_or_null(v);
         if (PyErr_Occurred()) return nullptr;
-        static const char* kStores[] = {"_parameters", "_buffers", "_modules"};
-        for (const char* store : kStores) {
-            PyObject* sd = PyDict_GetItemString(d, store);
+        static PyObject* kStores[] = {PyUnicode_InternFromString("_parameters"),
+                                      PyUnicode_InternFromString("_buffers"),
+                                      PyUnicode_InternFromString("_modules")};
+        for (PyObject* store : kStores) {
+            PyObject* sd = PyDict_GetItemWithError(d, store);
             if (sd && PyDict_Check(sd)) {
                 v = PyDict_GetItemWithError(sd, name);
                 if (v) return new_ref_or_null(v);
