@@ -363,6 +363,74 @@ def test_itertools_product_combinations_permutations_chain():
     assert_stats(cf, graphs=2, hits=2, misses=2)
 
 
+def more_itertools(xs, sizes, rows):
+    offsets = [0] + list(itertools.accumulate(sizes))  # split points from sizes
+    chunks = [xs[0][offsets[i]:offsets[i + 1]] for i in range(len(sizes))]
+    firsts = list(itertools.islice(xs, 2)) + list(itertools.islice(xs, 1, None, 2))
+    steps = [b - a for a, b in itertools.pairwise(xs)]
+    padded = [a if b is None else a * b for a, b in itertools.zip_longest(xs, [2, 3])]
+    filled = [a * b for a, b in itertools.zip_longest(xs, [2], fillvalue=-1)]
+    scaled = [x * k for x, k in zip(xs, itertools.repeat(0.5, len(xs)))]
+    pairs = [a @ b for a, b in itertools.combinations_with_replacement(xs, 2)]
+    made = list(itertools.starmap(lambda t, k: t * k, rows))
+    running = list(itertools.accumulate([1, 2, 3], initial=10))
+    return chunks, firsts, steps, padded, filled, scaled, pairs, made, running
+
+
+def test_more_itertools_accumulate_islice_pairwise_zip_longest_repeat_starmap():
+    calls = [([torch.randn(4) for _ in range(3)], [1, 3], [(torch.randn(2), 2), (torch.randn(2), 3)])
+             for _ in range(3)]
+    cf = check(more_itertools, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    check(more_itertools, [(calls[0][0], [2, 2], calls[0][2])], compiled=cf)  # other sizes
+    assert_stats(cf, graphs=2, misses=2)
+
+
+def test_itertools_that_cannot_be_followed_break_with_a_reason():
+    def endless(xs):
+        return [x * k for x, k in zip(xs, itertools.repeat(2))]
+
+    def of_tensors(xs):
+        return list(itertools.accumulate(xs))
+
+    for fn, words in [(endless, "without a count"), (of_tensors, "which is not a constant")]:
+        cf = check(fn, [[torch.randn(2), torch.randn(2)] for _ in range(2)])
+        assert "MB003" in break_ids(cf) and words in str(magpy.explain(cf))
+
+
+def test_operator_itemgetter_and_attrgetter_as_calls_and_sort_keys():
+    import operator
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "value weight")
+    second = operator.itemgetter(1)
+
+    def f(x, rows, d, p):
+        best = sorted(rows, key=operator.itemgetter(1), reverse=True)
+        a, b = operator.itemgetter("a", "b")(d)
+        return (second([x, x * 2]) + a * b, best[0][1] * x,
+                operator.attrgetter("value", "weight")(p)[1] * x,
+                operator.attrgetter("shape")(x)[0] * x)
+
+    calls = [(torch.randn(2), [("a", 1), ("b", 3)], {"a": torch.randn(2), "b": torch.randn(2)},
+              Pair(torch.randn(2), 2.0)) for _ in range(3)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    check(f, [(calls[0][0], [("a", 5), ("b", 3)]) + calls[0][2:]], compiled=cf)  # new order
+    assert_stats(cf, graphs=2, misses=2)
+
+    g = {"key": operator.itemgetter(0)}
+
+    def pick(x, xs):
+        return g["key"](xs) * x
+
+    xs = [torch.randn(2), torch.randn(2)]
+    cf = check(pick, [(torch.randn(2), xs)] * 2)
+    g["key"] = operator.itemgetter(1)  # another getter: guarded by identity
+    check(pick, [(torch.randn(2), xs)], compiled=cf)
+    assert_stats(cf, graphs=2, misses=2)
+
+
 def reduce_mix(xs, shape):
     import functools
     import operator

@@ -56,6 +56,11 @@ bool is_process_fact(const std::string& module, const std::string& op) {
     return false;
 }
 
+// The itertools types followed (Monitor::itertools_call).
+const std::unordered_set<std::string> kIterTools = {
+    "product", "chain", "combinations", "combinations_with_replacement", "permutations",
+    "islice", "pairwise", "zip_longest", "repeat", "accumulate", "starmap"};
+
 const std::unordered_set<std::string> kPureBuiltins = {
     "abs", "min", "max", "round", "divmod", "pow", "ord", "chr", "repr", "hash", "callable",
     "sum", "any", "all", "sorted", "format", "ascii", "bin", "hex", "oct", "id", "vars"};
@@ -374,8 +379,8 @@ CalleeInfo classify_callee(PyObject* f) {
     }
     // np.sqrt, np.log2; and numpy >= 1.25's functions (np.triu, np.ones), which are objects
     // of its own C type wrapping the Python function
-    if (std::string(Py_TYPE(f)->tp_name) == "numpy.ufunc" ||
-        std::string(Py_TYPE(f)->tp_name) == "numpy._ArrayFunctionDispatcher") {
+    const std::string type_name = Py_TYPE(f)->tp_name;
+    if (type_name == "numpy.ufunc" || type_name == "numpy._ArrayFunctionDispatcher") {
         info.kind = CallKind::PureBuiltin;
         PyObject* n = PyObject_GetAttrString(f, "__name__");
         info.op = n && PyUnicode_Check(n) ? py::str_of(n) : "ufunc";
@@ -384,7 +389,17 @@ CalleeInfo classify_callee(PyObject* f) {
         PyErr_Clear();
         return info;
     }
-    if (std::string(Py_TYPE(f)->tp_name) == "functools._lru_cache_wrapper") {
+    // operator.itemgetter(1) and attrgetter("a") fold over constants, as the pure builtins;
+    // the object they make, called, is the subscript or attribute read
+    const std::string made = PyType_Check(f) ? reinterpret_cast<PyTypeObject*>(f)->tp_name : "";
+    if (type_name == "operator.itemgetter" || type_name == "operator.attrgetter" ||
+        made == "operator.itemgetter" || made == "operator.attrgetter") {
+        info.kind = made.empty() ? CallKind::Getter : CallKind::PureBuiltin;
+        info.name = made.empty() ? type_name + "(...)" : made;
+        info.op = (made.empty() ? type_name : made).substr(9);
+        return info;
+    }
+    if (type_name == "functools._lru_cache_wrapper") {
         info.kind = CallKind::CachedCall;
         PyObject* q = PyObject_GetAttrString(f, "__qualname__");
         info.name = info.op = q && PyUnicode_Check(q) ? py::str_of(q) : "lru_cache function";
@@ -577,8 +592,7 @@ CalleeInfo classify_callee(PyObject* f) {
         info.name = t->tp_name;
         const std::string tn = t->tp_name;
         if (t == &PyZip_Type || t == &PyEnum_Type || t == &PyReversed_Type || t == &PyMap_Type ||
-            tn == "itertools.product" || tn == "itertools.chain" ||
-            tn == "itertools.combinations" || tn == "itertools.permutations") {
+            (starts_with(tn, "itertools.") && kIterTools.count(tn.substr(10)))) {
             info.kind = CallKind::Iteration;
             info.op = info.name;
             return info;

@@ -69,6 +69,8 @@ enum class CallKind : uint8_t {
     AutogradApply,   // MyFunction.apply(...) of a torch.autograd.Function: one step at replay
     CachedCall,      // a functools.lru_cache / cache wrapper: called at replay, where its cache
                      // decides what runs, as in eager; what it returns flows on
+    Getter,          // an operator.itemgetter / attrgetter object called: the subscripts or
+                     // attribute reads it stands for
     Unsupported,
 };
 

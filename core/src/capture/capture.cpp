@@ -112,6 +112,10 @@ static bool is_identity_object(PyObject* o) {
         Py_TYPE(o) == &PyWrapperDescr_Type || Py_TYPE(o) == &PyClassMethodDescr_Type ||
         Py_TYPE(o) == &PyBaseObject_Type)
         return true;
+    // operator.itemgetter / attrgetter: immutable, what they read is fixed when made
+    const char* tn = Py_TYPE(o)->tp_name;
+    if (std::strcmp(tn, "operator.itemgetter") == 0 || std::strcmp(tn, "operator.attrgetter") == 0)
+        return true;
     PyTypeObject* meta = enum_meta_type();
     if (meta && PyObject_TypeCheck(reinterpret_cast<PyObject*>(Py_TYPE(o)), meta)) return true;
     const TorchApi& api = torch_api();

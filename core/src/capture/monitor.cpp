@@ -1975,7 +1975,7 @@ int Monitor::map_record(int fv, const std::vector<std::vector<int>>& columns,
     }
     rec.callee = classify_callee(fn);
     bool pure = rec.callee.kind == CallKind::PureBuiltin || rec.callee.kind == CallKind::TypeCtor ||
-                rec.callee.kind == CallKind::Len;
+                rec.callee.kind == CallKind::Len || rec.callee.kind == CallKind::Getter;
     if (rec.callee.kind != CallKind::InlineFunction && !pure)
         return fail(role + ", " + m_cap.v(fv).label + " (" + rec.callee.name + "), is called "
                     "from C, where it cannot be followed");
@@ -3908,6 +3908,9 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         return m_cap.fail(breaks::kIO, "`" + p.callee.name + "()` does input or output",
                           "it runs in Python between two graphs; move printing and I/O out "
                           "of the compiled function to get one graph");
+    case CallKind::Getter:
+        getter_parts(p, nullptr);  // refuses what it would not follow, before it runs
+        return;
     case CallKind::Unsupported:
         return m_cap.fail(breaks::kUnsupportedCallee,
                           "`" + p.callee.name + "` has no capture rule",
@@ -3916,6 +3919,58 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     default:
         return;
     }
+}
+
+// operator.itemgetter(k, ...)(obj) is obj[k] (a tuple of them for several), and
+// attrgetter("name", ...)(obj) is obj.name, each followed as the subscript or attribute read
+// it stands for. What the getter holds comes from its __reduce__; it is immutable. Before the
+// call (`result` null) only checks that what it reads runs no Python code of the user's, which
+// would run from C, untraced; after it, the result's value (-1 after a failure).
+int Monitor::getter_parts(const Pending& p, PyObject* result) {
+    const std::string& name = p.callee.name;
+    auto refuse = [&](const std::string& why) {
+        m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` " + why,
+                   "index the object or read its attribute directly");
+        return -1;
+    };
+    if (p.kwnames || p.in.size() != 1) return refuse("called with other than one argument");
+    py::Ref red = py::Ref::steal(PyObject_CallMethod(m_cap.v(p.callee_value).real.get(),
+                                                     "__reduce__", nullptr));
+    PyObject* keys = red && PyTuple_Check(red.get()) && PyTuple_GET_SIZE(red.get()) == 2
+                         ? PyTuple_GET_ITEM(red.get(), 1)
+                         : nullptr;
+    if (!keys || !PyTuple_Check(keys) || PyTuple_GET_SIZE(keys) == 0) {
+        PyErr_Clear();
+        return refuse("holds what it reads in a form the capture does not know");
+    }
+    bool attr = p.callee.op == "attrgetter";
+    int obj = p.in[0];
+    PyObject* target = m_cap.v(obj).real.get();
+    Py_ssize_t n = PyTuple_GET_SIZE(keys);
+    if (!result) {
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* k = PyTuple_GET_ITEM(keys, i);
+            if (attr && (!PyUnicode_Check(k) || PyUnicode_FindChar(k, '.', 0, PyUnicode_GET_LENGTH(k), 1) >= 0))
+                return refuse("reads a dotted path of attributes");
+            if (attr ? runs_code_to_access(target, k, false) &&
+                           namedtuple_field(Py_TYPE(target), k) < 0
+                     : !(PyList_CheckExact(target) || PyTuple_CheckExact(target) ||
+                         PyDict_CheckExact(target) || is_tensor(target) ||
+                         is_namedtuple_type(Py_TYPE(target))))
+                return refuse(std::string("of ") + m_cap.v(obj).label + " would run " +
+                              (attr ? "a property or a custom __getattr__" : "its own __getitem__"));
+        }
+        return 0;
+    }
+    std::vector<int> parts;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* k = PyTuple_GET_ITEM(keys, i);
+        PyObject* got = n == 1 ? result : PyTuple_GET_ITEM(result, i);
+        int part = attr ? load_attr(obj, k, got) : subscript(obj, m_cap.const_value(k), got);
+        if (part < 0) return -1;
+        parts.push_back(part);
+    }
+    return n == 1 ? parts[0] : m_cap.fresh(ValueKind::FreshTuple, parts, result);
 }
 
 // [Note: effects that read the caller's frame] warnings.warn files its warning under the file,
@@ -4225,6 +4280,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         push_out(m_cap.const_value(result));
         return;
     }
+    case CallKind::Getter:
+        return push_out(getter_parts(p, result));
     case CallKind::AttrQuery: {
         // hasattr(obj, "name") / getattr(obj, "name"[, default]) with a constant name: a
         // present attribute is read like `obj.name` (guarded the same way); an absent one is
@@ -4787,6 +4844,16 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             return;
         }
         if (nkw == 0) return push_out(iter_call(name, p.in, result, p.had_key));
+        if (nkw == 1 && (name == "itertools.zip_longest" || name == "itertools.accumulate")) {
+            // zip_longest(a, b, fillvalue=x), accumulate(xs, initial=0)
+            bool fill = name == "itertools.zip_longest";
+            if (str(PyTuple_GET_ITEM(p.kwnames, 0)) != (fill ? "fillvalue" : "initial"))
+                return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` with this keyword",
+                                  "pass the arguments by position");
+            std::vector<int> pos(p.in.begin(), p.in.end() - 1);
+            return push_out(itertools_call(name, pos, result, fill ? p.in.back() : -1,
+                                           fill ? -1 : p.in.back()));
+        }
         if (name == "enumerate" && nkw == 1 && p.in.size() == 2 &&
             str(PyTuple_GET_ITEM(p.kwnames, 0)) == "start")
             return push_out(iter_call(name, p.in, result));  // enumerate(xs, start=1)
@@ -5564,65 +5631,145 @@ bool Monitor::dict_view(int dict, DictView view, std::vector<int>& out) {
     return true;
 }
 
-// itertools.chain, product, combinations and permutations of known sequences: the items they
-// yield, worked out here by running the same itertools type over the items' positions.
+// itertools over known sequences: the items they yield, worked out here by running the same
+// itertools type over the items' positions (chain, product, combinations with or without
+// replacement, permutations, islice, pairwise, zip_longest), or over the items themselves when
+// they are constants (accumulate); repeat(x, n) is n times x, and starmap(f, rows) is map(f)
+// over the rows' columns. `fill` is zip_longest's fillvalue, `initial` accumulate's (or -1).
 int Monitor::itertools_call(const std::string& name, const std::vector<int>& args,
-                            PyObject* result) {
+                            PyObject* result, int fill, int initial) {
     std::string label = name.substr(10) + "(...)";
-    std::vector<int> out;
-    int width = -1;
-    bool chain = name == "itertools.chain";
-    size_t nseq = name == "itertools.product" || chain ? args.size() : std::min<size_t>(1, args.size());
+    auto refuse = [&](const std::string& what, const std::string& hint) {
+        m_cap.fail(breaks::kUnsupportedCallee, what, hint);
+        return -1;
+    };
+    auto flat = [&](std::vector<int> out, int width, bool rows) {
+        // a flat list of the items, `width` per step (a tuple each when `rows`)
+        int it = m_cap.new_value(ValueKind::Iterator, result, label);
+        m_cap.v(it).iter_kind = IterKind::Flat;
+        m_cap.v(it).iter_width = std::max(1, width);
+        m_cap.v(it).iter_rows = rows;
+        m_cap.v(it).items = std::move(out);
+        return it;
+    };
+    if (name == "itertools.repeat") {
+        if (args.size() != 2 || !require_const({args[1]}, "`itertools.repeat(x, times)`")) {
+            if (!m_cap.failed())
+                refuse("`itertools.repeat` without a count (it never ends)",
+                       "give the count, or zip with [x] * len(items)");
+            return -1;
+        }
+        Py_ssize_t n = PyLong_AsSsize_t(m_cap.v(args[1]).real.get());
+        if (n < 0 && PyErr_Occurred()) PyErr_Clear();
+        return flat(std::vector<int>(static_cast<size_t>(std::max<Py_ssize_t>(n, 0)), args[0]), 1, false);
+    }
+    if (name == "itertools.starmap") {
+        std::vector<int> rows;
+        if (args.size() != 2 || !items_of(args[1], rows)) return m_cap.failed() ? -1 : refuse(
+            "`itertools.starmap` with these arguments", "call starmap(f, rows)");
+        std::vector<int> map_args = {args[0]};
+        for (size_t r = 0; r < rows.size(); ++r) {
+            std::vector<int> row;
+            if (!items_of(rows[r], row)) return -1;
+            if (r == 0) map_args.resize(1 + row.size(), -1);
+            if (row.size() + 1 != map_args.size())
+                return refuse("`itertools.starmap` over rows of different lengths",
+                              "write a loop");
+            for (size_t c = 0; c < row.size(); ++c) {
+                int& col = map_args[1 + c];
+                if (col < 0) col = m_cap.fresh(ValueKind::FreshList, {}, nullptr);
+                m_cap.v(col).items.push_back(row[c]);
+            }
+        }
+        for (size_t c = 1; c < map_args.size(); ++c)  // the columns' own lists, for the record
+            m_cap.v(map_args[c]).real = reals_of(m_cap.v(map_args[c]).items, true);
+        if (map_args.size() < 2)
+            return refuse("`itertools.starmap` over no rows or empty rows", "write a loop");
+        return make_map(map_args, result);
+    }
+    bool chain = name == "itertools.chain", accumulate = name == "itertools.accumulate";
+    size_t nseq = name == "itertools.product" || chain || name == "itertools.zip_longest"
+                      ? args.size()
+                      : std::min<size_t>(1, args.size());
     std::vector<std::vector<int>> seqs(nseq);
     for (size_t i = 0; i < nseq; ++i)
         if (!items_of(args[i], seqs[i])) return -1;
+    std::vector<int> consts(args.begin() + static_cast<long>(nseq), args.end());
+    if (initial >= 0) consts.push_back(initial);
+    if (!consts.empty() && !require_const(consts, "`" + name + "`")) return -1;
     if (chain) {
+        std::vector<int> out;
         for (const std::vector<int>& sq : seqs) out.insert(out.end(), sq.begin(), sq.end());
-    } else {
-        for (size_t i = nseq; i < args.size(); ++i)
-            if (!require_const({args[i]}, "`" + name + "`")) return -1;
-        py::Ref call_args = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-        for (size_t i = 0; i < args.size(); ++i) {
-            PyObject* a = m_cap.v(args[i]).real.get();
-            if (i < nseq)  // range(len(items)): positions
-                a = PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyRange_Type), "n",
-                                          static_cast<Py_ssize_t>(seqs[i].size()));
-            else
-                Py_XINCREF(a);
-            if (!a) {
-                PyErr_Clear();
-                m_cap.internal_error("positions for " + name);
-                return -1;
-            }
-            PyTuple_SET_ITEM(call_args.get(), static_cast<Py_ssize_t>(i), a);
-        }
-        py::Ref rows = py::Ref::steal(PyObject_Call(reinterpret_cast<PyObject*>(Py_TYPE(result)),
-                                                    call_args.get(), nullptr));
-        py::Ref list = rows ? py::Ref::steal(PySequence_List(rows.get())) : py::Ref();
-        if (!list) {
-            PyErr_Clear();
-            m_cap.internal_error("the positions " + name + " yields");
-            return -1;
-        }
-        for (Py_ssize_t r = 0; r < PyList_GET_SIZE(list.get()); ++r) {
-            PyObject* pos = PyList_GET_ITEM(list.get(), r);
-            if (width < 0) width = static_cast<int>(PyTuple_GET_SIZE(pos));
-            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(pos); ++k) {
-                size_t seq = name == "itertools.product" ? static_cast<size_t>(k) : 0;
-                out.push_back(seqs[seq][PyLong_AsSize_t(PyTuple_GET_ITEM(pos, k))]);
-            }
-        }
-        if (width == 0)
-            return m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` yielding empty tuples",
-                              "iterate over the items themselves"), -1;
+        return flat(std::move(out), 1, false);
     }
-    // a flat list of the items, `width` per step (a tuple each for all but chain)
-    int it = m_cap.new_value(ValueKind::Iterator, result, label);
-    m_cap.v(it).iter_kind = IterKind::Flat;
-    m_cap.v(it).iter_width = std::max(1, width);
-    m_cap.v(it).iter_rows = !chain;
-    m_cap.v(it).items = std::move(out);
-    return it;
+    bool longest = name == "itertools.zip_longest";
+    if (longest && fill < 0) fill = m_cap.const_value(Py_None);
+    py::Ref kwargs;
+    if (longest || initial >= 0) {  // (positions past the end of a shorter one are None)
+        kwargs = py::Ref::steal(PyDict_New());
+        if (!kwargs || PyDict_SetItemString(kwargs.get(), longest ? "fillvalue" : "initial",
+                                            longest ? Py_None : m_cap.v(initial).real.get()) < 0) {
+            PyErr_Clear();
+            return m_cap.internal_error("keywords for " + name), -1;
+        }
+    }
+    if (accumulate) {  // of constants (offsets from sizes): the running results are constants
+        for (int item : seqs[0])
+            if (!known(item))
+                return refuse("`itertools.accumulate` of " + m_cap.v(item).label +
+                                  ", which is not a constant",
+                              "add the tensors in a loop, or use torch.cumsum");
+    }
+    py::Ref call_args = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+    for (size_t i = 0; call_args && i < args.size(); ++i) {
+        PyObject* a = m_cap.v(args[i]).real.get();
+        if (i < nseq)  // the items themselves for accumulate, else their positions
+            a = accumulate ? reals_of(seqs[i], true).release()
+                           : PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyRange_Type),
+                                                   "n", static_cast<Py_ssize_t>(seqs[i].size()));
+        else
+            Py_XINCREF(a);
+        if (!a) {
+            PyErr_Clear();
+            return m_cap.internal_error("positions for " + name), -1;
+        }
+        PyTuple_SET_ITEM(call_args.get(), static_cast<Py_ssize_t>(i), a);
+    }
+    py::Ref rows = call_args ? py::Ref::steal(PyObject_Call(
+                                   reinterpret_cast<PyObject*>(Py_TYPE(result)), call_args.get(),
+                                   kwargs.get()))
+                             : py::Ref();
+    py::Ref list = rows ? py::Ref::steal(PySequence_List(rows.get())) : py::Ref();
+    if (!list) {
+        PyErr_Clear();
+        return m_cap.internal_error("the positions " + name + " yields"), -1;
+    }
+    std::vector<int> out;
+    int width = -1;
+    for (Py_ssize_t r = 0; r < PyList_GET_SIZE(list.get()); ++r) {
+        PyObject* pos = PyList_GET_ITEM(list.get(), r);
+        if (accumulate) {
+            out.push_back(m_cap.const_value(pos));
+            continue;
+        }
+        if (!PyTuple_Check(pos)) {  // islice: one position per step
+            out.push_back(seqs[0][PyLong_AsSize_t(pos)]);
+            continue;
+        }
+        if (width < 0) width = static_cast<int>(PyTuple_GET_SIZE(pos));
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(pos); ++k) {
+            PyObject* at = PyTuple_GET_ITEM(pos, k);
+            bool product = name == "itertools.product" || longest;
+            if (at == Py_None) {  // zip_longest past the end of a shorter one
+                out.push_back(fill);
+                continue;
+            }
+            out.push_back(seqs[product ? static_cast<size_t>(k) : 0][PyLong_AsSize_t(at)]);
+        }
+    }
+    if (width == 0)
+        return refuse("`" + name + "` yielding empty tuples", "iterate over the items themselves");
+    return flat(std::move(out), width, width > 0);
 }
 
 // zip(...), enumerate(x[, start]), reversed(x), d.items() / keys() / values() / get(k[, v]).
@@ -5661,7 +5808,7 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         m_cap.v(it).items = std::move(items);
         return it;
     }
-    if (name.rfind("itertools.", 0) == 0) return itertools_call(name, args, result);
+    if (name.rfind("itertools.", 0) == 0) return itertools_call(name, args, result, -1, -1);
     // dict methods: args[0] is the dict
     if (args.empty()) return fail("dict method without a dict");
     int d = args[0];

@@ -273,7 +273,9 @@ private:
     int next_item(int iter, PyObject* real);
     void iter_done(int iter);
     bool dict_view(int dict, DictView view, std::vector<int>& out);
-    int itertools_call(const std::string& name, const std::vector<int>& args, PyObject* result);
+    int getter_parts(const Pending& p, PyObject* result);
+    int itertools_call(const std::string& name, const std::vector<int>& args, PyObject* result,
+                       int fill, int initial);
     int iter_call(const std::string& name, const std::vector<int>& args, PyObject* result,
                   int had_key = -1);
     int class_attr(int obj, PyObject* name, PyObject* real);
