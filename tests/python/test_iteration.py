@@ -5,6 +5,7 @@ is guarded, and every result is compared with eager.
 """
 
 import itertools
+import operator
 
 import torch
 
@@ -262,6 +263,19 @@ def test_sum_min_max_of_iterators_and_of_the_rest_of_one():
     calls = [(torch.randn(2), [torch.randn(2) for _ in range(3)],
               {"a": torch.randn(2), "b": torch.randn(2)}) for _ in range(3)]
     cf = check(f, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_min_max_sorted_of_dict_items_by_a_builtin_key_give_the_items_not_the_default():
+    # a builtin key is folded, so no frame rebinds the pairs C code makes: they are matched by
+    # their items
+    def f(x, d):
+        longest = max(d.items(), key=len, default=None)
+        least = min({"p": 4, "q": 2}.items(), key=operator.itemgetter(1), default=None)
+        ranked = sorted({"p": 4, "q": 2, "r": 3}.items(), key=operator.itemgetter(1))
+        return x * least[1], longest[0], ranked
+
+    cf = check(f, [(torch.randn(2), {"a": 1, "b": 2}) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2)
 
 

@@ -873,3 +873,51 @@ def test_vars_of_an_object_made_in_the_call_breaks_with_its_reason():
     cf = check(f, [(torch.ones(2),) for _ in range(3)])
     assert break_ids(cf) == ["MB007"]
     assert "(or vars()) of an object made in the call is not followed" in str(magpy.explain(cf))
+
+
+def test_counter_made_in_the_call_counts_constants():
+    from collections import Counter
+
+    def f(x, names):
+        seen = Counter()
+        for n in names:
+            seen[n] += 1  # Counter.__missing__ answers 0 for a new name
+        tally = Counter(["a", "b", "a"])
+        tally.update(["b", "c"])
+        top, count = tally.most_common(1)[0]
+        return x * seen["a"] + count, top, sorted(tally.items()), dict(seen)
+
+    calls = [(torch.randn(2), ["a", "b", "a"])] * 2 + [(torch.randn(2), ["b", "b"])]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=2, breaks=0, hits=1, misses=2)  # other names: recompiled
+
+
+def test_counter_of_tensor_data_breaks_with_a_reason():
+    from collections import Counter
+
+    def f(x):
+        return Counter(x.tolist()).most_common(1)[0][0] * x
+
+    cf = check(f, [torch.tensor([1, 2, 2])] * 2)
+    assert "MB" in " ".join(break_ids(cf))
+
+
+def test_a_sentinel_made_in_the_call_is_no_object_from_before():
+    def f(x, d):
+        missing = object()
+        v = d.get("scale", missing)
+        if v is missing:
+            return x
+        return x * v
+
+    cf = check(f, [(torch.randn(2), {"scale": 2.0}), (torch.randn(2), {"scale": 2.0}),
+                   (torch.randn(2), {}), (torch.randn(2), {})])
+    assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
+
+    def made(x):
+        return x + 1, object()
+
+    cm = magpy.compile(made)
+    a, b = cm(torch.randn(2))[1], cm(torch.randn(2))[1]
+    assert a is not b and type(a) is object  # a new object each call, as in eager
+    assert_stats(cm, graphs=1, breaks=0, hits=1)

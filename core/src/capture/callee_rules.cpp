@@ -371,6 +371,11 @@ CalleeInfo classify_callee(PyObject* f) {
         info.name = info.op = "super";
         return info;
     }
+    if (f == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) {
+        info.kind = CallKind::UserClass;  // object(): a sentinel made in the call
+        info.name = info.op = "object";
+        return info;
+    }
     if (f == reinterpret_cast<PyObject*>(functools_partial_type())) {
         info.kind = CallKind::MakePartial;
         info.name = "functools.partial";
@@ -489,6 +494,11 @@ CalleeInfo classify_callee(PyObject* f) {
         if ((m == "numpy" || starts_with(m, "numpy.")) && !starts_with(m, "numpy.random")) {
             info.kind = CallKind::PureBuiltin;  // np.zeros, np.arange: as numpy's Python ones
             info.name = "numpy." + info.op;
+            return info;
+        }
+        if (m == "_collections" && info.name == "_count_elements") {
+            info.kind = CallKind::CountElements;  // Counter(items), counter.update(items)
+            info.name = "Counter.update";
             return info;
         }
         if (m == "_warnings" && info.name == "warn") {

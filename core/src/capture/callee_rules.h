@@ -71,6 +71,8 @@ enum class CallKind : uint8_t {
                      // decides what runs, as in eager; what it returns flows on
     Getter,          // an operator.itemgetter / attrgetter object called: the subscripts or
                      // attribute reads it stands for
+    CountElements,   // collections' _count_elements(counter, items), which Counter(items)
+                     // and counter.update(items) call: the counts, of constant items
     Unsupported,
 };
 

@@ -768,6 +768,16 @@ int Monitor::object_attr(int obj, PyObject* name, PyObject* real, bool method) {
     int at = fresh_dict_slot(obj, name);
     if (at >= 0) return m_cap.v(obj).items[static_cast<size_t>(at)];
     PyObject* attr = _PyType_Lookup(type, name);
+    if (attr && !method && PyFunction_Check(attr) && real && PyMethod_Check(real) &&
+        PyMethod_GET_FUNCTION(real) == attr) {
+        // `self.update` read as a value (3.11 emits LOAD_ATTR for `self.update(*a, **kw)`, as
+        // Counter.__init__ has): the function with the object, called as LOAD_METHOD's form
+        int func = class_member(obj, name, attr);
+        if (func < 0) return -1;
+        int m = m_cap.new_value(ValueKind::BoundMethod, real, label);
+        m_cap.v(m).items = {func, obj};
+        return m;
+    }
     if (!attr || (!method && Py_TYPE(attr)->tp_descr_get)) {
         m_cap.fail(breaks::kUnsupportedAttribute,
                    attr ? "`" + label + "` is a bound method used as a value"
@@ -1000,10 +1010,11 @@ bool Monitor::reorder(std::vector<int>& items, PyObject* seq) {
     std::vector<bool> used(items.size(), false);
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(seq); ++i) {
         size_t g = 0;
-        while (g < items.size() && (used[g] || m_cap.v(items[g]).real.get() != PyList_GET_ITEM(seq, i)))
-            ++g;
+        PyObject* got = PyList_GET_ITEM(seq, i);
+        while (g < items.size() && (used[g] || !stands_for(items[g], got))) ++g;
         if (g == items.size()) return m_cap.internal_error("an item a sort gave"), false;
         used[g] = true;
+        m_cap.v(items[g]).real = py::Ref::borrow(got);  // (a pair C code made: the one it holds)
         out.push_back(items[g]);
     }
     items = std::move(out);
@@ -1025,6 +1036,11 @@ int Monitor::keyed_result(const Pending& p, PyObject* result) {
         return reorder(items, result) ? m_cap.fresh(ValueKind::FreshList, items, result) : -1;
     for (int item : items)  // min / max: one of the items, or the default
         if (m_cap.v(item).real.get() == result) return item;
+    for (int item : items)  // the first equal one: the first of equal keys
+        if (stands_for(item, result)) {
+            m_cap.v(item).real = py::Ref::borrow(result);
+            return item;
+        }
     int fallback = kwarg(p, "default");
     return fallback >= 0 ? fallback : (m_cap.internal_error(name + "() gave another object"), -1);
 }
@@ -2010,30 +2026,32 @@ int Monitor::map_record(int fv, const std::vector<std::vector<int>>& columns,
     return static_cast<int>(m_maps.size()) - 1;
 }
 
+// Whether `got`, an object C code handed on, is the item `want` of the capture: the same
+// object, or a pair of d.items() that C code made only now (sorted(d.items(), key=f)): a tuple
+// of the same items, or equal to a tuple of constants folded into one value.
+bool Monitor::stands_for(int want, PyObject* got) {
+    const Value& w = m_cap.v(want);
+    if (got == w.real.get()) return true;
+    if (!got || !PyTuple_CheckExact(got)) return false;
+    if (w.kind == ValueKind::Const)
+        return w.real && PyTuple_CheckExact(w.real.get()) && same_constant(w.real.get(), got);
+    if (w.kind != ValueKind::FreshTuple || w.built >= 0 ||
+        static_cast<size_t>(PyTuple_GET_SIZE(got)) != w.items.size())
+        return false;
+    for (size_t k = 0; k < w.items.size(); ++k)
+        if (PyTuple_GET_ITEM(got, static_cast<Py_ssize_t>(k)) != m_cap.v(w.items[k]).real.get())
+            return false;
+    return true;
+}
+
 // A frame entered from C while a map of its code has calls left: the map's next call, traced.
 // Its arguments pick the map (two maps of one function zipped together). False: not one of
 // ours.
 bool Monitor::enter_map_step(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co) {
-    // The frame got `got` where the record has `want`: the same object, or, for a pair of
-    // d.items() that C code made only now (sorted(d.items(), key=f)), a tuple of the same items.
-    auto same = [&](PyObject* got, int want) {
-        const Value& w = m_cap.v(want);
-        if (got == w.real.get()) return true;
-        if (!got || !PyTuple_CheckExact(got)) return false;
-        if (w.kind == ValueKind::Const)  // a pair of constants: folded into one
-            return w.real && PyTuple_CheckExact(w.real.get()) && same_constant(w.real.get(), got);
-        if (w.kind != ValueKind::FreshTuple || w.built >= 0 ||
-            static_cast<size_t>(PyTuple_GET_SIZE(got)) != w.items.size())
-            return false;
-        for (size_t k = 0; k < w.items.size(); ++k)
-            if (PyTuple_GET_ITEM(got, static_cast<Py_ssize_t>(k)) != m_cap.v(w.items[k]).real.get())
-                return false;
-        return true;
-    };
     auto next_call_matches = [&](const MapRecord& m) {
         const std::vector<int>& args = m.steps[m.results.size()];
         for (size_t i = 0; i < args.size() && static_cast<int>(i) < co->co_argcount; ++i) {
-            if (!same(py::frame_local_value(f, co, static_cast<int>(i)), args[i])) return false;
+            if (!stands_for(args[i], py::frame_local_value(f, co, static_cast<int>(i)))) return false;
         }
         return true;
     };
@@ -2968,7 +2986,15 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         return;
     case BINARY_OP: case COMPARE_OP: case BINARY_SUBSCR: case IS_OP: case CONTAINS_OP:
         defer(2, 1);
-        if (ins.opcode == BINARY_SUBSCR) expect_hook(f.pending, "__getitem__");
+        if (ins.opcode == BINARY_SUBSCR && !expect_hook(f.pending, "__getitem__")) {
+            // d[k] of a dict subclass made in the call (Counter) without the key: the class's
+            // __missing__ answers, called from dict's own lookup
+            const Value& o = m_cap.v(f.pending.in[0]);
+            const Value& k = m_cap.v(f.pending.in[1]);
+            if (o.kind == ValueKind::FreshObject && o.mapping >= 0 &&
+                k.kind == ValueKind::Const && fresh_dict_slot(o.mapping, k.real.get()) < 0)
+                expect_hook(f.pending, "__missing__");
+        }
         if (ins.opcode == CONTAINS_OP) {  // `key in container`: container.__contains__(key)
             Pending& q = f.pending;
             std::swap(q.in[0], q.in[1]);
@@ -3216,8 +3242,21 @@ void Monitor::complete(ShadowFrame& f) {
         bool vs_none = (a.kind == ValueKind::Const && a.real.get() == Py_None) ||
                        (b.kind == ValueKind::Const && b.real.get() == Py_None);
         // One value is one object at replay too; two values read from the inputs are the
-        // same object or not as the guards say (tensors reached by two paths are two values).
-        if (!known && !vs_none && p.in[0] != p.in[1] && !m_cap.guard_same_object(p.in[0], p.in[1]))
+        // same object or not as the guards say (tensors reached by two paths are two values);
+        // a mutable object made in the call (a sentinel: `missing = object()`) is none of
+        // what existed before it.
+        auto made = [&](const Value& v) {
+            return v.kind == ValueKind::FreshObject || v.kind == ValueKind::FreshList ||
+                   v.kind == ValueKind::FreshDict || v.kind == ValueKind::FreshSet;
+        };
+        auto before = [&](const Value& v) {
+            return v.kind == ValueKind::Input || v.kind == ValueKind::Const || v.identity;
+        };
+        bool apart = (made(a) && before(b)) || (made(b) && before(a));
+        if (apart && a.real.get() == b.real.get())
+            return m_cap.internal_error("an object made in the call is one from before it");
+        if (!known && !vs_none && !apart && p.in[0] != p.in[1] &&
+            !m_cap.guard_same_object(p.in[0], p.in[1]))
             return m_cap.fail(breaks::kUnsupportedOpcode, "an `is` test between two objects",
                               "compare values instead of identities");
         out(m_cap.const_value(tos));
@@ -4282,6 +4321,31 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     }
     case CallKind::Getter:
         return push_out(getter_parts(p, result));
+    case CallKind::CountElements: {
+        // Each item counted: the counts follow from the items when they are constants; they
+        // are read back from the counter (a dict of constants) into the items the capture
+        // follows, new keys last in the order counting added them.
+        std::vector<int> items;
+        const Value& c = p.in.empty() ? m_cap.v(m_cap.null_value()) : m_cap.v(p.in[0]);
+        if (p.kwnames || p.in.size() != 2 || c.kind != ValueKind::FreshObject || c.mapping < 0 ||
+            !PyDict_Check(c.real.get()))
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`Counter` counting into " + c.label,
+                              "count into a Counter made in the call");
+        if (!items_of(p.in[1], items)) return;
+        for (int it : items)
+            if (!known(it))
+                return m_cap.fail(breaks::kUnsupportedCallee,
+                                  "`Counter` counts " + m_cap.v(it).label + ", which is not a constant",
+                                  "count constants (names, sizes)");
+        int counter = p.in[0], mapping = c.mapping;
+        py::Ref real = m_cap.v(counter).real;
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(real.get(), &pos, &k, &v))
+            set_fresh_item(mapping, m_cap.const_value(k), m_cap.const_value(v));
+        return push_out(m_cap.const_value(Py_None));
+    }
     case CallKind::AttrQuery: {
         // hasattr(obj, "name") / getattr(obj, "name"[, default]) with a constant name: a
         // present attribute is read like `obj.name` (guarded the same way); an absent one is
@@ -4402,8 +4466,13 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             std::vector<int> pairs;
             if (p.in.size() > first + nkw) {
                 const Value& src = m_cap.v(p.in[first]);
-                if (src.kind == ValueKind::FreshDict ||
-                    (src.kind == ValueKind::Input && PyDict_Check(src.real.get()))) {
+                if (src.kind == ValueKind::FreshObject && src.mapping >= 0 &&
+                    Py_TYPE(src.real.get())->tp_iter == PyDict_Type.tp_iter) {
+                    // dict(counter): a dict subclass made in the call whose iteration is
+                    // dict's copies its items as they are
+                    if (!pairs_of(src.mapping, pairs)) return;
+                } else if (src.kind == ValueKind::FreshDict ||
+                           (src.kind == ValueKind::Input && PyDict_Check(src.real.get()))) {
                     if (!pairs_of(p.in[first], pairs)) return;
                 } else {
                     std::vector<int> seq;

@@ -274,6 +274,7 @@ private:
     void iter_done(int iter);
     bool dict_view(int dict, DictView view, std::vector<int>& out);
     int getter_parts(const Pending& p, PyObject* result);
+    bool stands_for(int want, PyObject* got);
     int itertools_call(const std::string& name, const std::vector<int>& args, PyObject* result,
                        int fill, int initial);
     int iter_call(const std::string& name, const std::vector<int>& args, PyObject* result,
