@@ -804,7 +804,8 @@ class ProgramGen:
                   (1.5, "attrs"), (1, "out_kw"), (1, "strings"), (1, "try"), (1, "print"),
                   (0.8, "warn_log"),
                   (0.6, "data_sizes"), (0.6, "const_tensor"), (0.6, "iter_alias"),
-                  (1, "generators"), (0.6, "props"), (0.6, "mappings"), (1, "set")]
+                  (1, "generators"), (0.6, "props"), (0.6, "mappings"), (1, "set"),
+                  (1, "pyiter")]
         if depth < 2:
             kinds += [(1, "block")]
         kinds = [(w * BOOST.get(k, 1.0), k) for w, k in kinds]
@@ -1578,6 +1579,41 @@ class ProgramGen:
         env[k] = V("int", lo=lo, hi=hi)
         return lines
 
+    def st_pyiter(self, env, depth, loop):
+        """itertools, collections.Counter, operator getters and sentinels over guarded ints and
+        tensors: an int for later statements, or a tensor made from several."""
+        a, b, c = (self.gen_int(env)[0] for _ in range(3))
+        k = self.name("k")
+        ints = [
+            (f"sum(itertools.accumulate(({a}, {b}, 1)))", 1, 40),
+            (f"len(list(itertools.islice(({a}, {b}, {c}, 1), 1, None, 2)))", 0, 2),
+            (f"sum(p * q for p, q in itertools.pairwise(({a}, {b}, {c})))", 0, 99),
+            (f"sum(p * q for p, q in itertools.zip_longest(({a}, {b}), ({c},), fillvalue=2))", 0, 99),
+            (f"collections.Counter(({a}, {b}, {a}, {c}))[{a}]", 1, 3),
+            (f"collections.Counter(({a} % 2, {b} % 2, 1)).most_common(1)[0][1]", 1, 3),
+            (f"max(((0, {a}), (1, {b}), (2, {c})), key=operator.itemgetter(1))[0]", 0, 2),
+            (f"sorted({{'p': {a}, 'q': {b}}}.items(), key=operator.itemgetter(1))[0][1]", 0, 12),
+            (f"sum(itertools.chain(({a},), ({b}, {c})))", 0, 36),
+            (f"len(list(itertools.combinations_with_replacement(range({a} % 3 + 1), 2)))", 1, 6),
+        ]
+        ts = self.tensors(env)
+        if ts and self.p(0.4):
+            n, v = self.choice(ts)
+            o = self.gen_t_exact(env, v.shape, 1)
+            if o is not None:
+                t = self.name("t")
+                env[t] = V("t", v.shape, True)
+                code = self.choice([
+                    f"sum(itertools.starmap(lambda u, w: u * w, (({n}, {a}), ({o.code}, 2))))",
+                    f"sum(reversed([{n}, {o.code}]))",
+                    f"operator.itemgetter(1)([{n}, {o.code}]) + sum(itertools.repeat({n}, 2))",
+                    f"(lambda miss: {n} if G_CACHE.get('w', miss) is miss else {n} * 2)(object())",
+                ])
+                return [f"{t} = {code}"]
+        code, lo, hi = self.choice(ints)
+        env[k] = V("int", lo=lo, hi=hi)
+        return [f"{k} = {code}"]
+
     def st_dict(self, env, depth, loop):
         e = self.gen_t(env, 1)
         n = self.name("D")
@@ -2269,7 +2305,9 @@ import copy
 import dataclasses
 import functools
 import io
+import itertools
 import logging
+import operator
 import warnings
 
 import numpy as np
