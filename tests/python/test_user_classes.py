@@ -670,3 +670,45 @@ def test_a_class_that_gains_a_str_later_is_noticed():
     assert cf(torch.ones(1), R())[1:] == ("patched", "patched")
     R.__format__ = lambda self, spec: "formatted"
     assert cf(torch.ones(1), R())[1:] == ("patched", "formatted")
+
+
+class _Scaled:
+    scale = 2
+
+    def get(self):
+        return self.scale
+
+
+_SCALED = _Scaled()
+
+
+def test_class_attributes_of_an_object_made_from_a_known_class_are_guarded():
+    # type(obj)() and obj.__class__() make an object whose class the capture knows as a
+    # constant: what it reads from that class must still be guarded
+    def f(x):
+        a = type(_SCALED)()
+        b = _SCALED.__class__()
+        return x * a.scale + b.get()
+
+    def mutate(i):
+        _Scaled.scale = 2 if i < 2 else 5
+
+    try:
+        cf = check(f, [torch.randn(2) for _ in range(4)], mutate=mutate)
+        assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
+    finally:
+        _Scaled.scale = 2
+
+
+def test_dataclasses_replace_and_asdict_of_a_config_passed_in():
+    @dataclasses.dataclass
+    class Cfg:
+        hidden: int = 16
+        heads: int = 4
+
+    def f(x, cfg):
+        c = dataclasses.replace(cfg, hidden=32)
+        return x * c.hidden + dataclasses.asdict(c)["heads"], c
+
+    cf = check(f, [(torch.randn(2), Cfg()) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

@@ -793,6 +793,14 @@ int Monitor::object_attr(int obj, PyObject* name, PyObject* real, bool method) {
 // class when the class came from outside.
 int Monitor::class_member(int obj, PyObject* name, PyObject* attr) {
     int cls = m_cap.v(obj).cls;
+    PyObject* type = m_cap.v(cls).real.get();
+    if (m_cap.v(cls).kind != ValueKind::Input && type && PyType_Check(type) &&
+        (reinterpret_cast<PyTypeObject*>(type)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+        // a class known as a constant (`type(cfg)(...)`, `obj.__class__(...)`): its
+        // attributes can still change between calls, so they are read through the class held
+        // by the guards
+        cls = m_cap.constant_root(type, reinterpret_cast<PyTypeObject*>(type)->tp_name);
+    }
     if (m_cap.v(cls).kind == ValueKind::Input)
         return m_cap.input_child(cls, AccessKind::TypeLookup, 0, name, "." + str(name), attr);
     return m_cap.const_value(attr);
