@@ -25,8 +25,10 @@ import copy
 import dataclasses
 import enum
 import functools
+import itertools
 import logging
 import math
+import operator
 import random
 import time
 import warnings
@@ -3609,6 +3611,57 @@ class DistributionVAE(nn.Module):
         return (recon + kl).mean(), {"recon": recon.mean(), "kl": kl.mean()}
 
 
+# -- bookkeeping with the standard library: Counter, itertools, operator, dataclasses --------
+
+@dataclasses.dataclass
+class FusedHeadConfig:
+    hidden: int = 24
+    head_sizes: tuple = (8, 8, 4, 4)
+    head_names: tuple = ("cls", "box", "iou", "ctr")
+    temperature: float = 1.0
+
+
+_UNSET_TEMPERATURE = object()
+
+
+class FusedMultiHead(nn.Module):
+    """One fused projection split into named heads at offsets from itertools.accumulate; a
+    per-call config from dataclasses.replace; a sentinel made per call for an optional
+    argument; heads ranked by size with operator.itemgetter; a Counter of the head kinds; pairs
+    of neighbouring levels from itertools.pairwise (detection-neck style code)."""
+
+    def __init__(self, config=FusedHeadConfig()):
+        super().__init__()
+        self.config = config
+        self.proj = nn.Linear(config.hidden, sum(config.head_sizes))
+        self.mix = nn.ModuleList([nn.Linear(config.hidden, config.hidden) for _ in range(3)])
+
+    def forward(self, levels, temperature=_UNSET_TEMPERATURE):
+        cfg = dataclasses.replace(self.config, temperature=0.5) if self.training else self.config
+        missing = object()
+        t = cfg.temperature if temperature is _UNSET_TEMPERATURE else temperature
+        fused = [m(a) + b.mean(1, keepdim=True) for m, (a, b) in zip(self.mix, itertools.pairwise(levels))]
+        h = self.proj(sum(fused) / len(fused))
+        offsets = [0] + list(itertools.accumulate(cfg.head_sizes))
+        heads = {name: h[..., lo:hi] / t
+                 for name, lo, hi in zip(cfg.head_names, offsets, offsets[1:])}
+        kinds = collections.Counter(name[0] for name in cfg.head_names)
+        widest = max(((n, s) for n, s in zip(cfg.head_names, cfg.head_sizes)),
+                     key=operator.itemgetter(1))[0]
+        ranked = [n for n, _ in sorted(zip(cfg.head_names, cfg.head_sizes),
+                                       key=operator.itemgetter(1), reverse=True)]
+        extra = heads.get("mask", missing)
+        out = {"logits": heads[widest], "ranked": [heads[n] for n in ranked],
+               "repeated_kinds": sum(1 for _, c in kinds.items() if c > 1)}
+        if extra is not missing:
+            out["mask"] = extra
+        return out
+
+
+def fused_head_inputs():
+    return ([torch.randn(2, 6, 24) for _ in range(4)],)
+
+
 def programs():
     return [
         Program("prog/causal_transformer_block", CausalTransformerBlock,
@@ -3921,4 +3974,9 @@ def programs():
         Program("prog/vae_distributions_kl", DistributionVAE, lambda: (torch.rand(4, 64),),
                 train=True,
                 note="Normal posterior and prior, kl_divergence, rsample; checks before the draw"),
+        Program("prog/fused_heads_stdlib_bookkeeping", FusedMultiHead, fused_head_inputs,
+                note="itertools.accumulate offsets and pairwise levels, dataclasses.replace, "
+                     "an object() sentinel, operator.itemgetter sort keys, collections.Counter"),
+        Program("prog/fused_heads_stdlib_bookkeeping_train", FusedMultiHead, fused_head_inputs,
+                train=True, note="the same in training: a config replaced per call"),
     ]

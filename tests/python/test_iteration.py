@@ -279,6 +279,43 @@ def test_min_max_sorted_of_dict_items_by_a_builtin_key_give_the_items_not_the_de
     assert_stats(cf, graphs=1, breaks=0, hits=2)
 
 
+def test_key_functions_over_generators(capsys):
+    # max() calls the key between the generator's yields, sorted() after all of them
+    def f(x, xs, names):
+        widest = max((t for t in xs), key=lambda t: t.shape[-1])
+        order = sorted((n for n in names), key=lambda n: -len(n))
+        picked = min(((i, t) for i, t in enumerate(xs)), key=operator.itemgetter(0))
+        return widest * x.sum(), order, picked[1] + 1
+
+    calls = [(torch.randn(2), [torch.randn(2, 3), torch.randn(2, 5)], ["ab", "abc", "a"])
+             for _ in range(3)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+    def noisy(x, xs):
+        def gen():
+            for t in xs:
+                print("yield", t.shape[-1])
+                yield t
+
+        def key(t):
+            print("key", t.shape[-1])
+            return t.shape[-1]
+
+        return max(gen(), key=key) * x
+
+    calls = [(torch.randn(1), [torch.randn(1, 3), torch.randn(1, 2)])] * 3
+    eager = []
+    for c in calls:
+        noisy(*c)
+        eager.append(capsys.readouterr().out)
+    cn = magpy.compile(noisy)
+    for c, want in zip(calls, eager):
+        cn(*c)
+        assert capsys.readouterr().out == want  # the same interleaving at replay
+    assert_stats(cn, graphs=1, breaks=0, hits=2)
+
+
 def test_min_max_with_a_key_function_or_a_method_key():
     class Picker(torch.nn.Module):
         def __init__(self):

@@ -882,7 +882,7 @@ def test_counter_made_in_the_call_counts_constants():
         seen = Counter()
         for n in names:
             seen[n] += 1  # Counter.__missing__ answers 0 for a new name
-        tally = Counter(["a", "b", "a"])
+        tally = Counter(n.lower() for n in ["A", "B", "A"])  # a generator, counted from C
         tally.update(["b", "c"])
         top, count = tally.most_common(1)[0]
         return x * seen["a"] + count, top, sorted(tally.items()), dict(seen)

@@ -899,6 +899,18 @@ void Monitor::prepare_key(Pending& p) {
         const Value& src = m_cap.v(p.in[0]);
         bool dict = src.kind == ValueKind::FreshDict ||
                     (src.kind == ValueKind::Input && PyDict_Check(src.real.get()));
+        if (GenRecord* g = generator_of(p.in[0]); g && !g->done) {
+            // sorted(g, key=f): the items are known as the generator yields them
+            int gen = static_cast<int>(g - m_gens.data());
+            size_t from = g->yielded.size();
+            p.key_map = map_record(key, {{}}, "the key of `" + name + "()`",
+                                   "use a lambda or a def as the key");
+            if (p.key_map >= 0) {
+                m_maps[static_cast<size_t>(p.key_map)].gen = gen;
+                m_maps[static_cast<size_t>(p.key_map)].gen_from = from;
+            }
+            return;
+        }
         if (dict ? !dict_view(p.in[0], DictView::Keys, items) : !items_of(p.in[0], items)) return;
     }
     p.key_map = map_record(key, {items}, "the key of `" + name + "()`",
@@ -1032,8 +1044,10 @@ bool Monitor::reorder(std::vector<int>& items, PyObject* seq) {
 // The result of a call prepare_key() prepared, once its key calls were traced.
 int Monitor::keyed_result(const Pending& p, PyObject* result) {
     const std::string& name = p.callee.name;
+    if (!sync_gen_steps(m_maps[static_cast<size_t>(p.key_map)])) return -1;
     const MapRecord& rec = m_maps[static_cast<size_t>(p.key_map)];
-    if (!result || rec.results.size() != rec.steps.size())
+    bool gen_left = rec.gen >= 0 && !m_gens[static_cast<size_t>(rec.gen)].done;
+    if (!result || gen_left || rec.results.size() != rec.steps.size())
         return m_cap.fail(breaks::kUnsupportedCallee,
                           "`" + name + "()` did not call its key once for every item",
                           "call " + name + "() before calling the compiled function"), -1;
@@ -2012,26 +2026,67 @@ int Monitor::map_record(int fv, const std::vector<std::vector<int>>& columns,
         for (const std::vector<int>& its : columns) step.push_back(its[k]);
         rec.steps.push_back(std::move(step));
     }
+    rec.role = role;
+    rec.pure = pure;
     if (pure) {
-        // map(int, sizes), sorted(names, key=str.lower): a pure builtin over constants is
-        // folded here; the calls from C give the same results.
-        for (const std::vector<int>& step : rec.steps) {
-            for (int a : step)
-                if (!known(a))
-                    return fail(role + ", " + rec.callee.name + ", is given " +
-                                m_cap.v(a).label + ", which is not a constant");
-            py::Ref r = py::Ref::steal(PyObject_Call(fn, reals_of(step, false).get(), nullptr));
-            if (!r) PyErr_Clear();
-            PyObject* o = r.get();
-            if (!o || !(PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
-                        PyBool_Check(o)))  // a fresh list each call is not a constant
-                return fail(role + ", " + rec.callee.name + ", gives no constant for these items");
-            rec.results.push_back(m_cap.const_value(r.get()));
-        }
         rec.code = nullptr;  // no frames to trace
+        for (const std::vector<int>& step : rec.steps)
+            if (!fold_pure_step(rec, step)) return -1;
     }
     m_maps.push_back(std::move(rec));
     return static_cast<int>(m_maps.size()) - 1;
+}
+
+// map(int, sizes), sorted(names, key=str.lower): a pure builtin over constants is folded here;
+// the calls from C give the same results.
+bool Monitor::fold_pure_step(MapRecord& rec, const std::vector<int>& step) {
+    auto fail = [&](const std::string& why) {
+        m_cap.fail(breaks::kUnsupportedCallee, why, "use a lambda or a def, or constants");
+        return false;
+    };
+    if (rec.callee.kind == CallKind::Getter && step.size() == 1) {
+        // sorted(rows, key=itemgetter(1)): the item it reads, which the caller then compares
+        PyObject* fn = m_cap.v(rec.func_value).real.get();
+        if (getter_value(rec.func_value, rec.callee, step[0], nullptr) < 0) return false;
+        py::Ref r = py::Ref::steal(PyObject_CallOneArg(fn, m_cap.v(step[0]).real.get()));
+        if (!r) {
+            PyErr_Clear();
+            return fail(rec.role + ", " + rec.callee.name + ", raised for " + m_cap.v(step[0]).label);
+        }
+        int got = getter_value(rec.func_value, rec.callee, step[0], r.get());
+        if (got < 0) return false;
+        rec.results.push_back(got);
+        return true;
+    }
+    for (int a : step)
+        if (!known(a))
+            return fail(rec.role + ", " + rec.callee.name + ", is given " + m_cap.v(a).label +
+                        ", which is not a constant");
+    py::Ref r = py::Ref::steal(PyObject_Call(m_cap.v(rec.func_value).real.get(),
+                                             reals_of(step, false).get(), nullptr));
+    if (!r) PyErr_Clear();
+    PyObject* o = r.get();
+    if (!o || !(PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
+                PyBool_Check(o)))  // a fresh list each call is not a constant
+        return fail(rec.role + ", " + rec.callee.name + ", gives no constant for these items");
+    rec.results.push_back(m_cap.const_value(r.get()));
+    return true;
+}
+
+// A key over a generator's items: a step for each item it yielded since the last look (the
+// key of min() and max() is called between the generator's yields; sorted() takes them all
+// first).
+bool Monitor::sync_gen_steps(MapRecord& rec) {
+    if (rec.gen < 0) return true;
+    const std::vector<int> yielded = m_gens[static_cast<size_t>(rec.gen)].yielded;
+    for (size_t i = rec.gen_from + rec.steps.size(); i < yielded.size(); ++i) {
+        std::vector<int> step;
+        if (rec.self_value >= 0) step.push_back(rec.self_value);
+        step.push_back(yielded[i]);
+        rec.steps.push_back(step);
+        if (rec.pure && !fold_pure_step(rec, step)) return false;
+    }
+    return true;
 }
 
 // Whether `got`, an object C code handed on, is the item `want` of the capture: the same
@@ -2070,6 +2125,7 @@ bool Monitor::enter_map_step(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co)
     };
     int index = -1, ours = 0, matching = 0;
     for (size_t i = 0; i < m_maps.size(); ++i) {
+        if (m_maps[i].code == co && !sync_gen_steps(m_maps[i])) return stop_tracing(), true;
         const MapRecord& m = m_maps[i];
         if (m.code != co) continue;
         ++ours;
@@ -3974,15 +4030,21 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
 // call (`result` null) only checks that what it reads runs no Python code of the user's, which
 // would run from C, untraced; after it, the result's value (-1 after a failure).
 int Monitor::getter_parts(const Pending& p, PyObject* result) {
-    const std::string& name = p.callee.name;
+    if (p.kwnames || p.in.size() != 1)
+        return m_cap.fail(breaks::kUnsupportedCallee,
+                          "`" + p.callee.name + "` called with other than one argument",
+                          "call it with the one object it reads"), -1;
+    return getter_value(p.callee_value, p.callee, p.in[0], result);
+}
+
+int Monitor::getter_value(int getter, const CalleeInfo& callee, int obj, PyObject* result) {
     auto refuse = [&](const std::string& why) {
-        m_cap.fail(breaks::kUnsupportedCallee, "`" + name + "` " + why,
+        m_cap.fail(breaks::kUnsupportedCallee, "`" + callee.name + "` " + why,
                    "index the object or read its attribute directly");
         return -1;
     };
-    if (p.kwnames || p.in.size() != 1) return refuse("called with other than one argument");
-    py::Ref red = py::Ref::steal(PyObject_CallMethod(m_cap.v(p.callee_value).real.get(),
-                                                     "__reduce__", nullptr));
+    py::Ref red = py::Ref::steal(PyObject_CallMethod(m_cap.v(getter).real.get(), "__reduce__",
+                                                     nullptr));
     PyObject* keys = red && PyTuple_Check(red.get()) && PyTuple_GET_SIZE(red.get()) == 2
                          ? PyTuple_GET_ITEM(red.get(), 1)
                          : nullptr;
@@ -3990,25 +4052,23 @@ int Monitor::getter_parts(const Pending& p, PyObject* result) {
         PyErr_Clear();
         return refuse("holds what it reads in a form the capture does not know");
     }
-    bool attr = p.callee.op == "attrgetter";
-    int obj = p.in[0];
+    bool attr = callee.op == "attrgetter";
     PyObject* target = m_cap.v(obj).real.get();
     Py_ssize_t n = PyTuple_GET_SIZE(keys);
-    if (!result) {
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* k = PyTuple_GET_ITEM(keys, i);
-            if (attr && (!PyUnicode_Check(k) || PyUnicode_FindChar(k, '.', 0, PyUnicode_GET_LENGTH(k), 1) >= 0))
-                return refuse("reads a dotted path of attributes");
-            if (attr ? runs_code_to_access(target, k, false) &&
-                           namedtuple_field(Py_TYPE(target), k) < 0
-                     : !(PyList_CheckExact(target) || PyTuple_CheckExact(target) ||
-                         PyDict_CheckExact(target) || is_tensor(target) ||
-                         is_namedtuple_type(Py_TYPE(target))))
-                return refuse(std::string("of ") + m_cap.v(obj).label + " would run " +
-                              (attr ? "a property or a custom __getattr__" : "its own __getitem__"));
-        }
-        return 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* k = PyTuple_GET_ITEM(keys, i);
+        if (attr && (!PyUnicode_Check(k) || PyUnicode_FindChar(k, '.', 0, PyUnicode_GET_LENGTH(k), 1) >= 0))
+            return refuse("reads a dotted path of attributes");
+        if (attr ? runs_code_to_access(target, k, false) && namedtuple_field(Py_TYPE(target), k) < 0
+                 : !(PyList_CheckExact(target) || PyTuple_CheckExact(target) ||
+                     PyDict_CheckExact(target) || is_tensor(target) ||
+                     is_namedtuple_type(Py_TYPE(target))))
+            return refuse(std::string("of ") + m_cap.v(obj).label + " would run " +
+                          (attr ? "a property or a custom __getattr__" : "its own __getitem__"));
     }
+    if (!result) return 0;
+    if (n > 1 && (!PyTuple_Check(result) || PyTuple_GET_SIZE(result) != n))
+        return m_cap.internal_error(callee.name + " gave no tuple"), -1;
     std::vector<int> parts;
     for (Py_ssize_t i = 0; i < n; ++i) {
         PyObject* k = PyTuple_GET_ITEM(keys, i);
@@ -4146,8 +4206,14 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     auto push_out = [&](int id) {
         if (id >= 0) push(f, id);
     };
+    // (isinstance(g, Mapping), type(g), id(g): calls that look at the object, not its items)
+    bool looks_only = p.callee.kind == CallKind::IsInstance || p.callee.kind == CallKind::TypeOf ||
+                      p.callee.kind == CallKind::AttrQuery ||
+                      (p.callee.kind == CallKind::PureBuiltin &&
+                       (name == "id" || name == "callable" || name == "hash" || name == "repr" ||
+                        name == "ascii" || name == "format" || name == "vars"));
     if (p.callee.kind != CallKind::InlineFunction && p.callee.kind != CallKind::InlineModule &&
-        p.callee.kind != CallKind::Generator &&
+        p.callee.kind != CallKind::Generator && !looks_only &&
         !(p.callee.kind == CallKind::Iteration && p.callee.name != "reversed")) {
         // sum(g), tuple(g), torch.cat(list(g)): a generator the call ran to its end is the list
         // of what it yielded ([Note: generators]), and a map the list of its results. (zip and

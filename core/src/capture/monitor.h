@@ -122,11 +122,18 @@ private:
         std::vector<int> results;      // what the calls made so far returned
         bool fold = false;             // functools.reduce: each call's first argument (after
                                        // self) is what the call before returned
+        bool pure = false;             // a pure builtin (no frames): each result folded here
+        std::string role;              // what f is to the caller, for messages
+        int gen = -1;                  // the key over a generator's items (sorted(g, key=f)):
+        size_t gen_from = 0;           // its record, and how many it had yielded before;
+                                       // steps are added as it yields (sync_gen_steps)
     };
     std::vector<MapRecord> m_maps;
     MapRecord* map_of(int value);
     int make_map(const std::vector<int>& args, PyObject* result);
     void prepare_key(Pending& p);
+    bool fold_pure_step(MapRecord& rec, const std::vector<int>& step);
+    bool sync_gen_steps(MapRecord& rec);
     void prepare_fold(Pending& p);
     int fold_result(const Pending& p, PyObject* result);
     // warnings.warn, logger.info & co: the site they report, found while the frames run
@@ -274,6 +281,7 @@ private:
     void iter_done(int iter);
     bool dict_view(int dict, DictView view, std::vector<int>& out);
     int getter_parts(const Pending& p, PyObject* result);
+    int getter_value(int getter, const CalleeInfo& callee, int obj, PyObject* result);
     bool stands_for(int want, PyObject* got);
     int itertools_call(const std::string& name, const std::vector<int>& args, PyObject* result,
                        int fill, int initial);
