@@ -712,3 +712,17 @@ def test_dataclasses_replace_and_asdict_of_a_config_passed_in():
 
     cf = check(f, [(torch.randn(2), Cfg()) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_attributes_of_a_class_read_through_type_or_dunder_class_are_guarded():
+    def f(x):
+        return x * type(_SCALED).scale + _SCALED.__class__.scale, type(_SCALED).__name__
+
+    def mutate(i):
+        _Scaled.scale = 2 if i < 2 else 7
+
+    try:
+        cf = check(f, [torch.randn(2) for _ in range(4)], mutate=mutate)
+        assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
+    finally:
+        _Scaled.scale = 2

@@ -791,15 +791,22 @@ int Monitor::object_attr(int obj, PyObject* name, PyObject* real, bool method) {
 
 // `attr`, found as `name` on the class of an object made in the call: guarded through the
 // class when the class came from outside.
+// A constant of the capture that can change all the same: a class of the user's (its
+// attributes), or a Python function (its defaults).
+static bool mutable_constant(PyObject* o) {
+    return PyFunction_Check(o) ||
+           (PyType_Check(o) && (reinterpret_cast<PyTypeObject*>(o)->tp_flags & Py_TPFLAGS_HEAPTYPE));
+}
+
 int Monitor::class_member(int obj, PyObject* name, PyObject* attr) {
     int cls = m_cap.v(obj).cls;
     PyObject* type = m_cap.v(cls).real.get();
-    if (m_cap.v(cls).kind != ValueKind::Input && type && PyType_Check(type) &&
-        (reinterpret_cast<PyTypeObject*>(type)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+    if (m_cap.v(cls).kind != ValueKind::Input && type && mutable_constant(type)) {
         // a class known as a constant (`type(cfg)(...)`, `obj.__class__(...)`): its
         // attributes can still change between calls, so they are read through the class held
         // by the guards
         cls = m_cap.constant_root(type, reinterpret_cast<PyTypeObject*>(type)->tp_name);
+        m_cap.v(cls).identity = true;
     }
     if (m_cap.v(cls).kind == ValueKind::Input)
         return m_cap.input_child(cls, AccessKind::TypeLookup, 0, name, "." + str(name), attr);
@@ -6230,6 +6237,14 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
         m_cap.fail(breaks::kUnsupportedAttribute, "tensor attribute `" + n + "` is read",
                    "read shape, dtype, device or call tensor methods");
         return -1;
+    }
+    if (o.kind == ValueKind::Const && o.real && mutable_constant(o.real.get())) {
+        // type(obj).name, obj.__class__.name: a class the capture knows as a constant, whose
+        // attributes can still change between calls: read through the class the guards hold
+        obj = m_cap.constant_root(o.real.get(), o.label);
+        if (obj < 0) return -1;
+        m_cap.v(obj).identity = true;  // (the object the guards hold, always)
+        return load_attr(obj, name, real);
     }
     if (o.kind == ValueKind::Const) return m_cap.const_value(real);
     if (o.kind == ValueKind::FreshObject) return object_attr(obj, name, real, false);
