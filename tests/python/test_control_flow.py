@@ -248,3 +248,57 @@ def test_a_loop_too_long_to_unroll_runs_eagerly_with_a_reason():
     assert [b.reason_id for b in e.breaks] == ["MB015"]
     assert "more than 20000 operations" in e.breaks[0].reason
     assert e.graph_count == 1   # the short loop is one graph; the long one is an eager entry
+
+
+def test_match_statements_on_strings_shapes_classes_and_dataclasses():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Spec:
+        kind: str
+        scale: float = 1.0
+
+    def f(x, mode, spec, layer):
+        match mode:
+            case "gelu":
+                x = torch.nn.functional.gelu(x)
+            case "relu" | "relu6":
+                x = x.relu()
+        match x.shape:
+            case (b, n):
+                x = x * n
+            case (b, c, n):
+                x = x.sum(1) * n
+        match spec:
+            case Spec("mul", scale=s):
+                x = x * s
+            case Spec(kind=k) if k.startswith("add"):
+                x = x + len(k)
+        match layer:
+            case torch.nn.Linear(in_features=4):
+                x = layer(x)
+            case torch.nn.Module():
+                x = x - 1
+        match (1, x):
+            case (int(one), t):
+                x = t + one
+        return x
+
+    lin, relu = torch.nn.Linear(4, 4), torch.nn.ReLU()
+    calls = [(torch.randn(2, 4), "gelu", Spec("mul", 2.0), lin),
+             (torch.randn(2, 4), "gelu", Spec("mul", 2.0), lin),
+             (torch.randn(2, 3, 4), "relu6", Spec("add_one"), relu),
+             (torch.randn(2, 3, 4), "relu6", Spec("add_one"), relu)]
+    cf = check(f, calls)
+    assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
+
+
+def test_match_of_a_mapping_pattern_breaks_with_the_opcode_named():
+    def f(x, cfg):
+        match cfg:
+            case {"scale": s}:
+                return x * s
+        return x
+
+    cf = check(f, [(torch.randn(2), {"scale": 2.0})] * 2)
+    assert "MATCH_KEYS" in str(magpy.explain(cf))

@@ -2697,6 +2697,13 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case CHECK_EXC_MATCH:
         defer(2, 2);  // the exception stays; whether it matches
         return;
+    // match statements: what a pattern asks of the subject (its type, length, attributes)
+    case MATCH_SEQUENCE: case MATCH_MAPPING: case GET_LEN:
+        defer(1, 2);  // the subject stays
+        return;
+    case MATCH_CLASS:
+        defer(3, 1);
+        return;
     case POP_EXCEPT:
         if (f.handlers > 0) --f.handlers;
         pop(f);
@@ -3486,6 +3493,16 @@ void Monitor::complete(ShadowFrame& f) {
         out(m_cap.const_value(real_stack(f, 1)));
         out(p.in[0]);
         return;
+    case MATCH_SEQUENCE: case MATCH_MAPPING:  // from the subject's type: guarded or fixed
+        out(p.in[0]);
+        out(m_cap.const_value(tos));
+        return;
+    case GET_LEN:
+        out(p.in[0]);
+        out(length_value(p.in[0], tos));
+        return;
+    case MATCH_CLASS:
+        return match_class(f, p, tos);
     case CHECK_EXC_MATCH:
         if (m_cap.v(p.in[0]).kind != ValueKind::Const || !known(p.in[1]))
             return m_cap.fail(breaks::kException, "an except clause matches against " +
@@ -4031,6 +4048,118 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     }
 }
 
+// len(seq) (or GET_LEN of a match statement), whose value `result` is: a constant fixed by the
+// guards (a length guarded, or followed items), or a size of a tensor with symbolic dims.
+int Monitor::length_value(int seq, PyObject* result) {
+    int a = as_mapping(seq, "__len__");
+    if (a < 0) return -1;
+    Value& v = m_cap.v(a);
+    if (v.tensor && (v.dyn_shape || m_cap.sym_tensor(a))) return m_cap.size_of(a, 0, result);
+    auto refuse = [&]() {
+        m_cap.fail(breaks::kUnsupportedCallee, "len() of " + v.label,
+                   "take len() of lists, tuples, dicts or tensors");
+        return -1;
+    };
+    if (v.kind == ValueKind::Input && !v.tensor) {
+        PyObject* o = v.real.get();
+        if (v.identity && plain_module_container(o, "__len__", true)) {
+            int mv = modules_dict(a);
+            if (mv < 0) return -1;
+            m_cap.guard_len(mv, PyLong_AsSsize_t(result));
+        } else if (v.identity && plain_parameter_container(o, "__len__")) {
+            if (parameter_list_size(a) < 0) return -1;  // its _size, guarded
+        } else if (v.shadow || (v.mutated && PyList_CheckExact(o))) {
+            // length known from the tracked items (the original length is guarded)
+            if (!m_cap.shadow(a)) return -1;
+        } else if (PyList_Check(o) || PyTuple_Check(o) || PyDict_Check(o)) {
+            if (v.mutated) {
+                m_cap.fail(breaks::kMutatedThenRead,
+                           "len(" + v.label + ") after this function changed it",
+                           "take the length before changing the container");
+                return -1;
+            }
+            m_cap.guard_len(a, PyLong_AsSsize_t(result));
+        } else {
+            return refuse();
+        }
+    } else if (!(v.tensor || v.kind == ValueKind::Const || v.kind == ValueKind::FreshList ||
+                 v.kind == ValueKind::FreshTuple || v.kind == ValueKind::FreshDict ||
+                 v.kind == ValueKind::FreshSet)) {
+        return refuse();
+    }
+    return m_cap.const_value(result);
+}
+
+// `case Cls(a, b=p)` (MATCH_CLASS): whether the subject is an instance follows from its type
+// (guarded or fixed) and the class (a constant or pinned); the attributes it extracts (named by
+// Cls.__match_args__ for positional ones, or the subject itself for int(x), str(s) & co) are
+// read like obj.name. `tos` is the tuple of them CPython made, or None.
+void Monitor::match_class(ShadowFrame& f, const Pending& p, PyObject* tos) {
+    int subject = p.in[0], cls = p.in[1], names = p.in[2];
+    PyObject* type = m_cap.v(cls).real.get();
+    PyObject* kw = m_cap.v(names).real.get();
+    if (!known(cls) || !type || !PyType_Check(type) || !kw || !PyTuple_Check(kw))
+        return m_cap.fail(breaks::kUnsupportedOpcode,
+                          "a class pattern against " + m_cap.v(cls).label + ", not a known class",
+                          "match against a class defined outside the function");
+    int is = PyObject_IsInstance(m_cap.v(subject).real.get(), type);
+    if (is < 0) {
+        PyErr_Clear();
+        return m_cap.fail(breaks::kUnsupportedOpcode, "a class pattern whose isinstance() raised",
+                          "match against a plain class");
+    }
+    if (tos == Py_None) {
+        if (is)
+            return m_cap.fail(breaks::kUnsupportedOpcode,
+                              "a class pattern that " + m_cap.v(subject).label +
+                                  " fails on a missing attribute",
+                              "test the attribute with hasattr()");
+        return push(f, m_cap.const_value(Py_None));
+    }
+    Py_ssize_t count = p.oparg, nkw = PyTuple_GET_SIZE(kw);
+    if (!is || !PyTuple_Check(tos) || PyTuple_GET_SIZE(tos) != count + nkw)
+        return m_cap.internal_error("a class pattern matched otherwise than expected");
+    auto* t = reinterpret_cast<PyTypeObject*>(type);
+    bool self_match = t->tp_flags & (Py_TPFLAGS_LONG_SUBCLASS | Py_TPFLAGS_LIST_SUBCLASS |
+                                     Py_TPFLAGS_TUPLE_SUBCLASS | Py_TPFLAGS_BYTES_SUBCLASS |
+                                     Py_TPFLAGS_UNICODE_SUBCLASS | Py_TPFLAGS_DICT_SUBCLASS);
+    self_match = self_match || t == &PyFloat_Type || t == &PyByteArray_Type ||
+                 t == &PySet_Type || t == &PyFrozenSet_Type || t == &PyBool_Type;
+    std::vector<int> parts;
+    int match_args = -1;
+    for (Py_ssize_t i = 0; i < count + nkw; ++i) {
+        PyObject* got = PyTuple_GET_ITEM(tos, i);
+        if (i < count && count == 1 && self_match && got == m_cap.v(subject).real.get()) {
+            parts.push_back(subject);  // int(x): the subject itself
+            continue;
+        }
+        PyObject* name = nullptr;
+        if (i >= count) {
+            name = PyTuple_GET_ITEM(kw, i - count);
+        } else {
+            if (match_args < 0) {
+                py::Ref ma = py::Ref::steal(PyObject_GetAttrString(type, "__match_args__"));
+                if (!ma || !PyTuple_Check(ma.get())) {
+                    PyErr_Clear();
+                    return m_cap.internal_error("__match_args__ of a matched class");
+                }
+                match_args = load_attr(cls, interned("__match_args__"), ma.get());
+                if (match_args < 0) return;
+            }
+            PyObject* ma = m_cap.v(match_args).real.get();
+            if (!known(match_args) || i >= PyTuple_GET_SIZE(ma))
+                return m_cap.fail(breaks::kUnsupportedOpcode,
+                                  "a class pattern whose __match_args__ is not a constant tuple",
+                                  "set __match_args__ in the class body");
+            name = PyTuple_GET_ITEM(ma, i);
+        }
+        int part = load_attr(subject, name, got);
+        if (part < 0) return;
+        parts.push_back(part);
+    }
+    push(f, m_cap.fresh(ValueKind::FreshTuple, parts, tos));
+}
+
 // operator.itemgetter(k, ...)(obj) is obj[k] (a tuple of them for several), and
 // attrgetter("name", ...)(obj) is obj.name, each followed as the subscript or attribute read
 // it stands for. What the getter holds comes from its __reduce__; it is immutable. Before the
@@ -4363,43 +4492,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                                         has_data_dependent_shape(p.callee.op, nargs)));
         return;
     }
-    case CallKind::Len: {
+    case CallKind::Len:
         if (p.in.size() != 1) return m_cap.internal_error("len arity");
-        int a = as_mapping(p.in[0], "__len__");
-        if (a < 0) return;
-        Value& v = m_cap.v(a);
-        if (v.tensor && (v.dyn_shape || m_cap.sym_tensor(a)))
-            return push_out(m_cap.size_of(a, 0, result));
-        if (v.kind == ValueKind::Input && !v.tensor) {
-            PyObject* o = v.real.get();
-            if (v.identity && plain_module_container(o, "__len__", true)) {
-                int mv = modules_dict(a);
-                if (mv < 0) return;
-                m_cap.guard_len(mv, PyLong_AsSsize_t(result));
-            } else if (v.identity && plain_parameter_container(o, "__len__")) {
-                if (parameter_list_size(a) < 0) return;  // its _size, guarded
-            } else if (v.shadow || (v.mutated && PyList_CheckExact(o))) {
-                // length known from the tracked items (the original length is guarded)
-                if (!m_cap.shadow(a)) return;
-            } else if (PyList_Check(o) || PyTuple_Check(o) || PyDict_Check(o)) {
-                if (v.mutated)
-                    return m_cap.fail(breaks::kMutatedThenRead,
-                                      "len(" + v.label + ") after this function changed it",
-                                      "take the length before changing the container");
-                m_cap.guard_len(a, PyLong_AsSsize_t(result));
-            } else {
-                return m_cap.fail(breaks::kUnsupportedCallee, "len() of " + v.label,
-                                  "take len() of lists, tuples, dicts or tensors");
-            }
-        } else if (!(v.tensor || v.kind == ValueKind::Const || v.kind == ValueKind::FreshList ||
-                     v.kind == ValueKind::FreshTuple || v.kind == ValueKind::FreshDict ||
-                     v.kind == ValueKind::FreshSet)) {
-            return m_cap.fail(breaks::kUnsupportedCallee, "len() of " + v.label,
-                              "take len() of lists, tuples, dicts or tensors");
-        }
-        push_out(m_cap.const_value(result));
-        return;
-    }
+        return push_out(length_value(p.in[0], result));
     case CallKind::Getter:
         return push_out(getter_parts(p, result));
     case CallKind::CountElements: {
@@ -7085,24 +7180,20 @@ void Monitor::guard_all_strides() {
 }
 
 static const char* opname(int op) {
-    static const char* names[256] = {};
-    static bool init = false;
-    if (!init) {
-        init = true;
-#define MAGPY_OPNAME(x) if ((x) >= 0 && (x) < 256) names[x] = #x;  // some are 3.11-only
-        MAGPY_OPNAME(RAISE_VARARGS) MAGPY_OPNAME(RERAISE) MAGPY_OPNAME(PUSH_EXC_INFO)
-        MAGPY_OPNAME(POP_EXCEPT) MAGPY_OPNAME(CHECK_EXC_MATCH) MAGPY_OPNAME(BEFORE_WITH)
-        MAGPY_OPNAME(IMPORT_NAME) MAGPY_OPNAME(IMPORT_FROM)
-        MAGPY_OPNAME(YIELD_VALUE) MAGPY_OPNAME(DELETE_ATTR) MAGPY_OPNAME(DELETE_SUBSCR)
-        MAGPY_OPNAME(BUILD_SET) MAGPY_OPNAME(SET_ADD) MAGPY_OPNAME(DICT_UPDATE)
-        MAGPY_OPNAME(DICT_MERGE) MAGPY_OPNAME(UNPACK_EX) MAGPY_OPNAME(LOAD_ASSERTION_ERROR)
-        MAGPY_OPNAME(LOAD_CLASSDEREF) MAGPY_OPNAME(LOAD_NAME) MAGPY_OPNAME(STORE_NAME)
-        MAGPY_OPNAME(GET_LEN) MAGPY_OPNAME(MATCH_CLASS) MAGPY_OPNAME(WITH_EXCEPT_START)
-        MAGPY_OPNAME(LOAD_BUILD_CLASS) MAGPY_OPNAME(DELETE_GLOBAL) MAGPY_OPNAME(SETUP_ANNOTATIONS)
-#undef MAGPY_OPNAME
-    }
-    const char* n = op >= 0 && op < 256 ? names[op] : nullptr;
-    return n ? n : "(opcode)";
+    // the interpreter's own names (opcode.opname), read once
+    static std::vector<std::string> names = [] {
+        std::vector<std::string> out(256);
+        py::Ref mod = py::Ref::steal(PyImport_ImportModule("opcode"));
+        py::Ref list = mod ? py::Ref::steal(PyObject_GetAttrString(mod.get(), "opname")) : py::Ref();
+        for (Py_ssize_t i = 0; list && PyList_Check(list.get()) && i < PyList_GET_SIZE(list.get()) && i < 256; ++i)
+            if (PyUnicode_Check(PyList_GET_ITEM(list.get(), i)))
+                out[static_cast<size_t>(i)] = PyUnicode_AsUTF8(PyList_GET_ITEM(list.get(), i));
+        PyErr_Clear();
+        return out;
+    }();
+    return op >= 0 && op < 256 && !names[static_cast<size_t>(op)].empty()
+               ? names[static_cast<size_t>(op)].c_str()
+               : "(unknown opcode)";
 }
 
 }  // namespace magpy

@@ -281,6 +281,8 @@ private:
     void iter_done(int iter);
     bool dict_view(int dict, DictView view, std::vector<int>& out);
     int getter_parts(const Pending& p, PyObject* result);
+    int length_value(int seq, PyObject* result);
+    void match_class(ShadowFrame& f, const Pending& p, PyObject* tos);
     int getter_value(int getter, const CalleeInfo& callee, int obj, PyObject* result);
     bool stands_for(int want, PyObject* got);
     int itertools_call(const std::string& name, const std::vector<int>& args, PyObject* result,
