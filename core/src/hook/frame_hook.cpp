@@ -314,7 +314,7 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
         if (!it->used_by(st.id)) it->users.push_back(st.id);
         if (it != cc->entries.begin()) cc->entries.splice(cc->entries.begin(), cc->entries, it);
     };
-    int64_t guard_start = now_ns();
+    uint64_t guard_start = now_ticks();  // (a cheap clock: [profiler.h] now_ticks)
     for (auto it = cc->entries.begin(); it != cc->entries.end(); ++it) {
         if (it->options_key != key) continue;
         ++shared_entries;
@@ -325,8 +325,8 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
             GuardTree::release_values(values);
             continue;
         }
-        int64_t replay_start = now_ns();
-        st.stats.guard_ns += replay_start - guard_start;
+        uint64_t replay_start = now_ticks();
+        st.stats.guard_ns += ticks_to_ns(replay_start - guard_start);
         PyObject* result;
         if (it->graph) {
             std::shared_ptr<const Continuation> cont = it->cont;  // `it` may move while resuming
@@ -337,9 +337,10 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
             prof.begin_graph(id);
             result = it->graph->run(values.data(), declined);
             prof.end_graph(id);
-            int64_t replay_end = now_ns();
-            it->replay_ns += replay_end - replay_start;
-            st.stats.replay_ns += replay_end - replay_start;
+            uint64_t replay_end = now_ticks();
+            int64_t replay_ns = ticks_to_ns(replay_end - replay_start);
+            it->replay_ns += replay_ns;
+            st.stats.replay_ns += replay_ns;
             guard_start = replay_end;  // a declined run goes on to the next entry
             if (declined == Declined::Recapture) {
                 // A size relation the capture relied on does not hold: like a failed guard.
@@ -370,7 +371,7 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
         GuardTree::release_values(values);
         return result;
     }
-    st.stats.guard_ns += now_ns() - guard_start;
+    st.stats.guard_ns += ticks_to_ns(now_ticks() - guard_start);
     (reinterpret_cast<PyObject*>(code) == st.code.get() ? st.stats.misses : st.stats.resume_misses)++;
     if (last_own) {
         std::string why = relation_failed ? failed_check_reason(*cc, st.options.fullgraph)
