@@ -72,14 +72,33 @@ def test_map_of_pure_builtins_over_constants_is_folded():
     assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
 
 
-def test_map_of_a_torch_op_breaks_with_a_hint():
-    def f(xs):
-        return torch.stack(list(map(torch.relu, xs))) * 2
+def test_map_of_torch_ops_and_modules_records_each_call():
+    act = torch.nn.GELU()
 
-    cf = check(f, [([torch.randn(3) for _ in range(2)],) for _ in range(3)])
-    text = str(magpy.explain(cf))
-    assert "MB003" in break_ids(cf)
-    assert "the function of `map`, G['torch'].relu (relu), is called from C" in text and "list comprehension" in text
+    def f(xs, ys):
+        kept = list(map(torch.relu, xs))  # the list holds what the calls returned
+        total = sum(map(torch.nn.functional.silu, xs))  # made again: nothing keeps them
+        a, b = map(torch.exp, xs)
+        looped = [y * 2 for y in map(act, ys)]
+        pairs = tuple(map(torch.add, xs, ys))
+        return torch.stack(kept) * 2, total, a - b, looped, pairs, kept[0] is not None
+
+    cf = check(f, [([torch.randn(3) for _ in range(2)], [torch.randn(3) for _ in range(2)])
+                   for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)
+
+
+def test_map_of_ops_with_effects_or_draws_breaks_with_a_hint():
+    def inplace(xs):
+        return list(map(torch.Tensor.mul_, xs, [2, 3]))
+
+    def draws(xs):
+        return torch.stack(list(map(torch.nn.functional.dropout, xs)))
+
+    for fn, seed in [(inplace, None), (draws, 0)]:
+        cf = check(fn, [([torch.randn(3) for _ in range(2)],) for _ in range(3)], seed=seed)
+        text = str(magpy.explain(cf))
+        assert "MB003" in break_ids(cf) and "is called from C" in text and "list comprehension" in text
 
 
 def test_map_used_partly_breaks_and_is_correct():

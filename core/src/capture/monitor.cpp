@@ -1962,6 +1962,7 @@ bool Monitor::lazy_items(int value, std::vector<int>& out, bool partial_ok) {
     GenRecord* g = generator_of(value);
     MapRecord* m = map_of(value);
     if (!g && !m) return false;
+    if (m && m->opaque && !partial_ok && !fill_opaque_map(*m, nullptr)) return false;
     if (!partial_ok && (g ? !g->done : m->results.size() < m->steps.size())) {
         m_cap.fail(breaks::kUnsupportedOpcode,
                    std::string(g ? "a generator" : "a map") + " is used without being run to its "
@@ -1970,6 +1971,47 @@ bool Monitor::lazy_items(int value, std::vector<int>& out, bool partial_ok) {
         return false;
     }
     out = g ? g->yielded : m->results;
+    return true;
+}
+
+// The calls of a map of a torch op (or nn module) that the capture has not recorded yet, run by
+// C code without a frame: each becomes a step. What each call returned is taken from `kept`
+// (the list or tuple the consumer made of them: list(map(f, xs))) or, when the consumer kept
+// none of them (sum(map(f, xs))), computed again here: the op has no effects and draws nothing,
+// so it gives the same.
+bool Monitor::fill_opaque_map(MapRecord& rec, PyObject* kept) {
+    for (size_t k = rec.results.size(); k < rec.steps.size(); ++k) {
+        py::Ref real;
+        if (kept) {
+            real = py::Ref::borrow(PySequence_Fast_GET_ITEM(kept, static_cast<Py_ssize_t>(k)));
+        } else {
+            py::Ref args = reals_of(rec.steps[k], false);
+            real = py::Ref::steal(PyObject_Call(m_cap.v(rec.func_value).real.get(), args.get(), nullptr));
+            if (!real) {
+                PyErr_Clear();
+                m_cap.fail(breaks::kUnsupportedCallee,
+                           "the function of `map`, " + rec.callee.name + ", raised when its result "
+                           "was made again", "write a list comprehension: [f(x) for x in xs]");
+                return false;
+            }
+        }
+        if (!opaque_step(rec, real.get())) return false;
+    }
+    return true;
+}
+
+// The next call of an opaque map, which returned `real`, recorded as a step.
+bool Monitor::opaque_step(MapRecord& rec, PyObject* real) {
+    if (rec.results.size() >= rec.steps.size())
+        return m_cap.internal_error("a map called past its items"), false;
+    Pending call;
+    call.opcode = CALL;
+    call.callee = rec.callee;
+    call.callee_value = rec.func_value;
+    call.in = rec.steps[rec.results.size()];
+    int r = record_call(call, real, false, true);
+    if (r < 0) return false;
+    rec.results.push_back(r);
     return true;
 }
 
@@ -2021,10 +2063,15 @@ int Monitor::map_record(int fv, const std::vector<std::vector<int>>& columns,
     rec.callee = classify_callee(fn);
     bool pure = rec.callee.kind == CallKind::PureBuiltin || rec.callee.kind == CallKind::TypeCtor ||
                 rec.callee.kind == CallKind::Len || rec.callee.kind == CallKind::Getter;
-    if (rec.callee.kind != CallKind::InlineFunction && !pure)
+    // map(torch.sigmoid, xs), map(self.act, feats): an op without effects, recorded per item
+    bool opaque = (rec.callee.kind == CallKind::TorchOp || rec.callee.kind == CallKind::LeafModule) &&
+                  !op_has_effects(rec.callee, fn, nullptr, nullptr) &&
+                  !op_draws(rec.callee, fn, nullptr, nullptr) && role == "the function of `map`";
+    if (rec.callee.kind != CallKind::InlineFunction && !pure && !opaque)
         return fail(role + ", " + m_cap.v(fv).label + " (" + rec.callee.name + "), is called "
                     "from C, where it cannot be followed");
-    rec.code = rec.callee.code;
+    rec.code = opaque ? nullptr : rec.callee.code;
+    rec.opaque = opaque;
     size_t n = SIZE_MAX;
     for (const std::vector<int>& its : columns) n = std::min(n, its.size());
     for (size_t k = 0; k < n; ++k) {
@@ -4364,6 +4411,12 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         for (int& a : p.in) {
             std::vector<int> items;
             if (generator_of(a) || map_of(a)) {
+                // list(map(torch.relu, xs)): the results the list holds are the calls'
+                MapRecord* m = map_of(a);
+                bool keeps = p.callee.kind == CallKind::TypeCtor && (name == "list" || name == "tuple") &&
+                             result && (PyList_CheckExact(result) || PyTuple_CheckExact(result)) &&
+                             m && static_cast<size_t>(PySequence_Fast_GET_SIZE(result)) == m->steps.size();
+                if (m && m->opaque && keeps && !fill_opaque_map(*m, result)) return;
                 if (!lazy_items(a, items, stops_early)) return;
             } else if (takes_all && p.key_map < 0 && m_cap.v(a).kind == ValueKind::Iterator) {
                 // (with a key function, the items were read before the call and are its result)
@@ -5754,6 +5807,10 @@ int Monitor::next_item(int it, PyObject* real) {
     case IterKind::OpSeq: return item_of(src, pos, real);
     case IterKind::Generator:  // for x in g: the item the loop's next() made it yield
     case IterKind::Map: {      // for y in map(f, xs): what the call next() made returned
+        if (iter.iter_kind == IterKind::Map && m_maps[static_cast<size_t>(src)].opaque &&
+            static_cast<size_t>(pos) == m_maps[static_cast<size_t>(src)].results.size() &&
+            !opaque_step(m_maps[static_cast<size_t>(src)], real))
+            return -1;  // (a map of a torch op: this call recorded now that its result is known)
         const std::vector<int>& got = iter.iter_kind == IterKind::Map
                                           ? m_maps[static_cast<size_t>(src)].results
                                           : m_gens[static_cast<size_t>(src)].yielded;

@@ -123,6 +123,8 @@ private:
         bool fold = false;             // functools.reduce: each call's first argument (after
                                        // self) is what the call before returned
         bool pure = false;             // a pure builtin (no frames): each result folded here
+        bool opaque = false;           // a torch op or module (no frames): each call recorded
+                                       // once its result is known (fill_opaque_map)
         std::string role;              // what f is to the caller, for messages
         int gen = -1;                  // the key over a generator's items (sorted(g, key=f)):
         size_t gen_from = 0;           // its record, and how many it had yielded before;
@@ -134,6 +136,8 @@ private:
     void prepare_key(Pending& p);
     bool fold_pure_step(MapRecord& rec, const std::vector<int>& step);
     bool sync_gen_steps(MapRecord& rec);
+    bool fill_opaque_map(MapRecord& rec, PyObject* kept);
+    bool opaque_step(MapRecord& rec, PyObject* real);
     void prepare_fold(Pending& p);
     int fold_result(const Pending& p, PyObject* result);
     // warnings.warn, logger.info & co: the site they report, found while the frames run
