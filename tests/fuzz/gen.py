@@ -1608,6 +1608,9 @@ class ProgramGen:
                     f"sum(reversed([{n}, {o.code}]))",
                     f"operator.itemgetter(1)([{n}, {o.code}]) + sum(itertools.repeat({n}, 2))",
                     f"(lambda miss: {n} if G_CACHE.get('w', miss) is miss else {n} * 2)(object())",
+                    f"sum(map(torch.tanh, [{n}, {o.code}]))",
+                    f"list(map(torch.sigmoid, ({n}, {o.code})))[1]",
+                    f"[u * 2 for u in map(torch.abs, [{n}, {o.code}])][0]",
                 ])
                 return [f"{t} = {code}"]
         code, lo, hi = self.choice(ints)
