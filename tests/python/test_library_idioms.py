@@ -3,6 +3,7 @@ capture must follow without breaking: enum flags, sentinels, list() of an argume
 that stop early, generator expressions inside torch.nn modules, has_torch_function checks.
 Nested tensors passed in are refused cleanly (the call runs eagerly, nothing crashes)."""
 
+import copy
 import dataclasses
 import enum
 import warnings
@@ -850,7 +851,7 @@ def test_id_of_a_new_object_each_call_breaks():
 
     cf = check(f, [(torch.ones(2),) for _ in range(3)])
     assert break_ids(cf) == ["MB003"]
-    assert "is a new object each call" in str(magpy.explain(cf))
+    assert "a tensor passed in, usually a new object each call" in str(magpy.explain(cf))
 
 
 def test_vars_of_an_object_passed_in_reads_its_attributes():
@@ -921,3 +922,47 @@ def test_a_sentinel_made_in_the_call_is_no_object_from_before():
     a, b = cm(torch.randn(2))[1], cm(torch.randn(2))[1]
     assert a is not b and type(a) is object  # a new object each call, as in eager
     assert_stats(cm, graphs=1, breaks=0, hits=1)
+
+
+class _HoldsConfig(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cfg = {"scales": [1, 2], "name": "a", "pair": ([1], [1])}
+
+    def forward(self, x):
+        cfg = copy.deepcopy(self.cfg)  # a config copied, then changed: the model's is not
+        cfg["scales"].append(3)
+        fresh = copy.deepcopy({"w": [0.5, {"k": (1, 2)}]})
+        fresh["w"][1]["k"] = 5
+        shared = cfg["pair"][0] is cfg["pair"][1]  # one list twice: copied once
+        return x * sum(cfg["scales"]) + fresh["w"][0], cfg, fresh, shared
+
+
+def test_deepcopy_of_plain_data_makes_fresh_containers_and_guards_the_source():
+    m = _HoldsConfig()
+    m.cfg["pair"] = (m.cfg["pair"][0],) * 2
+
+    def mutate(i):
+        if i == 2:
+            m.cfg["scales"].append(10)  # the source changed: seen
+
+    cf = check(m, [torch.randn(2) for _ in range(4)], mutate=mutate)
+    assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
+
+
+def test_id_of_an_object_held_by_the_model_pins_it():
+    class Memo(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = {"a": 1}
+
+        def forward(self, x):
+            seen = {id(self.table): 2}
+            return x * seen[id(self.table)]
+
+    m = Memo()
+    cf = check(m, [torch.randn(2) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    m.table = {"a": 1}  # another dict: another id, so a new capture
+    check(m, [torch.randn(2)], compiled=cf)
+    assert_stats(cf, graphs=2, misses=2)

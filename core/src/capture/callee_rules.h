@@ -73,6 +73,8 @@ enum class CallKind : uint8_t {
                      // attribute reads it stands for
     CountElements,   // collections' _count_elements(counter, items), which Counter(items)
                      // and counter.update(items) call: the counts, of constant items
+    DeepCopy,        // copy.deepcopy(x) of plain data (lists, tuples, dicts and sets of
+                     // numbers and strings): fresh containers of the same items, not traced
     Unsupported,
 };
 

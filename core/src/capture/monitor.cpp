@@ -3848,6 +3848,47 @@ int Monitor::module_hooks(int callable) {
     return 0;
 }
 
+// copy.deepcopy itself (the function of the copy module, not a wrapper of the user's).
+static bool is_copy_deepcopy(PyObject* fn) {
+    if (!PyFunction_Check(fn)) return false;
+    PyObject* mod = PyFunction_GET_MODULE(fn);
+    auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn));
+    return mod && PyUnicode_Check(mod) && PyUnicode_CompareWithASCIIString(mod, "copy") == 0 &&
+           PyUnicode_CompareWithASCIIString(code->co_name, "deepcopy") == 0;
+}
+
+// Plain data: None, numbers, strings and bytes, and lists, tuples, dicts and sets of them (what
+// a config holds). copy.deepcopy of it is fresh containers around the same immutable items.
+static bool plain_data(PyObject* o, int depth) {
+    if (o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) ||
+        PyComplex_CheckExact(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o))
+        return true;
+    if (depth > 8) return false;
+    if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+        if (PySequence_Fast_GET_SIZE(o) > 4096) return false;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+            if (!plain_data(PySequence_Fast_GET_ITEM(o, i), depth + 1)) return false;
+        return true;
+    }
+    if (PyDict_CheckExact(o)) {
+        if (PyDict_GET_SIZE(o) > 4096) return false;
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(o, &pos, &k, &v))
+            if (!plain_data(k, depth + 1) || !plain_data(v, depth + 1)) return false;
+        return true;
+    }
+    if (PyAnySet_CheckExact(o)) {
+        py::Ref items = py::Ref::steal(PySequence_Tuple(o));
+        if (!items) {
+            PyErr_Clear();
+            return false;
+        }
+        return plain_data(items.get(), depth + 1);
+    }
+    return false;
+}
+
 void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
                             PyObject* kwnames) {
     Pending& p = f.pending;
@@ -3952,6 +3993,11 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         }
     }
     p.callee = classify_callee(fn);
+    if (p.callee.kind == CallKind::InlineFunction && args.size() == 1 && !kwnames &&
+        is_copy_deepcopy(fn) && plain_data(m_cap.v(args[0]).real.get(), 0)) {
+        p.callee.kind = CallKind::DeepCopy;  // (its memo keys by id(): not traced)
+        p.callee.name = "copy.deepcopy";
+    }
     if (c.ctx_exit) {  // the end of a captured with block
         p.callee.kind = CallKind::ContextExit;
         p.callee.name = c.label;
@@ -4135,6 +4181,60 @@ int Monitor::length_value(int seq, PyObject* result) {
         return refuse();
     }
     return m_cap.const_value(result);
+}
+
+// The value of `copy`, what copy.deepcopy made of `src` (plain data): the same value where it
+// gave the same object (immutable items), else a fresh container of the copies of the items,
+// each object made once (`made`: a list that occurs twice is copied once, as the memo does).
+int Monitor::deep_copied(int src, PyObject* copy, std::unordered_map<PyObject*, int>& made) {
+    if (copy == m_cap.v(src).real.get()) {
+        if (!require_const({src}, "what `copy.deepcopy` copies")) return -1;
+        return src;
+    }
+    auto hit = made.find(copy);
+    if (hit != made.end()) return hit->second;
+    auto refuse = [&]() {
+        m_cap.fail(breaks::kUnsupportedCallee,
+                   "`copy.deepcopy` of " + m_cap.v(src).label + " gave another shape of data",
+                   "copy plain lists, tuples and dicts");
+        return -1;
+    };
+    int out = -1;
+    if (PyDict_CheckExact(copy)) {
+        std::vector<int> pairs, copied;
+        if (!pairs_of(src, pairs)) return -1;
+        if (pairs.size() / 2 != static_cast<size_t>(PyDict_GET_SIZE(copy))) return refuse();
+        for (size_t j = 0; j + 1 < pairs.size(); j += 2) {
+            PyObject* v = PyDict_GetItemWithError(copy, m_cap.v(pairs[j]).real.get());
+            if (!v) {
+                PyErr_Clear();
+                return refuse();
+            }
+            int c = deep_copied(pairs[j + 1], v, made);
+            if (c < 0) return -1;
+            copied.push_back(pairs[j]);
+            copied.push_back(c);
+        }
+        out = fresh_dict(copied, copy);
+    } else if (PyList_CheckExact(copy) || PyTuple_CheckExact(copy)) {
+        std::vector<int> items, copied;
+        if (!items_of(src, items)) return -1;
+        if (items.size() != static_cast<size_t>(PySequence_Fast_GET_SIZE(copy))) return refuse();
+        for (size_t i = 0; i < items.size(); ++i) {
+            int c = deep_copied(items[i], PySequence_Fast_GET_ITEM(copy, static_cast<Py_ssize_t>(i)), made);
+            if (c < 0) return -1;
+            copied.push_back(c);
+        }
+        out = m_cap.fresh(PyList_CheckExact(copy) ? ValueKind::FreshList : ValueKind::FreshTuple,
+                          copied, copy);
+    } else if (PySet_CheckExact(copy)) {
+        if (!require_const({src}, "what `copy.deepcopy` copies")) return -1;
+        out = fresh_set(copy);
+    } else {
+        return refuse();
+    }
+    if (out >= 0) made[copy] = out;
+    return out;
 }
 
 // `case Cls(a, b=p)` (MATCH_CLASS): whether the subject is an instance follows from its type
@@ -4550,6 +4650,11 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         return push_out(length_value(p.in[0], result));
     case CallKind::Getter:
         return push_out(getter_parts(p, result));
+    case CallKind::DeepCopy: {
+        if (!result) return;
+        std::unordered_map<PyObject*, int> made;
+        return push_out(deep_copied(p.in[0], result, made));
+    }
     case CallKind::CountElements: {
         // Each item counted: the counts follow from the items when they are constants; they
         // are read back from the counter (a dict of constants) into the items the capture
@@ -4676,8 +4781,16 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             const Value& a = m_cap.v(p.in[0]);
             if (a.identity || (a.kind == ValueKind::Const && is_constant_like(a.real.get())))
                 return push_out(m_cap.const_value(result));
+            if (a.kind == ValueKind::Input && !a.tensor && a.node >= 0) {
+                // an object held by the model (a config dict): pinned by identity from here
+                // (a tensor passed in is usually a new one each call: it breaks)
+                m_cap.guard_identity(p.in[0]);
+                return push_out(m_cap.const_value(result));
+            }
             return m_cap.fail(breaks::kUnsupportedCallee,
-                              "`id()` of " + a.label + ", which is a new object each call",
+                              "`id()` of " + a.label +
+                                  (a.kind == ValueKind::Input ? ", a tensor passed in, usually a new object each call"
+                                                              : ", which is a new object each call"),
                               "compare objects with `is`, or key by something else");
         }
         if (name == "callable" && p.in.size() == 1 && !p.kwnames && result)

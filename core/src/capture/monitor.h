@@ -10,6 +10,7 @@
 
 #include <memory>
 
+#include <unordered_map>
 #include <vector>
 
 namespace magpy {
@@ -286,6 +287,7 @@ private:
     bool dict_view(int dict, DictView view, std::vector<int>& out);
     int getter_parts(const Pending& p, PyObject* result);
     int length_value(int seq, PyObject* result);
+    int deep_copied(int src, PyObject* copy, std::unordered_map<PyObject*, int>& made);
     void match_class(ShadowFrame& f, const Pending& p, PyObject* tos);
     int getter_value(int getter, const CalleeInfo& callee, int obj, PyObject* result);
     bool stands_for(int want, PyObject* got);
