@@ -293,12 +293,16 @@ def test_match_statements_on_strings_shapes_classes_and_dataclasses():
     assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
 
 
-def test_match_of_a_mapping_pattern_breaks_with_the_opcode_named():
+def test_match_of_mapping_patterns():
     def f(x, cfg):
         match cfg:
+            case {"scale": s, "shift": b}:
+                return x * s + b
             case {"scale": s}:
                 return x * s
         return x
 
-    cf = check(f, [(torch.randn(2), {"scale": 2.0})] * 2)
-    assert "MATCH_KEYS" in str(magpy.explain(cf))
+    calls = [(torch.randn(2), {"scale": 2.0})] * 2 + [(torch.randn(2), {"scale": 2.0, "shift": 1.0})] * 2 + \
+        [(torch.randn(2), {"other": 1})] * 2
+    cf = check(f, calls)
+    assert_stats(cf, graphs=3, breaks=0, hits=3, misses=3)

@@ -2751,6 +2751,9 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case MATCH_CLASS:
         defer(3, 1);
         return;
+    case MATCH_KEYS:
+        defer(2, 3);  // the subject and the keys stay; the values, or None
+        return;
     case POP_EXCEPT:
         if (f.handlers > 0) --f.handlers;
         pop(f);
@@ -3550,6 +3553,39 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     case MATCH_CLASS:
         return match_class(f, p, tos);
+    case MATCH_KEYS: {
+        // `case {"scale": s}`: each key read from the dict (guarded there), or guarded absent
+        int subject = p.in[0], keys = p.in[1];
+        PyObject* ks = m_cap.v(keys).real.get();
+        const Value& d = m_cap.v(subject);
+        bool dict = d.kind == ValueKind::FreshDict ||
+                    (d.kind == ValueKind::Input && PyDict_CheckExact(d.real.get()) && !d.mutated);
+        if (!dict || m_cap.v(keys).kind != ValueKind::Const || !ks || !PyTuple_Check(ks))
+            return m_cap.fail(breaks::kUnsupportedOpcode,
+                              "a mapping pattern over " + d.label,
+                              "match a dict made in the call or passed in, with constant keys");
+        out(subject);
+        out(keys);
+        std::vector<int> values;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ks); ++i) {
+            PyObject* k = PyTuple_GET_ITEM(ks, i);
+            PyObject* got = tos != Py_None ? PyTuple_GET_ITEM(tos, i) : nullptr;
+            if (!got) {  // a key missing: None, which the guards must fix
+                got = PyDict_GetItemWithError(m_cap.v(subject).real.get(), k);
+                if (got || PyErr_Occurred()) {
+                    PyErr_Clear();
+                    if (got) continue;  // present, though a later one is missing
+                    return m_cap.internal_error("a mapping pattern's key");
+                }
+                if (m_cap.v(subject).kind == ValueKind::Input) m_cap.guard_no_key(subject, k);
+                return out(m_cap.const_value(Py_None));
+            }
+            int v = subscript(subject, m_cap.const_value(k), got);
+            if (v < 0) return;
+            values.push_back(v);
+        }
+        return out(m_cap.fresh(ValueKind::FreshTuple, values, tos));
+    }
     case CHECK_EXC_MATCH:
         if (m_cap.v(p.in[0]).kind != ValueKind::Const || !known(p.in[1]))
             return m_cap.fail(breaks::kException, "an except clause matches against " +
