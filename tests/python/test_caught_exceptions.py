@@ -149,3 +149,20 @@ def test_index_and_key_errors_on_guarded_containers_are_followed():
     cf = check(f, [torch.randn(2) for _ in range(4)], mutate=grow)
     assert_stats(cf, breaks=0)
     assert magpy.explain(cf).cache_entries >= 2
+
+
+def test_an_optional_import_that_fails_is_a_fact_of_the_process():
+    def f(x):
+        try:
+            import magpy_no_such_module  # noqa: F401
+            fused = True
+        except ImportError:
+            fused = False
+        try:
+            from torch import no_such_name  # noqa: F401
+        except ImportError as e:
+            fused = fused or "no_such_name" in str(e) and False
+        return x * 2 if not fused else x
+
+    cf = check(f, [torch.randn(2) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

@@ -2543,7 +2543,8 @@ int Monitor::pop(ShadowFrame& f) {
 // we trace, that a handler in the same frame catches, is followed when the guards decide that
 // it is raised: unpacking a sequence of known length (`b, c, h, w = x.shape` for a 3-d x),
 // indexing a list of guarded length or a dict without the key (guarded absent) with a
-// constant, or `view` on a tensor whose sizes and strides are guarded. The raising instruction leaves
+// constant, `view` on a tensor whose sizes and strides are guarded, or an import of a module
+// that is not installed. The raising instruction leaves
 // nothing in the plan; the shadow stack unwinds as CPython's does (to the handler's depth, the
 // offset if the table says so, the exception) and the handler is traced like other code, the
 // exception a constant. Any other exception stops the capture (MB006), as does a break inside
@@ -2579,6 +2580,16 @@ void Monitor::on_exception(PyFrameObject* fo, PyObject* exc_info) {
 // Whether the guards decide that the pending instruction raises (exception type `type`).
 bool Monitor::raise_is_determined(ShadowFrame& f, PyObject* type) {
     Pending& p = f.pending;
+    // `try: import apex except ImportError:`: a module that cannot be imported is a fact of
+    // the process, as what can be imported is (a module installed while it runs is not seen)
+    if (p.opcode == IMPORT_NAME && PyErr_GivenExceptionMatches(type, PyExc_ImportError)) return true;
+    if (p.opcode == IMPORT_FROM && PyErr_GivenExceptionMatches(type, PyExc_ImportError) &&
+        p.in.size() == 1 && m_cap.v(p.in[0]).node >= 0) {
+        // `from m import name` of a name m lacks: guarded absent (a submodule not imported yet
+        // would be imported here; it is not one, or the import would have found it)
+        m_cap.guard_no_attr(p.in[0], py::code_name(f.code, p.oparg));
+        return true;
+    }
     if ((p.opcode == UNPACK_SEQUENCE || p.opcode == UNPACK_EX) && p.in.size() == 1 &&
         PyErr_GivenExceptionMatches(type, PyExc_ValueError)) {
         std::vector<int> items;  // known length (guarded), so it raises again
