@@ -697,3 +697,18 @@ def test_a_module_with_its_own_setattr_is_not_written_past_it():
         x = torch.ones(1)
         assert torch.equal(cf(x), eager(x)) and compiled.k == eager.k
     assert "MB007" in break_ids(cf)
+
+
+def test_training_flag_is_guarded_only_for_modules_whose_forward_reads_it():
+    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Dropout(0.5), nn.BatchNorm1d(4))
+    net.eval()
+    cf = check(net, [torch.randn(3, 4) for _ in range(2)])
+    text = "\n".join(magpy.explain(cf).guards)
+    assert "_modules[2].training == False" in text and "_modules[3].training == False" in text
+    assert "_modules[0].training" not in text and "_modules[1].training" not in text
+    net[0].train()  # a Linear in training mode computes the same: no new capture
+    check(net, [torch.randn(3, 4)], compiled=cf)
+    assert_stats(cf, graphs=1, misses=1)
+    net[3].train()  # batch norm in training mode: another capture
+    check(net, [torch.randn(3, 4)], compiled=cf)
+    assert_stats(cf, graphs=2, misses=2)

@@ -160,6 +160,28 @@ static bool draws_like_dropout(PyObject* module) {
     return type.find("Dropout") != std::string::npos || type.find("RReLU") != std::string::npos;
 }
 
+// torch.nn's own modules whose forward never reads `training` (convolutions, linear layers,
+// activations without noise, pooling, the norms without running statistics, padding): the
+// capture needs no guard on the flag of one (exact types only: a subclass may read it).
+bool leaf_module_ignores_training(PyObject* module) {
+    static const std::unordered_set<std::string> kIgnore = {
+        "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+        "Linear", "Bilinear", "Identity", "Flatten", "Unflatten", "ReLU", "ReLU6", "LeakyReLU",
+        "PReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardtanh",
+        "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "Softplus", "Softsign",
+        "Tanhshrink", "Threshold", "GLU", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d",
+        "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
+        "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "LayerNorm", "GroupNorm",
+        "Embedding", "Upsample", "PixelShuffle", "PixelUnshuffle", "ZeroPad2d", "ConstantPad1d",
+        "ConstantPad2d", "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d",
+        "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d"};
+    PyTypeObject* t = Py_TYPE(module);
+    PyObject* dict = py::type_dict(t);
+    PyObject* mod = dict ? PyDict_GetItemString(dict, "__module__") : nullptr;  // borrowed
+    return mod && PyUnicode_Check(mod) && starts_with(py::str_of(mod), "torch.nn.modules.") &&
+           kIgnore.count(t->tp_name) != 0;
+}
+
 bool op_draws(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
               PyObject* const* kwvalues) {
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;

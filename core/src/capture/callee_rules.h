@@ -147,6 +147,7 @@ int op_inplace_target(const CalleeInfo& c, PyObject* callable, PyObject* kwnames
 // torch.randn, F.dropout, t.normal_(), a training Dropout module, random.random(). Not one
 // given a generator= or out=, nor a module that also updates its buffers (compiling backends
 // keep such ops out of graphs; a plan that gives up after one puts the generators back).
+bool leaf_module_ignores_training(PyObject* module);
 bool op_draws(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
               PyObject* const* kwvalues);
 

@@ -5474,7 +5474,8 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
             if (t >= 0 && !p.callee.bound_self) s.mutates = static_cast<int8_t>(1 + t);
         }
     }
-    if (p.callee.kind == CallKind::LeafModule && m_cap.v(p.callee_value).kind == ValueKind::Input) {
+    if (p.callee.kind == CallKind::LeafModule && m_cap.v(p.callee_value).kind == ValueKind::Input &&
+        !leaf_module_ignores_training(m_cap.v(p.callee_value).real.get())) {
         PyObject* tr = PyObject_GetAttrString(m_cap.v(p.callee_value).real.get(), "training");
         if (tr) {
             m_cap.input_child(p.callee_value, AccessKind::ModuleAttr, 0,
