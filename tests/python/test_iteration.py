@@ -494,3 +494,22 @@ def reduce_mix(xs, shape):
 def test_functools_reduce_over_numbers_and_tensors():
     cf = check(reduce_mix, [([torch.randn(2) for _ in range(3)], (2, 3)) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_accumulate_with_a_python_function_breaks_instead_of_folding():
+    offset = {"v": 1}
+    seen = []
+
+    def add_off(a, b):
+        seen.append(b)
+        return a + b + offset["v"]
+
+    def f(x, sizes):
+        return [x * a for a in itertools.accumulate(sizes, add_off)]
+
+    def mutate(i):
+        offset["v"] = 1 if i < 2 else 5
+
+    cf = check(f, [(torch.ones(2), [1, 2, 3]) for _ in range(3)], mutate=mutate,
+               snapshot=lambda: list(seen), restore=lambda s: seen.__setitem__(slice(None), s))
+    assert magpy.explain(cf).break_count >= 1  # never folded: add_off runs at every call

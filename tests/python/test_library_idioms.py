@@ -966,3 +966,17 @@ def test_id_of_an_object_held_by_the_model_pins_it():
     m.table = {"a": 1}  # another dict: another id, so a new capture
     check(m, [torch.randn(2)], compiled=cf)
     assert_stats(cf, graphs=2, misses=2)
+
+
+def test_counter_that_adds_to_a_value_not_constant_breaks():
+    from collections import Counter
+
+    def f(x, n, names):
+        c = Counter()
+        c["a"] = x.sum()
+        c["b"] = n
+        c.update(names)  # tensor + 1, n + 1: computed at replay, not folded
+        return c["a"] * 2, x * c["b"]
+
+    cf = check(f, [(torch.full((3,), float(k)), k, ["a", "b"]) for k in (1, 2, 5, 7)])
+    assert "MB003" in break_ids(cf)

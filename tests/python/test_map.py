@@ -200,3 +200,30 @@ def test_an_exception_inside_a_reduced_function_is_raised_like_eager():
         return functools.reduce(lambda acc, k: acc + x[k], ks, x.sum())
 
     assert_raises_like_eager(f, lambda: (torch.randn(3), [0, 7]), IndexError)
+
+
+def test_any_all_of_a_map_of_a_torch_op_breaks():
+    # how far any()/all() went depends on the results: not a constant of the capture
+    def f(xs):
+        return any(map(torch.any, xs)), all(map(torch.any, xs))
+
+    calls = [[torch.zeros(2), torch.ones(2)], [torch.zeros(2), torch.zeros(2)], [torch.ones(2)],
+             [torch.ones(2), torch.ones(2)]]
+    cf = check(f, [(c,) for c in calls])
+    assert "MB003" in break_ids(cf)
+
+
+def test_a_map_or_generator_read_again_gives_only_what_is_left():
+    def twice(xs):
+        m = map(square_plus_one, xs)
+        return list(m), list(m)
+
+    def after_zip(xs):
+        m = map(torch.neg, xs)
+        g = (x * 2 for x in xs)
+        it = iter(xs)
+        return list(zip(m, [1])), list(m), list(zip(g, [1, 2])), list(g), list(zip(it, [1])), list(it)
+
+    for fn in (twice, after_zip):
+        cf = check(fn, [([torch.randn(2) for _ in range(3)],) for _ in range(3)])
+        assert_stats(cf, graphs=1, breaks=0, hits=2)

@@ -1970,7 +1970,12 @@ bool Monitor::lazy_items(int value, std::vector<int>& out, bool partial_ok) {
                    "consume it whole (list(), sum(), a for loop without break)");
         return false;
     }
-    out = g ? g->yielded : m->results;
+    // what next() or an earlier consumer took already is not handed out again
+    const std::vector<int>& all = g ? g->yielded : m->results;
+    int& taken = m_cap.v(value).iter_pos;
+    size_t from = std::min(all.size(), static_cast<size_t>(std::max(taken, 0)));
+    out.assign(all.begin() + static_cast<long>(from), all.end());
+    taken = static_cast<int>(all.size());
     return true;
 }
 
@@ -4557,13 +4562,18 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                          (name == "sum" || name == "min" || name == "max");
         for (int& a : p.in) {
             std::vector<int> items;
-            if (generator_of(a) || map_of(a)) {
+            if ((generator_of(a) || map_of(a)) && p.key_map < 0) {
                 // list(map(torch.relu, xs)): the results the list holds are the calls'
                 MapRecord* m = map_of(a);
                 bool keeps = p.callee.kind == CallKind::TypeCtor && (name == "list" || name == "tuple") &&
                              result && (PyList_CheckExact(result) || PyTuple_CheckExact(result)) &&
                              m && static_cast<size_t>(PySequence_Fast_GET_SIZE(result)) == m->steps.size();
                 if (m && m->opaque && keeps && !fill_opaque_map(*m, result)) return;
+                if (m && m->opaque && stops_early)  // how far it went depends on the results
+                    return m_cap.fail(breaks::kUnsupportedCallee,
+                                      "`" + name + "()` of a map of " + m->callee.name +
+                                          ", which stops at the first result that decides",
+                                      "write a comprehension: " + name + "([f(x) for x in xs])");
                 if (!lazy_items(a, items, stops_early)) return;
             } else if (takes_all && p.key_map < 0 && m_cap.v(a).kind == ValueKind::Iterator) {
                 // (with a key function, the items were read before the call and are its result)
@@ -4723,6 +4733,16 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         py::Ref real = m_cap.v(counter).real;
         Py_ssize_t pos = 0;
         PyObject *k, *v;
+        while (PyDict_Next(real.get(), &pos, &k, &v)) {  // what each count was added to
+            int at = fresh_dict_slot(mapping, k);
+            int before = at >= 0 ? m_cap.v(mapping).items[static_cast<size_t>(at)] : -1;
+            if (before >= 0 && !known(before))
+                return m_cap.fail(breaks::kUnsupportedCallee,
+                                  "`Counter` adds to " + m_cap.v(before).label +
+                                      ", which is not a constant",
+                                  "count constants into a Counter of counts");
+        }
+        pos = 0;
         while (PyDict_Next(real.get(), &pos, &k, &v))
             set_fresh_item(mapping, m_cap.const_value(k), m_cap.const_value(v));
         return push_out(m_cap.const_value(Py_None));
@@ -6055,6 +6075,7 @@ void Monitor::iter_done(int it) {
                                   "zip() ran out over " + m_cap.v(sub).label +
                                       ", an iterator passed in",
                                   "zip lists or tuples, or loop over the iterator itself");
+        if (iter.iter_kind == IterKind::Zip && !zip_ending_taken(inner)) return;
         for (int sub : inner) {
             const Value& sv = m_cap.v(sub);
             if (sv.iter_kind == IterKind::Zip || sv.iter_kind == IterKind::Enumerate) {
@@ -6072,6 +6093,71 @@ void Monitor::iter_done(int it) {
     default:
         return;
     }
+}
+
+// zip() ends when one of its iterators runs out, after taking an item from each before it:
+// those lost that item (a later list(it) does not see it). Each is moved past it; a map of a
+// torch op, whose call left no trace, has it recorded.
+bool Monitor::zip_ending_taken(const std::vector<int>& inner) {
+    auto left = [&](int sub) -> int {  // items it has left; -1: not known
+        const Value& v = m_cap.v(sub);
+        size_t pos = static_cast<size_t>(std::max(v.iter_pos, 0));
+        switch (v.iter_kind) {
+        case IterKind::Generator: {
+            const GenRecord& g = m_gens[static_cast<size_t>(v.iter_source)];
+            return g.yielded.size() > pos ? 1 : (g.done ? 0 : -1);
+        }
+        case IterKind::Map: {
+            const MapRecord& m = m_maps[static_cast<size_t>(v.iter_source)];
+            return m.steps.size() > pos ? 1 : 0;
+        }
+        case IterKind::FreshSeq:
+            return m_cap.v(v.iter_source).items.size() > pos ? 1 : 0;
+        case IterKind::ConstSeq:
+        case IterKind::InputSeq:
+        case IterKind::ModuleSeq: {
+            Py_ssize_t n = PyObject_Length(m_cap.v(v.iter_source).real.get());
+            if (n < 0) PyErr_Clear();
+            return n < 0 ? -1 : static_cast<size_t>(n) > pos ? 1 : 0;
+        }
+        case IterKind::Flat:
+            return v.items.size() / static_cast<size_t>(std::max(v.iter_width, 1)) > pos ? 1 : 0;
+        default:
+            return -1;
+        }
+    };
+    for (int sub : inner) {
+        int l = left(sub);
+        if (l == 0) return true;  // the one that ran out: the rest were not asked
+        Value& v = m_cap.v(sub);
+        bool lazy = v.iter_kind == IterKind::Generator || v.iter_kind == IterKind::Map;
+        if (l < 0) {
+            bool later_lazy = false;
+            for (int other : inner) {
+                const Value& o = m_cap.v(other);
+                later_lazy = later_lazy || o.iter_kind == IterKind::Generator || o.iter_kind == IterKind::Map;
+            }
+            if (!later_lazy) return true;
+            m_cap.fail(breaks::kUnsupportedOpcode,
+                       "zip() ran out over a generator or map whose last item cannot be told",
+                       "zip lists or tuples");
+            return false;
+        }
+        if (lazy && v.iter_kind == IterKind::Map) {
+            MapRecord& m = m_maps[static_cast<size_t>(v.iter_source)];
+            if (m.opaque && m.results.size() == static_cast<size_t>(v.iter_pos)) {
+                py::Ref args = reals_of(m.steps[m.results.size()], false);
+                py::Ref real = py::Ref::steal(PyObject_Call(m_cap.v(m.func_value).real.get(), args.get(), nullptr));
+                if (!real) {
+                    PyErr_Clear();
+                    return m_cap.internal_error("a map's call again"), false;
+                }
+                if (!opaque_step(m, real.get())) return false;
+            }
+        }
+        m_cap.v(sub).iter_pos += 1;
+    }
+    return true;
 }
 
 // The keys, values or (key, value) items of a dict made here or passed in (then its length,
@@ -6177,6 +6263,11 @@ int Monitor::itertools_call(const std::string& name, const std::vector<int>& arg
         }
     }
     if (accumulate) {  // of constants (offsets from sizes): the running results are constants
+        PyObject* func = args.size() > 1 ? m_cap.v(args[1]).real.get() : Py_None;
+        CallKind fk = func && func != Py_None ? classify_callee(func).kind : CallKind::PureBuiltin;
+        if (fk != CallKind::PureBuiltin)  // a Python function would run from C, untraced
+            return refuse("`itertools.accumulate` with the function " + m_cap.v(args[1]).label,
+                          "write the loop, or accumulate with an operator (operator.mul)");
         for (int item : seqs[0])
             if (!known(item))
                 return refuse("`itertools.accumulate` of " + m_cap.v(item).label +

@@ -139,6 +139,7 @@ private:
     bool sync_gen_steps(MapRecord& rec);
     bool fill_opaque_map(MapRecord& rec, PyObject* kept);
     bool opaque_step(MapRecord& rec, PyObject* real);
+    bool zip_ending_taken(const std::vector<int>& inner);
     void prepare_fold(Pending& p);
     int fold_result(const Pending& p, PyObject* result);
     // warnings.warn, logger.info & co: the site they report, found while the frames run
