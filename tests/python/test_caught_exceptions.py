@@ -166,3 +166,50 @@ def test_an_optional_import_that_fails_is_a_fact_of_the_process():
 
     cf = check(f, [torch.randn(2) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_an_optional_import_is_imported_once_it_can_be():
+    import sys
+    import types
+
+    def f(x):
+        try:
+            import magpy_test_late_module
+            return x * magpy_test_late_module.SCALE
+        except ImportError:
+            return x
+
+    def mutate(i):
+        if i == 2:
+            mod = types.ModuleType("magpy_test_late_module")
+            mod.SCALE = 3
+            sys.modules["magpy_test_late_module"] = mod
+
+    try:
+        cf = check(f, [torch.randn(2) for _ in range(4)], mutate=mutate)
+        assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
+    finally:
+        sys.modules.pop("magpy_test_late_module", None)
+
+
+def test_a_module_that_raises_import_error_from_its_body_breaks(tmp_path, monkeypatch):
+    (tmp_path / "magpy_test_flaky.py").write_text(
+        "import magpy_test_flaky_log\n"
+        "magpy_test_flaky_log.runs.append(1)\n"
+        "raise ImportError('not ready')\n")
+    (tmp_path / "magpy_test_flaky_log.py").write_text("runs = []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import magpy_test_flaky_log
+
+    def f(x):
+        try:
+            import magpy_test_flaky  # noqa: F401
+        except ImportError:
+            return x - 1
+        return x
+
+    cf = magpy.compile(f)
+    for _ in range(3):
+        cf(torch.ones(1))
+    assert len(magpy_test_flaky_log.runs) == 3  # its body runs at every call, as in eager
+    assert magpy.explain(cf).break_count >= 1

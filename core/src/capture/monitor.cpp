@@ -2565,7 +2565,7 @@ void Monitor::on_exception(PyFrameObject* fo, PyObject* exc_info) {
     bool handled = h.target >= 0 && py::code_offset_reaches_user_handler(f.code, ins.offset);
     if (!handled && !f.caller_in_try && !m_cap.failed()) return drop_raising_call();
     bool caught = handled && h.depth <= static_cast<int>(f.stack.size() + f.pending.in.size());
-    if (!caught || !type || !value || !raise_is_determined(f, type) || m_cap.failed()) {
+    if (!caught || !type || !value || !raise_is_determined(f, type, value) || m_cap.failed()) {
         m_cap.fail(breaks::kException, "an exception was raised inside the captured code",
                    "code that raises (or catches) exceptions runs eagerly");
         stop_tracing();
@@ -2582,19 +2582,61 @@ void Monitor::on_exception(PyFrameObject* fo, PyObject* exc_info) {
     (void)fo;
 }
 
-// Whether the guards decide that the pending instruction raises (exception type `type`).
-bool Monitor::raise_is_determined(ShadowFrame& f, PyObject* type) {
+// `try: import apex except ImportError:` and `from m import name`: the import fails the same
+// way at every call while what it looked for is not found: a module that is not installed
+// (ModuleNotFoundError naming the module imported, or a package on its path), guarded absent
+// from sys.modules, and for `from m import name` the name, guarded absent from m and
+// "m.name" from sys.modules. A module that raises ImportError from its own body (or cannot find
+// one of its own imports) runs that body on every eager call: that breaks. A module installed
+// on disk while the process runs is not seen.
+bool Monitor::import_fails_for_good(ShadowFrame& f, PyObject* exc) {
     Pending& p = f.pending;
-    // `try: import apex except ImportError:`: a module that cannot be imported is a fact of
-    // the process, as what can be imported is (a module installed while it runs is not seen)
-    if (p.opcode == IMPORT_NAME && PyErr_GivenExceptionMatches(type, PyExc_ImportError)) return true;
-    if (p.opcode == IMPORT_FROM && PyErr_GivenExceptionMatches(type, PyExc_ImportError) &&
-        p.in.size() == 1 && m_cap.v(p.in[0]).node >= 0) {
-        // `from m import name` of a name m lacks: guarded absent (a submodule not imported yet
-        // would be imported here; it is not one, or the import would have found it)
-        m_cap.guard_no_attr(p.in[0], py::code_name(f.code, p.oparg));
+    PyObject* name = py::code_name(f.code, p.oparg);
+    static PyObject* modules = PyImport_GetModuleDict();  // sys.modules (borrowed, lives on)
+    int sys_modules = m_cap.constant_root(modules, "sys.modules");
+    if (sys_modules < 0) return false;
+    auto absent = [&](PyObject* key) {
+        int in = PyDict_Contains(modules, key);
+        if (in != 0) {
+            PyErr_Clear();
+            return false;  // present (None: blocked on purpose; or a module after all)
+        }
+        m_cap.guard_no_key(sys_modules, key);
+        return true;
+    };
+    if (p.opcode == IMPORT_FROM) {
+        PyObject* module = p.in.size() == 1 ? m_cap.v(p.in[0]).real.get() : nullptr;
+        if (!module || !PyModule_Check(module) || m_cap.v(p.in[0]).node < 0) return false;
+        const char* pkg = PyModule_GetName(module);
+        if (!pkg) {
+            PyErr_Clear();
+            return false;
+        }
+        py::Ref full = py::Ref::steal(PyUnicode_FromFormat("%s.%U", pkg, name));
+        if (!full || !absent(full.get())) return false;
+        m_cap.guard_no_attr(p.in[0], name);
         return true;
     }
+    if (!exc || !PyErr_GivenExceptionMatches(reinterpret_cast<PyObject*>(Py_TYPE(exc)),
+                                             PyExc_ModuleNotFoundError))
+        return false;
+    py::Ref missing = py::Ref::steal(PyObject_GetAttrString(exc, "name"));
+    if (!missing || !PyUnicode_Check(missing.get())) {
+        PyErr_Clear();
+        return false;
+    }
+    std::string m = py::str_of(missing.get()), wanted = py::str_of(name);
+    if (m.empty() || !(wanted == m || wanted.rfind(m + ".", 0) == 0))
+        return false;  // one of the module's own imports: its body runs at every call
+    return absent(missing.get());
+}
+
+// Whether the guards decide that the pending instruction raises (exception type `type`).
+bool Monitor::raise_is_determined(ShadowFrame& f, PyObject* type, PyObject* exc) {
+    Pending& p = f.pending;
+    if ((p.opcode == IMPORT_NAME || p.opcode == IMPORT_FROM) &&
+        PyErr_GivenExceptionMatches(type, PyExc_ImportError))
+        return import_fails_for_good(f, exc);
     if ((p.opcode == UNPACK_SEQUENCE || p.opcode == UNPACK_EX) && p.in.size() == 1 &&
         PyErr_GivenExceptionMatches(type, PyExc_ValueError)) {
         std::vector<int> items;  // known length (guarded), so it raises again

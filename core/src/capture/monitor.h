@@ -170,7 +170,8 @@ private:
     void on_return(PyFrameObject* frame, PyObject* value);
     void on_opcode(PyFrameObject* frame);
     void on_exception(PyFrameObject* frame, PyObject* exc_info);
-    bool raise_is_determined(ShadowFrame& f, PyObject* exc_type);
+    bool raise_is_determined(ShadowFrame& f, PyObject* exc_type, PyObject* exc);
+    bool import_fails_for_good(ShadowFrame& f, PyObject* exc);
     void stop_tracing();
     void drop_raising_call();
     void untrace_frames();  // no more opcode events from the traced frames
