@@ -227,3 +227,28 @@ def test_a_map_or_generator_read_again_gives_only_what_is_left():
     for fn in (twice, after_zip):
         cf = check(fn, [([torch.randn(2) for _ in range(3)],) for _ in range(3)])
         assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_iterators_a_zip_took_an_item_from_on_ending_or_never_asked():
+    def nested(xs):
+        m1, m2 = map(torch.neg, xs), map(torch.abs, xs)
+        list(zip([1], zip(m1, m2)))  # the inner zip is not asked again after [1] runs out
+        return list(m1), list(m2)
+
+    def enumerated(xs):
+        m = map(torch.neg, xs)
+        g = (x * 2 for x in xs)
+        list(zip(enumerate(m), [1]))
+        list(zip(enumerate(g), [1]))
+        return list(m), list(g)
+
+    def unpacked_at_once(xs):
+        m = map(torch.neg, xs)
+        d = dict(zip(["a", "b"], m))
+        n = map(torch.neg, xs)
+        pairs = (lambda *p: p)(*zip([1], n))
+        return d, list(m), pairs, list(n)
+
+    for fn in (nested, enumerated, unpacked_at_once):
+        cf = check(fn, [([torch.randn(2) for _ in range(3)],) for _ in range(3)])
+        assert_stats(cf, graphs=1, breaks=0, hits=2)

@@ -250,11 +250,22 @@ bool Monitor::iterator_items(int it, std::vector<int>& out) {
             std::vector<int> inner = v.items;
             width = inner.size();
             n = SIZE_MAX;
+            std::vector<int> start;
             for (int sub : inner) {
+                const Value& sv = m_cap.v(sub);
+                if (sv.iter_kind == IterKind::Zip || sv.iter_kind == IterKind::Enumerate)
+                    return fail();  // (how far a nested one went is not known)
+                start.push_back(sv.iter_view ? -1 : sv.iter_pos);
                 cols.emplace_back();
                 if (!iterator_items(sub, cols.back())) return false;
                 n = std::min(n, cols.back().size());
             }
+            // each input gave n rows; then the ending round asked them in order until one ran
+            // out, and those before it lost an item
+            for (size_t i = 0; i < inner.size(); ++i)
+                if (start[i] >= 0) m_cap.v(inner[i]).iter_pos = start[i] + static_cast<int>(n);
+            for (size_t i = 0; i < inner.size() && cols[i].size() > n; ++i)
+                if (start[i] >= 0 && !take_one(inner[i])) return false;
         }
         const std::vector<int> flat = m_cap.v(it).items;
         for (size_t r = first; r < n; ++r) {
@@ -6117,19 +6128,8 @@ void Monitor::iter_done(int it) {
                                   "zip() ran out over " + m_cap.v(sub).label +
                                       ", an iterator passed in",
                                   "zip lists or tuples, or loop over the iterator itself");
-        if (iter.iter_kind == IterKind::Zip && !zip_ending_taken(inner)) return;
-        for (int sub : inner) {
-            const Value& sv = m_cap.v(sub);
-            if (sv.iter_kind == IterKind::Zip || sv.iter_kind == IterKind::Enumerate) {
-                iter_done(sub);
-            } else if ((sv.iter_kind == IterKind::InputSeq && !m_cap.v(sv.iter_source).shadow) ||
-                       sv.iter_kind == IterKind::ModuleSeq) {
-                PyObject* o = m_cap.v(sv.iter_source).real.get();
-                Py_ssize_t n = PyObject_Length(o);
-                if (n < 0) PyErr_Clear();
-                m_cap.guard_len(sv.iter_source, n);
-            }
-        }
+        if (!zip_ran_out(inner)) return;
+        pin_zip_inputs(inner);
         return;
     }
     default:
@@ -6138,68 +6138,121 @@ void Monitor::iter_done(int it) {
 }
 
 // zip() ends when one of its iterators runs out, after taking an item from each before it:
-// those lost that item (a later list(it) does not see it). Each is moved past it; a map of a
-// torch op, whose call left no trace, has it recorded.
-bool Monitor::zip_ending_taken(const std::vector<int>& inner) {
-    auto left = [&](int sub) -> int {  // items it has left; -1: not known
-        const Value& v = m_cap.v(sub);
-        size_t pos = static_cast<size_t>(std::max(v.iter_pos, 0));
-        switch (v.iter_kind) {
-        case IterKind::Generator: {
-            const GenRecord& g = m_gens[static_cast<size_t>(v.iter_source)];
-            return g.yielded.size() > pos ? 1 : (g.done ? 0 : -1);
+// those lost that item (a later list(it) does not see it). iter_left tells which ran out;
+// take_one moves an iterator past an item it gave that nobody saw (a map of a torch op, whose
+// call left no trace, has it recorded; a zip or enumerate passes it on to what it wraps);
+// zip_ran_out does both for a zip over `inner` that was asked once more and ran out.
+int Monitor::iter_left(int sub) {  // 1: items left, 0: none, -1: not known
+    const Value& v = m_cap.v(sub);
+    size_t pos = static_cast<size_t>(std::max(v.iter_pos, 0));
+    switch (v.iter_kind) {
+    case IterKind::Generator: {
+        const GenRecord& g = m_gens[static_cast<size_t>(v.iter_source)];
+        return g.yielded.size() > pos ? 1 : (g.done ? 0 : -1);
+    }
+    case IterKind::Map:
+        return m_maps[static_cast<size_t>(v.iter_source)].steps.size() > pos ? 1 : 0;
+    case IterKind::FreshSeq:
+        return m_cap.v(v.iter_source).items.size() > pos ? 1 : 0;
+    case IterKind::ConstSeq:
+    case IterKind::InputSeq:
+    case IterKind::ModuleSeq: {
+        Py_ssize_t n = PyObject_Length(m_cap.v(v.iter_source).real.get());
+        if (n < 0) PyErr_Clear();
+        return n < 0 ? -1 : static_cast<size_t>(n) > pos ? 1 : 0;
+    }
+    case IterKind::Flat:
+        return v.items.size() / static_cast<size_t>(std::max(v.iter_width, 1)) > pos ? 1 : 0;
+    case IterKind::Enumerate:
+        return v.items.empty() ? -1 : iter_left(v.items[0]);
+    case IterKind::Zip: {
+        const std::vector<int> inner = v.items;
+        for (int i : inner) {  // asked in order: the first without items ends it
+            int l = iter_left(i);
+            if (l != 1) return l;
         }
-        case IterKind::Map: {
-            const MapRecord& m = m_maps[static_cast<size_t>(v.iter_source)];
-            return m.steps.size() > pos ? 1 : 0;
-        }
-        case IterKind::FreshSeq:
-            return m_cap.v(v.iter_source).items.size() > pos ? 1 : 0;
-        case IterKind::ConstSeq:
-        case IterKind::InputSeq:
-        case IterKind::ModuleSeq: {
-            Py_ssize_t n = PyObject_Length(m_cap.v(v.iter_source).real.get());
-            if (n < 0) PyErr_Clear();
-            return n < 0 ? -1 : static_cast<size_t>(n) > pos ? 1 : 0;
-        }
-        case IterKind::Flat:
-            return v.items.size() / static_cast<size_t>(std::max(v.iter_width, 1)) > pos ? 1 : 0;
-        default:
-            return -1;
-        }
-    };
-    for (int sub : inner) {
-        int l = left(sub);
-        if (l == 0) return true;  // the one that ran out: the rest were not asked
-        Value& v = m_cap.v(sub);
-        bool lazy = v.iter_kind == IterKind::Generator || v.iter_kind == IterKind::Map;
-        if (l < 0) {
-            bool later_lazy = false;
-            for (int other : inner) {
-                const Value& o = m_cap.v(other);
-                later_lazy = later_lazy || o.iter_kind == IterKind::Generator || o.iter_kind == IterKind::Map;
+        return 1;
+    }
+    default:
+        return -1;
+    }
+}
+
+bool Monitor::take_one(int sub) {
+    Value& v = m_cap.v(sub);
+    if (v.iter_kind == IterKind::Zip || v.iter_kind == IterKind::Enumerate) {
+        const std::vector<int> inner = v.items;
+        for (int i : inner)
+            if (!take_one(i)) return false;
+    } else if (v.iter_kind == IterKind::Map) {
+        MapRecord& m = m_maps[static_cast<size_t>(v.iter_source)];
+        if (m.opaque && m.results.size() == static_cast<size_t>(v.iter_pos) &&
+            m.results.size() < m.steps.size()) {
+            py::Ref args = reals_of(m.steps[m.results.size()], false);
+            py::Ref real = py::Ref::steal(
+                PyObject_Call(m_cap.v(m.func_value).real.get(), args.get(), nullptr));
+            if (!real) {
+                PyErr_Clear();
+                return m_cap.internal_error("a map's call again"), false;
             }
-            if (!later_lazy) return true;
+            if (!opaque_step(m, real.get())) return false;
+        }
+    }
+    m_cap.v(sub).iter_pos += 1;
+    return true;
+}
+
+static bool holds_lazy(Capture& cap, int sub, int depth = 0) {
+    const Value& v = cap.v(sub);
+    if (v.iter_kind == IterKind::Generator || v.iter_kind == IterKind::Map) return true;
+    if ((v.iter_kind == IterKind::Zip || v.iter_kind == IterKind::Enumerate) && depth < 16) {
+        const std::vector<int> inner = v.items;
+        for (int i : inner)
+            if (holds_lazy(cap, i, depth + 1)) return true;
+    }
+    return false;
+}
+
+bool Monitor::zip_ran_out(const std::vector<int>& inner) {
+    for (int sub : inner) {
+        int l = iter_left(sub);
+        if (l == 0) {  // this one ran out: what it wraps was asked too, the rest were not
+            const Value& v = m_cap.v(sub);
+            if (v.iter_kind == IterKind::Zip || v.iter_kind == IterKind::Enumerate) {
+                const std::vector<int> nested = v.items;
+                return zip_ran_out(nested);
+            }
+            return true;
+        }
+        if (l < 0) {
+            bool lazy = false;
+            for (int i : inner) lazy = lazy || holds_lazy(m_cap, i);
+            if (!lazy) return true;
             m_cap.fail(breaks::kUnsupportedOpcode,
                        "zip() ran out over a generator or map whose last item cannot be told",
                        "zip lists or tuples");
             return false;
         }
-        if (lazy && v.iter_kind == IterKind::Map) {
-            MapRecord& m = m_maps[static_cast<size_t>(v.iter_source)];
-            if (m.opaque && m.results.size() == static_cast<size_t>(v.iter_pos)) {
-                py::Ref args = reals_of(m.steps[m.results.size()], false);
-                py::Ref real = py::Ref::steal(PyObject_Call(m_cap.v(m.func_value).real.get(), args.get(), nullptr));
-                if (!real) {
-                    PyErr_Clear();
-                    return m_cap.internal_error("a map's call again"), false;
-                }
-                if (!opaque_step(m, real.get())) return false;
-            }
-        }
-        m_cap.v(sub).iter_pos += 1;
+        if (!take_one(sub)) return false;
     }
     return true;
+}
+
+// The lengths a zip's ending relied on, pinned in every input container (nested zips too).
+void Monitor::pin_zip_inputs(const std::vector<int>& inner) {
+    for (int sub : inner) {
+        const Value& sv = m_cap.v(sub);
+        if (sv.iter_kind == IterKind::Zip || sv.iter_kind == IterKind::Enumerate) {
+            const std::vector<int> nested = sv.items;
+            pin_zip_inputs(nested);
+        } else if ((sv.iter_kind == IterKind::InputSeq && !m_cap.v(sv.iter_source).shadow) ||
+                   sv.iter_kind == IterKind::ModuleSeq) {
+            PyObject* o = m_cap.v(sv.iter_source).real.get();
+            Py_ssize_t n = PyObject_Length(o);
+            if (n < 0) PyErr_Clear();
+            m_cap.guard_len(sv.iter_source, n);
+        }
+    }
 }
 
 // The keys, values or (key, value) items of a dict made here or passed in (then its length,

@@ -139,7 +139,10 @@ private:
     bool sync_gen_steps(MapRecord& rec);
     bool fill_opaque_map(MapRecord& rec, PyObject* kept);
     bool opaque_step(MapRecord& rec, PyObject* real);
-    bool zip_ending_taken(const std::vector<int>& inner);
+    int iter_left(int sub);
+    bool take_one(int sub);
+    bool zip_ran_out(const std::vector<int>& inner);
+    void pin_zip_inputs(const std::vector<int>& inner);
     void prepare_fold(Pending& p);
     int fold_result(const Pending& p, PyObject* result);
     // warnings.warn, logger.info & co: the site they report, found while the frames run
