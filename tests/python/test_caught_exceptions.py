@@ -213,3 +213,65 @@ def test_a_module_that_raises_import_error_from_its_body_breaks(tmp_path, monkey
         cf(torch.ones(1))
     assert len(magpy_test_flaky_log.runs) == 3  # its body runs at every call, as in eager
     assert magpy.explain(cf).break_count >= 1
+
+
+def test_a_lazy_module_whose_getattr_raises_import_error_breaks():
+    import sys
+    import types
+
+    lazy = types.ModuleType("magpy_test_lazymod")
+    calls = []
+
+    def getattr_(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        calls.append(name)
+        raise ImportError(f"{name}: optional backend missing ({len(calls)})")
+
+    lazy.__getattr__ = getattr_
+    sys.modules["magpy_test_lazymod"] = lazy
+
+    def f(x):
+        try:
+            from magpy_test_lazymod import thing  # noqa: F401
+        except ImportError as e:
+            return x + 1, str(e)
+        return x + 2, ""
+
+    try:
+        cf = magpy.compile(f)
+        for _ in range(3):
+            n = len(calls)
+            out = cf(torch.ones(1))
+            assert out[1] == f"thing: optional backend missing ({n + 1})"  # raised anew
+        assert magpy.explain(cf).break_count >= 1
+    finally:
+        sys.modules.pop("magpy_test_lazymod", None)
+
+
+def test_a_missing_submodule_guards_its_package(tmp_path, monkeypatch):
+    import builtins
+    import sys
+
+    pkg = tmp_path / "magpy_test_pkgb"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import builtins\nbuiltins.MAGPY_PKGB_RUNS += 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    builtins.MAGPY_PKGB_RUNS = 0
+
+    def f(x):
+        try:
+            import magpy_test_pkgb.nosub  # noqa: F401
+        except ImportError:
+            return x + 1
+        return x + 2
+
+    try:
+        cf = magpy.compile(f)
+        for i in range(3):
+            sys.modules.pop("magpy_test_pkgb", None)  # the package's body runs again
+            assert torch.equal(cf(torch.ones(1)), torch.full((1,), 2.0))
+            assert builtins.MAGPY_PKGB_RUNS == i + 1
+    finally:
+        sys.modules.pop("magpy_test_pkgb", None)
+        del builtins.MAGPY_PKGB_RUNS

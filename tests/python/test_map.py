@@ -252,3 +252,21 @@ def test_iterators_a_zip_took_an_item_from_on_ending_or_never_asked():
     for fn in (nested, enumerated, unpacked_at_once):
         cf = check(fn, [([torch.randn(2) for _ in range(3)],) for _ in range(3)])
         assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+def test_a_generator_reading_an_iterator_that_a_zip_also_reads_breaks():
+    def f(xs):
+        it = iter(xs)
+        g = (x + 100 for x in it)
+        return list(zip(it, g)), list(it)
+
+    def g_(xs):
+        it = iter(xs)
+        g = (x + 100 for x in it)
+        out = [(a, b) for a, b in zip(it, g)]
+        return out, list(it)
+
+    for fn in (f, g_):
+        for n in (2, 3, 4):
+            cf = check(fn, [([torch.tensor([float(j)]) for j in range(n)],) for _ in range(3)])
+            assert "MB004" in break_ids(cf)

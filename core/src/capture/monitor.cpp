@@ -266,6 +266,7 @@ bool Monitor::iterator_items(int it, std::vector<int>& out) {
                 if (start[i] >= 0) m_cap.v(inner[i]).iter_pos = start[i] + static_cast<int>(n);
             for (size_t i = 0; i < inner.size() && cols[i].size() > n; ++i)
                 if (start[i] >= 0 && !take_one(inner[i])) return false;
+            for (int sub : inner) m_cap.v(sub).zipped = false;
         }
         const std::vector<int> flat = m_cap.v(it).items;
         for (size_t r = first; r < n; ++r) {
@@ -2618,6 +2619,15 @@ bool Monitor::import_fails_for_good(ShadowFrame& f, PyObject* exc) {
     if (p.opcode == IMPORT_FROM) {
         PyObject* module = p.in.size() == 1 ? m_cap.v(p.in[0]).real.get() : nullptr;
         if (!module || !PyModule_Check(module) || m_cap.v(p.in[0]).node < 0) return false;
+        // the import machinery's own "cannot import name", not one raised by the module's
+        // __getattr__ (PEP 562: a lazy module whose optional backend is missing)
+        PyObject* mdict = PyModule_GetDict(module);
+        if (mdict && PyDict_GetItemString(mdict, "__getattr__")) return false;
+        py::Ref text = py::Ref::steal(exc ? PyObject_Str(exc) : nullptr);
+        if (!text || !starts_with(py::str_of(text.get()), "cannot import name")) {
+            PyErr_Clear();
+            return false;
+        }
         const char* pkg = PyModule_GetName(module);
         if (!pkg) {
             PyErr_Clear();
@@ -2639,6 +2649,20 @@ bool Monitor::import_fails_for_good(ShadowFrame& f, PyObject* exc) {
     std::string m = py::str_of(missing.get()), wanted = py::str_of(name);
     if (m.empty() || !(wanted == m || wanted.rfind(m + ".", 0) == 0))
         return false;  // one of the module's own imports: its body runs at every call
+    // `import a.b.c` with a.b missing: the packages before it were found, and are guarded to
+    // stay the same objects in sys.modules (removed, eager would run their bodies again)
+    for (size_t dot = m.find('.'); dot != std::string::npos; dot = m.find('.', dot + 1)) {
+        py::Ref parent = py::Ref::steal(PyUnicode_FromStringAndSize(m.data(), static_cast<Py_ssize_t>(dot)));
+        PyObject* pm = parent ? PyDict_GetItemWithError(modules, parent.get()) : nullptr;
+        if (!pm) {
+            PyErr_Clear();
+            return false;
+        }
+        int v = m_cap.input_child(sys_modules, AccessKind::DictItem, 0, parent.get(),
+                                  "[" + py::repr_string(parent.get()) + "]", pm);
+        if (v < 0) return false;
+        m_cap.guard_identity(v);
+    }
     return absent(missing.get());
 }
 
@@ -3332,6 +3356,10 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     case FOR_ITER: {
         int it = f.stack.back();
+        if (m_cap.v(it).zipped)  // (a generator over `it` zipped with `it` itself)
+            return m_cap.fail(breaks::kUnsupportedOpcode,
+                              "a loop over " + m_cap.v(it).label + ", which a zip() or "
+                              "enumerate() also reads", "zip lists, not iterators read elsewhere");
         if (depth == p.depth_after - 1) {  // exhausted
             pop(f);
             iter_done(it);
@@ -4870,6 +4898,10 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             return m_cap.fail(breaks::kUnsupportedOpcode,
                               "`next()` with a default reached the end of " + iv->label,
                               "test the length of the sequence instead");
+        if (iv->zipped)
+            return m_cap.fail(breaks::kUnsupportedOpcode,
+                              "`next()` of " + iv->label + ", which a zip() or enumerate() also reads",
+                              "zip lists, not iterators read elsewhere");
         return push_out(next_item(it, result));
     }
     case CallKind::Print:
@@ -6130,6 +6162,7 @@ void Monitor::iter_done(int it) {
                                   "zip lists or tuples, or loop over the iterator itself");
         if (!zip_ran_out(inner)) return;
         pin_zip_inputs(inner);
+        for (int sub : inner) m_cap.v(sub).zipped = false;  // its own again
         return;
     }
     default:
@@ -6440,6 +6473,7 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
             if (sub < 0) return -1;
             if (m_cap.v(sub).iter_pos != 0)
                 return fail("`" + name + "` of an iterator that is already in use");
+            m_cap.v(sub).zipped = true;
             inner.push_back(sub);
         }
         int it = m_cap.new_value(ValueKind::Iterator, result, name + "(...)");
