@@ -270,3 +270,21 @@ def test_a_generator_reading_an_iterator_that_a_zip_also_reads_breaks():
         for n in (2, 3, 4):
             cf = check(fn, [([torch.tensor([float(j)]) for j in range(n)],) for _ in range(3)])
             assert "MB004" in break_ids(cf)
+
+
+def test_an_iterator_read_on_in_the_same_frame_after_a_zip_loop_broke():
+    def f(xs):
+        it = iter(xs)
+        head = []
+        for a, k in zip(it, range(5)):
+            head.append(a * k)
+            if k == 1:
+                break
+        body = [b + 1 for b in [next(it)]]
+        rest = []
+        for b in it:  # the rest, in the same frame
+            rest.append(b - 1)
+        return head, body, rest
+
+    cf = check(f, [([torch.randn(2) for _ in range(5)],) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

@@ -94,7 +94,9 @@ struct Value {
     // InputSeq over an iterator passed in ([Note: iterators passed in] in monitor.cpp): that
     // iterator's value, advanced at replay by one next() per item the capture took.
     int iter_advance = -1;
-    bool zipped = false;     // taken by a zip() or enumerate() not run out yet: read by it alone
+    // taken by a zip() or enumerate() not run out yet, made in this frame: another frame (a
+    // generator over it, zipped with it) reading it while the zip steps would be out of order
+    const void* zipped_by = nullptr;
     bool tensor = false;
     bool identity = false;  // identity-guarded (modules, functions, classes)
     bool dyn_shape = false; // tensor whose shape depends on data (nonzero, masks)

@@ -266,7 +266,7 @@ bool Monitor::iterator_items(int it, std::vector<int>& out) {
                 if (start[i] >= 0) m_cap.v(inner[i]).iter_pos = start[i] + static_cast<int>(n);
             for (size_t i = 0; i < inner.size() && cols[i].size() > n; ++i)
                 if (start[i] >= 0 && !take_one(inner[i])) return false;
-            for (int sub : inner) m_cap.v(sub).zipped = false;
+            for (int sub : inner) m_cap.v(sub).zipped_by = nullptr;
         }
         const std::vector<int> flat = m_cap.v(it).items;
         for (size_t r = first; r < n; ++r) {
@@ -3356,7 +3356,8 @@ void Monitor::complete(ShadowFrame& f) {
         return;
     case FOR_ITER: {
         int it = f.stack.back();
-        if (m_cap.v(it).zipped)  // (a generator over `it` zipped with `it` itself)
+        if (m_cap.v(it).zipped_by && m_cap.v(it).zipped_by != f.frame_obj)  // (a generator
+            // over `it` zipped with `it` itself: the zip's next() comes first in CPython)
             return m_cap.fail(breaks::kUnsupportedOpcode,
                               "a loop over " + m_cap.v(it).label + ", which a zip() or "
                               "enumerate() also reads", "zip lists, not iterators read elsewhere");
@@ -4898,7 +4899,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             return m_cap.fail(breaks::kUnsupportedOpcode,
                               "`next()` with a default reached the end of " + iv->label,
                               "test the length of the sequence instead");
-        if (iv->zipped)
+        if (iv->zipped_by && iv->zipped_by != f.frame_obj)
             return m_cap.fail(breaks::kUnsupportedOpcode,
                               "`next()` of " + iv->label + ", which a zip() or enumerate() also reads",
                               "zip lists, not iterators read elsewhere");
@@ -6162,7 +6163,7 @@ void Monitor::iter_done(int it) {
                                   "zip lists or tuples, or loop over the iterator itself");
         if (!zip_ran_out(inner)) return;
         pin_zip_inputs(inner);
-        for (int sub : inner) m_cap.v(sub).zipped = false;  // its own again
+        for (int sub : inner) m_cap.v(sub).zipped_by = nullptr;  // its own again
         return;
     }
     default:
@@ -6473,7 +6474,7 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
             if (sub < 0) return -1;
             if (m_cap.v(sub).iter_pos != 0)
                 return fail("`" + name + "` of an iterator that is already in use");
-            m_cap.v(sub).zipped = true;
+            m_cap.v(sub).zipped_by = m_frames.empty() ? nullptr : m_frames.back().frame_obj;
             inner.push_back(sub);
         }
         int it = m_cap.new_value(ValueKind::Iterator, result, name + "(...)");
