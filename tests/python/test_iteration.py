@@ -513,3 +513,17 @@ def test_accumulate_with_a_python_function_breaks_instead_of_folding():
     cf = check(f, [(torch.ones(2), [1, 2, 3]) for _ in range(3)], mutate=mutate,
                snapshot=lambda: list(seen), restore=lambda s: seen.__setitem__(slice(None), s))
     assert magpy.explain(cf).break_count >= 1  # never folded: add_off runs at every call
+
+
+def test_enumerate_taken_whole_by_dict_unpacking_and_keyed_max():
+    def f(x, xs, names):
+        table = dict(enumerate(names, 1))
+        (i0, a), (i1, b) = enumerate(xs)
+        best = max(enumerate([3, 7, 2]), key=lambda p: p[1])[0]
+        e = enumerate(xs, 5)
+        first = next(e)
+        rest = dict(e)  # counted on from where it is
+        return table, a * i1 + b, x * best, first[0], list(rest), rest[6] * 2
+
+    cf = check(f, [(torch.randn(2), [torch.randn(2), torch.randn(2)], ["a", "b"]) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

@@ -89,6 +89,7 @@ struct Value {
     int iter_source = -1;
     int iter_pos = 0;
     int iter_width = 1;      // Flat: items per step (2 for dict.items())
+    Py_ssize_t iter_start = 0;  // Enumerate: the count of its first item
     bool iter_rows = false;  // Flat: each step yields a tuple of its items, even of one
     bool iter_view = false;  // a dict view or similar: iter() of it starts a new iterator
     // InputSeq over an iterator passed in ([Note: iterators passed in] in monitor.cpp): that

@@ -240,6 +240,20 @@ bool Monitor::iterator_items(int it, std::vector<int>& out) {
         if (skip) return fail();
         if (!lazy_items(it, items)) return false;
         break;
+    case IterKind::Enumerate: {
+        // (count, item) rows over what the wrapped iterator has left, counted on from where
+        // this one is (dict(enumerate(names)), a, b = enumerate(xs))
+        int inner = v.items.empty() ? -1 : v.items[0];
+        Py_ssize_t count = v.iter_start + static_cast<Py_ssize_t>(skip);
+        std::vector<int> rest;
+        if (inner < 0 || !iterator_items(inner, rest)) return inner < 0 ? fail() : false;
+        for (size_t k = 0; k < rest.size(); ++k) {
+            py::Ref n = py::Ref::steal(PyLong_FromSsize_t(count + static_cast<Py_ssize_t>(k)));
+            std::vector<int> row = {m_cap.const_value(n.get()), rest[k]};
+            items.push_back(m_cap.fresh(ValueKind::FreshTuple, row, reals_of(row, false).get()));
+        }
+        break;
+    }
     case IterKind::Flat:
     case IterKind::Zip: {
         // rows of `width` items: a dict's items() pairs, or one item from each zipped input
@@ -6479,6 +6493,13 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         }
         int it = m_cap.new_value(ValueKind::Iterator, result, name + "(...)");
         m_cap.v(it).iter_kind = name == "zip" ? IterKind::Zip : IterKind::Enumerate;
+        if (name == "enumerate" && args.size() == 2) {
+            m_cap.v(it).iter_start = PyLong_AsSsize_t(m_cap.v(args[1]).real.get());
+            if (PyErr_Occurred()) {
+                PyErr_Clear();
+                return fail("`enumerate` with a start that is not an int");
+            }
+        }
         m_cap.v(it).items = std::move(inner);
         return it;
     }
