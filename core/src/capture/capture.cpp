@@ -247,13 +247,13 @@ int Capture::input_root(AccessKind kind, int index, PyObject* key, const std::st
     return register_input(node, real, by_type);
 }
 
-int Capture::constant_root(PyObject* obj, const std::string& source) {
+int Capture::constant_root(PyObject* obj, const std::string& source, bool pinned) {
     int node = m_guards->add_accessor(AccessKind::Constant, -1, 0, obj, source);
     auto it = m_node_values.find(node);
-    if (it != m_node_values.end()) return it->second;
-    int id = new_value(ValueKind::Input, obj, source);
+    int id = it != m_node_values.end() ? it->second : new_value(ValueKind::Input, obj, source);
     v(id).node = node;
     m_node_values[node] = id;
+    if (pinned) v(id).identity = true;
     return id;
 }
 

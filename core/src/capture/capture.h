@@ -199,7 +199,10 @@ public:
     int input_child(int parent_value, AccessKind kind, int index, PyObject* key,
                     const std::string& suffix, PyObject* real,
                     bool by_type = false);
-    int constant_root(PyObject* obj, const std::string& source);  // held, not guarded by path
+    // An object held by the guards, not reached by a path. `pinned`: it stands for itself
+    // (identity: a class, a module); never for a container, whose contents would then be
+    // taken as fixed (known())
+    int constant_root(PyObject* obj, const std::string& source, bool pinned = false);
     int fresh(ValueKind kind, std::vector<int> items, PyObject* real);
 
     // --- guards -------------------------------------------------------------------------

@@ -815,15 +815,15 @@ int Monitor::object_attr(int obj, PyObject* name, PyObject* real, bool method) {
     return class_member(obj, name, attr);
 }
 
-// `attr`, found as `name` on the class of an object made in the call: guarded through the
-// class when the class came from outside.
 // A constant of the capture that can change all the same: a class of the user's (its
-// attributes), or a Python function (its defaults).
+// attributes), or a Python function (its defaults). [Note: constants that can change]
 static bool mutable_constant(PyObject* o) {
     return PyFunction_Check(o) ||
            (PyType_Check(o) && (reinterpret_cast<PyTypeObject*>(o)->tp_flags & Py_TPFLAGS_HEAPTYPE));
 }
 
+// `attr`, found as `name` on the class of an object made in the call: guarded through the
+// class, held by the guards when the capture knows it only as a constant.
 int Monitor::class_member(int obj, PyObject* name, PyObject* attr) {
     int cls = m_cap.v(obj).cls;
     PyObject* type = m_cap.v(cls).real.get();
@@ -831,8 +831,7 @@ int Monitor::class_member(int obj, PyObject* name, PyObject* attr) {
         // a class known as a constant (`type(cfg)(...)`, `obj.__class__(...)`): its
         // attributes can still change between calls, so they are read through the class held
         // by the guards
-        cls = m_cap.constant_root(type, reinterpret_cast<PyTypeObject*>(type)->tp_name);
-        m_cap.v(cls).identity = true;
+        cls = m_cap.constant_root(type, reinterpret_cast<PyTypeObject*>(type)->tp_name, true);
     }
     if (m_cap.v(cls).kind == ValueKind::Input)
         return m_cap.input_child(cls, AccessKind::TypeLookup, 0, name, "." + str(name), attr);
@@ -2012,23 +2011,27 @@ bool Monitor::lazy_items(int value, std::vector<int>& out, bool partial_ok) {
 // so it gives the same.
 bool Monitor::fill_opaque_map(MapRecord& rec, PyObject* kept) {
     for (size_t k = rec.results.size(); k < rec.steps.size(); ++k) {
-        py::Ref real;
-        if (kept) {
-            real = py::Ref::borrow(PySequence_Fast_GET_ITEM(kept, static_cast<Py_ssize_t>(k)));
-        } else {
-            py::Ref args = reals_of(rec.steps[k], false);
-            real = py::Ref::steal(PyObject_Call(m_cap.v(rec.func_value).real.get(), args.get(), nullptr));
-            if (!real) {
-                PyErr_Clear();
-                m_cap.fail(breaks::kUnsupportedCallee,
-                           "the function of `map`, " + rec.callee.name + ", raised when its result "
-                           "was made again", "write a list comprehension: [f(x) for x in xs]");
-                return false;
-            }
-        }
-        if (!opaque_step(rec, real.get())) return false;
+        bool ok = kept ? opaque_step(rec, PySequence_Fast_GET_ITEM(kept, static_cast<Py_ssize_t>(k)))
+                       : remake_opaque_step(rec);
+        if (!ok) return false;
     }
     return true;
+}
+
+// The next call of an opaque map, whose result nothing kept, made again and recorded.
+bool Monitor::remake_opaque_step(MapRecord& rec) {
+    if (rec.results.size() >= rec.steps.size())
+        return m_cap.internal_error("a map called past its items"), false;
+    py::Ref args = reals_of(rec.steps[rec.results.size()], false);
+    py::Ref real = py::Ref::steal(PyObject_Call(m_cap.v(rec.func_value).real.get(), args.get(), nullptr));
+    if (!real) {
+        PyErr_Clear();
+        m_cap.fail(breaks::kUnsupportedCallee,
+                   "the function of `map`, " + rec.callee.name + ", raised when its result was "
+                   "made again", "write a list comprehension: [f(x) for x in xs]");
+        return false;
+    }
+    return opaque_step(rec, real.get());
 }
 
 // The next call of an opaque map, which returned `real`, recorded as a step.
@@ -2064,7 +2067,7 @@ int Monitor::make_map(const std::vector<int>& args, PyObject* result) {
         columns.push_back(std::move(its));
     }
     int index = map_record(args[0], columns, "the function of `map`",
-                           "write a list comprehension: [f(x) for x in xs]");
+                           "write a list comprehension: [f(x) for x in xs]", true);
     if (index < 0) return -1;
     const MapRecord& rec = m_maps[static_cast<size_t>(index)];
     int it = m_cap.new_value(ValueKind::Iterator, result, "map(" + rec.callee.name + ", ...)");
@@ -2077,7 +2080,7 @@ int Monitor::make_map(const std::vector<int>& args, PyObject* result) {
 // next(), sorted()'s key): its index in m_maps, or -1 after a failure that names `role` (what
 // fv is to the caller).
 int Monitor::map_record(int fv, const std::vector<std::vector<int>>& columns,
-                        const std::string& role, const std::string& hint) {
+                        const std::string& role, const std::string& hint, bool records_ops) {
     auto fail = [&](const std::string& why) {
         m_cap.fail(breaks::kUnsupportedCallee, why, hint);
         return -1;
@@ -2095,9 +2098,11 @@ int Monitor::map_record(int fv, const std::vector<std::vector<int>>& columns,
     bool pure = rec.callee.kind == CallKind::PureBuiltin || rec.callee.kind == CallKind::TypeCtor ||
                 rec.callee.kind == CallKind::Len || rec.callee.kind == CallKind::Getter;
     // map(torch.sigmoid, xs), map(self.act, feats): an op without effects, recorded per item
-    bool opaque = (rec.callee.kind == CallKind::TorchOp || rec.callee.kind == CallKind::LeafModule) &&
+    // (`records_ops`: a map, whose results flow on; a sort key's or reduce's do not)
+    bool opaque = records_ops &&
+                  (rec.callee.kind == CallKind::TorchOp || rec.callee.kind == CallKind::LeafModule) &&
                   !op_has_effects(rec.callee, fn, nullptr, nullptr) &&
-                  !op_draws(rec.callee, fn, nullptr, nullptr) && role == "the function of `map`";
+                  !op_draws(rec.callee, fn, nullptr, nullptr);
     if (rec.callee.kind != CallKind::InlineFunction && !pure && !opaque)
         return fail(role + ", " + m_cap.v(fv).label + " (" + rec.callee.name + "), is called "
                     "from C, where it cannot be followed");
@@ -3391,8 +3396,7 @@ void Monitor::complete(ShadowFrame& f) {
                               "module", "import at module level");
         const char* mod = PyModule_GetName(tos);
         if (!mod) PyErr_Clear();
-        int id = m_cap.constant_root(tos, "sys.modules['" + std::string(mod ? mod : "?") + "']");
-        m_cap.v(id).identity = true;
+        int id = m_cap.constant_root(tos, "sys.modules['" + std::string(mod ? mod : "?") + "']", true);
         out(id);
         return;
     }
@@ -6235,16 +6239,8 @@ bool Monitor::take_one(int sub) {
     } else if (v.iter_kind == IterKind::Map) {
         MapRecord& m = m_maps[static_cast<size_t>(v.iter_source)];
         if (m.opaque && m.results.size() == static_cast<size_t>(v.iter_pos) &&
-            m.results.size() < m.steps.size()) {
-            py::Ref args = reals_of(m.steps[m.results.size()], false);
-            py::Ref real = py::Ref::steal(
-                PyObject_Call(m_cap.v(m.func_value).real.get(), args.get(), nullptr));
-            if (!real) {
-                PyErr_Clear();
-                return m_cap.internal_error("a map's call again"), false;
-            }
-            if (!opaque_step(m, real.get())) return false;
-        }
+            m.results.size() < m.steps.size() && !remake_opaque_step(m))
+            return false;
     }
     m_cap.v(sub).iter_pos += 1;
     return true;
@@ -6796,9 +6792,7 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
     if (o.kind == ValueKind::Const && o.real && mutable_constant(o.real.get())) {
         // type(obj).name, obj.__class__.name: a class the capture knows as a constant, whose
         // attributes can still change between calls: read through the class the guards hold
-        obj = m_cap.constant_root(o.real.get(), o.label);
-        if (obj < 0) return -1;
-        m_cap.v(obj).identity = true;  // (the object the guards hold, always)
+        obj = m_cap.constant_root(o.real.get(), o.label, true);
         return load_attr(obj, name, real);
     }
     if (o.kind == ValueKind::Const) return m_cap.const_value(real);

@@ -139,6 +139,7 @@ private:
     bool sync_gen_steps(MapRecord& rec);
     bool fill_opaque_map(MapRecord& rec, PyObject* kept);
     bool opaque_step(MapRecord& rec, PyObject* real);
+    bool remake_opaque_step(MapRecord& rec);
     int iter_left(int sub);
     bool take_one(int sub);
     bool zip_ran_out(const std::vector<int>& inner);
@@ -156,7 +157,7 @@ private:
     bool reorder(std::vector<int>& items, PyObject* seq);
     int sort_list(const Pending& p);
     int map_record(int fv, const std::vector<std::vector<int>>& columns, const std::string& role,
-                   const std::string& hint);
+                   const std::string& hint, bool records_ops = false);
     bool enter_map_step(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
     // `ins` drops a frame's reference to an object whose class has a `__del__`: the capture
     // fails there, before it runs ([Note: finalizers] in monitor.cpp).
