@@ -498,3 +498,86 @@ def test_tracing_sees_tracer_warnings_and_leaves_user_warnings_to_their_filters(
         assert warnings.showwarning is warnings._showwarning_orig
     finally:
         del sys.modules[mod.__name__]
+
+
+# Debian's torch is built with the reference BLAS, where oneDNN's kernels are many times faster
+# for these shapes: there the timing must choose them.
+GENERIC_BLAS = "BLAS_INFO=generic" in torch.__config__.show()
+
+
+class Wide(nn.Module):
+    """Linear layers big enough, and 1x1 convolutions at batch 1, for oneDNN to pay off."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(64, 128, 1)
+        self.dw = nn.Conv2d(128, 128, 3, padding=1, groups=128, bias=False)
+        self.fc1 = nn.Linear(128, 512)
+        self.fc2 = nn.Linear(512, 256)
+
+    def forward(self, x):
+        y = self.dw(torch.relu(self.conv(x))).mean((2, 3))
+        return self.fc2(torch.relu(self.fc1(y.expand(64, -1))))
+
+
+def onednn_summary(cf):
+    return " ".join(g.get("backend_summary", "") for g in report(cf)["graphs"])
+
+
+def test_onednn_kernels_read_weights_live_so_writes_through_data_are_seen():
+    # Moved kernels convert the weights inside each call: nothing is frozen, so even a write
+    # through `.data` (no version bump) reaches the next call, as in eager.
+    torch.manual_seed(0)
+    m = Wide().eval()
+    cf = ts(m)
+    x = torch.randn(1, 64, 14, 14)
+    with torch.no_grad():
+        for i in range(6):
+            if i >= 3:
+                m.fc1.weight.data.mul_(0.5)
+                m.conv.weight.data.add_(0.1)
+            assert torch.allclose(cf(x), m(x), rtol=1e-4, atol=1e-5), i
+        graph = report(cf)["graphs"][0]["backend_graphs"][0]
+    summary = onednn_summary(cf)
+    assert runs(cf) == (4, 0)  # call 1 captures, call 2 traces
+    if GENERIC_BLAS:
+        assert "oneDNN kernels (measured faster here) for 2 of 2 linear ops" in summary
+        assert "aten::mkldnn_linear" in graph and "aten::linear" not in graph
+        assert re.search(r"([1-9]) of 2 convolutions", summary), summary
+        assert "aten::mkldnn_convolution" in graph
+
+
+def test_onednn_kernels_are_not_used_where_autograd_records():
+    torch.manual_seed(0)
+    m = Wide()
+    ref = Wide()
+    ref.load_state_dict(m.state_dict())
+    cf = ts(m)
+    for _ in range(3):
+        x = torch.randn(1, 64, 6, 6)
+        cf(x).square().sum().backward()
+        ref(x).square().sum().backward()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        assert torch.equal(p.grad, q.grad)
+    assert "oneDNN" not in onednn_summary(cf)
+    assert "mkldnn" not in report(cf)["graphs"][0]["backend_graphs"][0]
+
+
+def test_onednn_kernels_leave_other_layouts_and_dtypes_to_eager():
+    # channels_last input and float64: the rewrite only takes contiguous float32 convolutions
+    torch.manual_seed(0)
+    m = Wide().eval()
+    cf = ts(m)
+    with torch.no_grad():
+        x = torch.randn(1, 64, 14, 14).to(memory_format=torch.channels_last)
+        for _ in range(3):
+            out, want = cf(x), m(x)
+            assert torch.allclose(out, want, rtol=1e-4, atol=1e-5)
+        graph = report(cf)["graphs"][0]["backend_graphs"][0]
+        assert "mkldnn_convolution" not in graph
+        m64 = Wide().double().eval()
+        cf64 = ts(m64)
+        x64 = torch.randn(1, 64, 14, 14, dtype=torch.float64)
+        for _ in range(3):
+            assert torch.equal(cf64(x64), m64(x64))
+        assert "oneDNN" not in onednn_summary(cf64)

@@ -7,6 +7,7 @@
 //
 // [SECTION] keys  [SECTION] tracing  [SECTION] running  [SECTION] backend
 #include "backends/backend.h"
+#include "backends/onednn_kernels.h"
 #include "backends/regions.h"
 
 #include "guards/guard_tree.h"
@@ -590,6 +591,7 @@ public:
     uint64_t eager_runs() const { return m_eager_runs; }
     int64_t trace_ns() const { return m_trace_ns; }
     const std::vector<std::string>& notes() const { return m_notes; }
+    std::string kernels() const { return m_onednn.text(); }
     std::string graph_text() const {
         for (const auto& s : m_specs)
             if (s->graph) return s->graph->toString();
@@ -847,6 +849,12 @@ private:
         }
         spec->graph = state->graph;
         spec->mutates_inputs = any_changed;
+        try {
+            m_onednn = use_onednn_kernels(spec->graph, spec->grad_mode, !m_freeze);
+        } catch (const std::exception& e) {
+            note("moving ops to oneDNN failed, they run on eager's kernels: " +
+                 first_line(e.what()));
+        }
         if (!spec->grad_mode && m_freeze) {
             std::vector<bool> keep(g.tensors.size(), false);  // changed in place: stay inputs
             for (size_t i = 0; i < g.tensors.size(); ++i) keep[i] = changed(i);
@@ -873,6 +881,7 @@ private:
     std::vector<std::string> m_notes;
     uint64_t m_eager_runs = 0;
     int64_t m_trace_ns = 0;  // tracing and making graph executors (the steps' run included)
+    OneDnnChoice m_onednn;  // of the latest trace
     Gathered m_gathered;
 };
 
@@ -915,7 +924,8 @@ private:
             s += "; graph " + std::to_string(r->number()) + ": " + std::to_string(r->graph_ops()) +
                  " ops, " + std::to_string(r->traced()) + " traces, " +
                  std::to_string(r->graph_runs()) + " graph runs, " +
-                 std::to_string(r->eager_runs()) + " eager runs";
+                 std::to_string(r->eager_runs()) + " eager runs" +
+                 (r->kernels().empty() ? "" : ", " + r->kernels());
         return s;
     }
     int64_t deferred_compile_ns_impl() const override {
