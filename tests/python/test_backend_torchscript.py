@@ -581,3 +581,26 @@ def test_onednn_kernels_leave_other_layouts_and_dtypes_to_eager():
         for _ in range(3):
             assert torch.equal(cf64(x64), m64(x64))
         assert "oneDNN" not in onednn_summary(cf64)
+
+
+def test_onednn_timing_leaves_the_global_random_state_alone():
+    # The one-off timing runs on random tensors of its own: the program's draws after the call
+    # that traced must be the ones eager gives.
+    torch.manual_seed(0)
+    m = Wide().eval()
+
+    def f(x):
+        return m(x), torch.rand(2)
+
+    cf = ts(f)
+    x = torch.randn(1, 64, 11, 11)  # sizes no other test times (timings are kept per process)
+    with torch.no_grad():
+        for i in range(3):
+            torch.manual_seed(i)
+            want = f(x)
+            after_eager = torch.rand(3)
+            torch.manual_seed(i)
+            got = cf(x)
+            after = torch.rand(3)
+            assert torch.equal(got[1], want[1]) and torch.equal(after, after_eager), i
+            assert torch.allclose(got[0], want[0], rtol=1e-4, atol=1e-5)

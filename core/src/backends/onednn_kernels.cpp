@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <algorithm>
@@ -121,9 +122,16 @@ bool onednn_faster(const std::string& key, const std::function<void()>& eager,
     return faster;
 }
 
+// From a generator of our own: the timing must not move torch's global random state, which
+// the program's next draw would then see.
+at::Tensor random(const std::vector<int64_t>& sizes) {
+    static at::Generator gen = at::detail::createCPUGenerator(0);
+    return at::randn(sizes, gen);
+}
+
 c10::optional<at::Tensor> random_bias(jit::Value* bias) {
     if (is_none(bias)) return c10::nullopt;
-    return at::randn(sizes_of(float_cpu(bias)));
+    return random(sizes_of(float_cpu(bias)));
 }
 
 // [SECTION] rewriting ----------------------------------------------------------------------------
@@ -154,7 +162,7 @@ bool move_linear(jit::Graph& graph, jit::Node* n, bool grad_mode) {
     if (!xt || !wt || xt->dim() < 2 || wt->dim() != 2) return false;
     if (!is_none(b) && !float_cpu(b)) return false;
     if (grad_blocks(grad_mode, {x, w, b})) return false;
-    at::Tensor X = at::randn(sizes_of(xt)), W = at::randn(sizes_of(wt));
+    at::Tensor X = random(sizes_of(xt)), W = random(sizes_of(wt));
     c10::optional<at::Tensor> B = random_bias(b);
     std::string key = "linear " + joined(sizes_of(xt)) + joined(sizes_of(wt)) + (B ? " bias" : "");
     bool faster = onednn_faster(
@@ -210,7 +218,7 @@ std::optional<Conv> conv_parts(jit::Node* n) {
 bool move_conv(jit::Graph& graph, jit::Node* n, const Conv& c, bool grad_mode) {
     if (grad_blocks(grad_mode, {c.x, c.w, c.b})) return false;
     c10::TensorTypePtr xt = float_cpu(c.x), wt = float_cpu(c.w);
-    at::Tensor X = at::randn(sizes_of(xt)), W = at::randn(sizes_of(wt));
+    at::Tensor X = random(sizes_of(xt)), W = random(sizes_of(wt));
     c10::optional<at::Tensor> B = random_bias(c.b);
     std::string key = "conv " + joined(sizes_of(xt)) + joined(sizes_of(wt)) + joined(c.s) +
                       joined(c.p) + joined(c.d) + std::to_string(c.g) + (B ? " bias" : "");
