@@ -160,7 +160,10 @@ bool move_linear(jit::Graph& graph, jit::Node* n, bool grad_mode) {
     jit::Value *x = n->input(0), *w = n->input(1), *b = n->input(2);
     c10::TensorTypePtr xt = float_cpu(x), wt = float_cpu(w);
     if (!xt || !wt || xt->dim() < 2 || wt->dim() != 2) return false;
-    if (!is_none(b) && !float_cpu(b)) return false;
+    if (!is_none(b)) {  // F.linear also takes a bias that broadcasts: only [out] moves
+        c10::TensorTypePtr bt = float_cpu(b);
+        if (!bt || sizes_of(bt) != std::vector<int64_t>{sizes_of(wt)[0]}) return false;
+    }
     if (grad_blocks(grad_mode, {x, w, b})) return false;
     at::Tensor X = random(sizes_of(xt)), W = random(sizes_of(wt));
     c10::optional<at::Tensor> B = random_bias(b);
