@@ -225,6 +225,9 @@ bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
         return true;  // output the user sees
     if (c.kind == CallKind::RandomDraw) return true;  // advances the generator's state
     const std::string& n = c.op;
+    // loss.backward(), torch.autograd.backward(...): gradients accumulate into .grad
+    if (c.kind == CallKind::TorchOp && (c.changes_state || n == "backward" || n == "zero_grad"))
+        return true;
     if (without_inplace_suffix(n) != n) return true;
     return is_random_op(n) || updates_statistics(n);
 }
@@ -474,6 +477,12 @@ CalleeInfo classify_callee(PyObject* f) {
             info.name = m + "." + info.op;
         } else if (is_torch_module_name(m)) {
             info.kind = CallKind::TorchOp;  // F.relu, torch.functional.*, Tensor python methods
+            // optimizers and schedulers (their step wrappers live there too), but not the
+            // readers of their state
+            // (zero_grad writes only gradients: an effect, op_has_effects)
+            info.changes_state = starts_with(m, "torch.optim") && info.op != "get_last_lr" &&
+                                 info.op != "get_lr" && info.op != "state_dict" &&
+                                 info.op != "zero_grad" && info.op != "__repr__";
             info.name = m == "torch.nn.functional" ? "F." + info.name : m + "." + info.name;
         } else if (m == "collections" && (is_namedtuple_method(info.code, "_replace") ||
                                           is_namedtuple_method(info.code, "_asdict"))) {

@@ -85,6 +85,9 @@ struct CalleeInfo {
     PyCodeObject* code = nullptr;     // Inline*: the code expected to run (borrowed)
     bool bound_self = false;          // a bound tensor method: the tensor is not in the args
     bool process_fact = false;        // EagerFact: the same answer for the whole process
+    // TorchOp: library code that changes Python state it reaches from its arguments
+    // (`opt.step()`, `sched.step()`): [Note: library calls that change state] in monitor.cpp
+    bool changes_state = false;
 };
 
 // functools.partial (borrowed; null if functools cannot be imported). PRECONDITION: GIL held.

@@ -278,10 +278,55 @@ int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
              "read it before changing it, or keep the value in a local variable");
         return -1;
     }
+    // [Note: library calls that change state]; methods are looked up, not state read
+    auto changed = p.real && !beside_items ? m_changed.find(p.real.get()) : m_changed.end();
+    if (changed != m_changed.end() && real &&
+        !(PyFunction_Check(real) || PyMethod_Check(real) || PyCFunction_Check(real))) {
+        fail(breaks::kMutatedThenRead,
+             "`" + p.label + suffix + "` is read after `" + changed->second.second +
+                 "`, which may have changed it",
+             "read it before that call, or outside the compiled function");
+        return -1;
+    }
     int node = m_guards->add_accessor(kind, p.node, index, key, p.label + suffix);
     auto it = m_node_values.find(node);
     if (it != m_node_values.end()) return it->second;
     return register_input(node, real, by_type);
+}
+
+// [Note: library calls that change state] An optimizer's or scheduler's step() is recorded as
+// one op, so the capture does not see what it writes: learning rates in param_groups, the step
+// counters, the optimizer's state. Its effect is visible (the plan cannot give up after it), and
+// the objects it reaches through its arguments (instances, their __dict__s, lists, tuples and
+// dicts, tensors and functions excluded) are remembered: a later read of one of them in this
+// capture is a graph break there (MB008), so the next segment reads it afresh, after the call.
+void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::string& call) {
+    constexpr size_t kMaxObjects = 4096;
+    constexpr int kMaxDepth = 8;
+    std::vector<std::pair<PyObject*, int>> todo;
+    for (PyObject* r : roots) todo.emplace_back(r, 0);
+    auto skip = [](PyObject* o) {
+        return o == Py_None || PyLong_Check(o) || PyFloat_Check(o) || PyUnicode_Check(o) ||
+               PyBytes_Check(o) || PyBool_Check(o) || PyType_Check(o) || PyModule_Check(o) ||
+               PyFunction_Check(o) || PyCFunction_Check(o) || PyMethod_Check(o) || is_tensor(o);
+    };
+    while (!todo.empty() && m_changed.size() < kMaxObjects) {
+        auto [o, depth] = todo.back();
+        todo.pop_back();
+        if (!o || skip(o) || m_changed.count(o)) continue;
+        m_changed.emplace(o, std::make_pair(py::Ref::borrow(o), call));
+        if (depth >= kMaxDepth) continue;
+        if (PyDict_Check(o)) {
+            PyObject *k, *val;
+            Py_ssize_t pos = 0;
+            while (PyDict_Next(o, &pos, &k, &val)) todo.emplace_back(val, depth + 1);
+        } else if (PyList_Check(o) || PyTuple_Check(o)) {
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+                todo.emplace_back(PySequence_Fast_GET_ITEM(o, i), depth + 1);
+        } else if (PyObject** dict = _PyObject_GetDictPtr(o); dict && *dict) {
+            todo.emplace_back(*dict, depth + 1);
+        }
+    }
 }
 
 bool Capture::set_items(int id, std::vector<int>& out) {

@@ -199,6 +199,9 @@ public:
     int input_child(int parent_value, AccessKind kind, int index, PyObject* key,
                     const std::string& suffix, PyObject* real,
                     bool by_type = false);
+    // [Note: library calls that change state] `call` (a recorded op) may have changed any
+    // Python object it reaches from `roots`: reading one of them from here on breaks.
+    void changed_by_call(const std::vector<PyObject*>& roots, const std::string& call);
     // An object held by the guards, not reached by a path. `pinned`: it stands for itself
     // (identity: a class, a module); never for a container, whose contents would then be
     // taken as fixed (known())
@@ -374,6 +377,8 @@ private:
     bool m_draws = false;   // a step drew from the global generators (Step::draws)
     bool m_undoable_writes = false;  // a write the plan can undo was recorded (Step::undoable)
     bool m_in_try = false;
+    // changed_by_call: each object, held while capturing, and the first call that reached it
+    std::unordered_map<PyObject*, std::pair<py::Ref, std::string>> m_changed;
     int m_ctx = -1;                     // innermost open `with` block (Plan::contexts())
     DynamicConfig m_dynamic;
     std::vector<int> m_dynamic_nodes;   // tensor guard nodes with symbolic dims

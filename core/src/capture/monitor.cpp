@@ -5592,6 +5592,19 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
                                   kwvalues.data());
         s.draws = s.effect && op_draws(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
                                        kwvalues.data());
+        if (p.callee.changes_state) {  // [Note: library calls that change state]
+            std::vector<PyObject*> roots;
+            for (int a : p.in) roots.push_back(m_cap.v(a).real.get());
+            PyObject* fn = m_cap.v(p.callee_value).real.get();
+            if (PyMethod_Check(fn)) roots.push_back(PyMethod_GET_SELF(fn));
+            // a method (`sched.step()`): named by the receiver's class and the user's label
+            std::string call = p.callee.name + "()";
+            if (!p.in.empty() && p.callee.name.find('.') != std::string::npos &&
+                PyObject_HasAttrString(roots[0], p.callee.op.c_str()))
+                call = py::type_name(roots[0]) + "." + p.callee.op + "()` on `" +
+                       m_cap.v(p.in[0]).label;
+            m_cap.changed_by_call(roots, call);
+        }
         if (s.effect) {
             int t = op_inplace_target(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
                                       kwvalues.data(), p.in.size() - kwvalues.size());
