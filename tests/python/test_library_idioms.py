@@ -980,3 +980,28 @@ def test_counter_that_adds_to_a_value_not_constant_breaks():
 
     cf = check(f, [(torch.full((3,), float(k)), k, ["a", "b"]) for k in (1, 2, 5, 7)])
     assert "MB003" in break_ids(cf)
+
+
+def test_operator_functions_that_change_their_argument_are_not_folded():
+    # operator.setitem/delitem/iadd/ior... change their first argument: folded over constants
+    # the change was dropped at replay (a review probe). They break now, and run for real.
+    import functools
+    import operator
+
+    def f(x, log):
+        d = {"j": 2, "k": 0}
+        operator.setitem(d, "k", 1)
+        operator.delitem(d, "j")
+        operator.iadd(log, ["step"])
+        flat = functools.reduce(operator.iadd, [["a"], ["b", "c"]], [])
+        shape = functools.reduce(operator.iadd, [list(x.shape), [1]], [])
+        return x.reshape(shape) * d["k"], flat, dict(d)
+
+    cf = magpy.compile(f)
+    log_e, log_c = [], []
+    for i in range(4):
+        x = torch.randn(2)
+        want, got = f(x, log_e), cf(x, log_c)
+        assert torch.equal(got[0], want[0]) and got[1:] == want[1:], i
+        assert log_c == log_e, i
+    assert magpy.explain(cf).breaks

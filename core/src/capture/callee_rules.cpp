@@ -563,6 +563,18 @@ CalleeInfo classify_callee(PyObject* f) {
             else if (kPureBuiltins.count(n)) info.kind = CallKind::PureBuiltin;
             return info;
         }
+        // operator's setitem, delitem and in-place forms (iadd, ior, ...) change their first
+        // argument: no rule (folding them would drop the change at replay)
+        static const std::unordered_set<std::string> kMutators = {
+            "setitem", "delitem", "iadd", "iand", "iconcat", "ifloordiv", "ilshift", "imod",
+            "imul", "imatmul", "ior", "ipow", "irshift", "isub", "itruediv", "ixor"};
+        std::string bare = starts_with(info.name, "__") && info.name.size() > 4
+                               ? info.name.substr(2, info.name.size() - 4)
+                               : info.name;
+        if ((m == "operator" || m == "_operator") && kMutators.count(bare)) {
+            info.name = "operator." + info.name;
+            return info;  // Unsupported
+        }
         if (m == "math" || m == "operator" || m == "_operator" ||
             (m == "_functools" && info.name == "reduce"))
             info.kind = CallKind::PureBuiltin;  // reduce(operator.mul, shape, 1)

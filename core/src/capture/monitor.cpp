@@ -958,6 +958,11 @@ void Monitor::prepare_key(Pending& p) {
 void Monitor::prepare_fold(Pending& p) {
     if (p.kwnames || p.in.size() < 2 || p.in.size() > 3) return;
     PyObject* fn = m_cap.v(p.in[0]).real.get();
+    if (fn && PyCFunction_Check(fn) && classify_callee(fn).kind == CallKind::Unsupported)
+        return m_cap.fail(breaks::kUnsupportedCallee,
+                          "`functools.reduce()` with `" + classify_callee(fn).name +
+                              "`, which changes its first argument",
+                          "write the loop, or flatten with a comprehension");
     if (!fn || !(PyFunction_Check(fn) ||
                  (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn)))))
         return;  // a builtin: folded over constants, or refused, as any pure builtin
