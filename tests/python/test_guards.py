@@ -457,3 +457,85 @@ def test_identity_between_inputs_is_guarded_both_ways():
     assert "L['lst'][0] is L['x']" in e.guards and "L['lst'][1] is not L['lst'][0]" in e.guards
     assert any("got the same object" in r or "different objects" in r
                for r in e.recompile_reasons), e.recompile_reasons
+
+
+# Found by a review probe: values the guards passed while the replay answered for another.
+
+def test_equal_sets_iterating_in_another_order_recompile():
+    feats = {0: torch.tensor([0.0]), 8: torch.tensor([8.0])}
+
+    def f(feats, keys):
+        return torch.cat([feats[k] for k in keys])
+
+    s1, s2 = {0, 8}, {8, 0}  # equal; 0 and 8 share a slot, so they iterate apart
+    assert list(s1) != list(s2)
+    cf = magpy.compile(f)
+    for s in (s1, s2, s1, s2):
+        assert torch.equal(cf(feats, s), f(feats, s))
+
+
+def test_an_ordered_dict_reordered_by_move_to_end_is_seen():
+    import collections
+
+    def f(x, scales):
+        return x * next(iter(scales.values())), list(scales.keys())
+
+    od = collections.OrderedDict(a=1.0, b=2.0)
+    cf = magpy.compile(f)
+    for i in range(4):
+        if i == 1:
+            od.move_to_end("a")
+        got, want = cf(torch.ones(1), od), f(torch.ones(1), od)
+        assert torch.equal(got[0], want[0]) and got[1] == want[1], i
+
+
+def test_is_between_equal_strings_and_numbers_passed_in():
+    def f(x, a, b):
+        return x + 1, a is b, [a] == [b]
+
+    cf = magpy.compile(f)
+    for i in range(4):
+        s = "".join(["ab", "cd"])
+        t = s if i % 2 else "".join(["ab", "cd"])
+        n = float("nan")
+        m = n if i % 2 else float("nan")
+        assert cf(torch.ones(1), s, t)[1:] == f(torch.ones(1), s, t)[1:], i
+        assert cf(torch.ones(1), n, m)[1:] == f(torch.ones(1), n, m)[1:], i
+
+
+def test_dict_keys_that_are_objects_are_guarded_by_identity():
+    import dataclasses
+    import enum
+
+    @dataclasses.dataclass(frozen=True)
+    class Head:
+        name: str
+        scale: float = dataclasses.field(compare=False)
+
+    class Mode(str, enum.Enum):
+        A = "a"
+
+    def f(x, heads):
+        return sum(x * k.scale * w for k, w in heads.items())
+
+    def g(x, d):
+        return sum(x * v * (2 if isinstance(k, Mode) else 3) for k, v in d.items())
+
+    cf, cg = magpy.compile(f), magpy.compile(g)
+    for s in (1.0, 2.0, 3.0):
+        heads = {Head("cls", s): 1.0}
+        assert torch.equal(cf(torch.ones(1), heads), f(torch.ones(1), heads))
+    for d in ({Mode.A: 1.0}, {"a": 1.0}, {Mode.A: 1.0}):
+        assert torch.equal(cg(torch.ones(1), d), g(torch.ones(1), d))
+
+
+def test_the_generator_state_read_into_python_is_read_at_each_call():
+    def f(x):
+        return x + 1, torch.get_rng_state()[:4].tolist()
+
+    cf = magpy.compile(f)
+    for i in range(4):
+        torch.manual_seed(i)
+        want = f(torch.zeros(1))[1]
+        torch.manual_seed(i)
+        assert cf(torch.zeros(1))[1] == want, i

@@ -656,8 +656,11 @@ CalleeInfo classify_callee(PyObject* f) {
             t == api.ordered_dict_type || t == api.defaultdict_type || t == &PyDict_Type ||
             t == &PySet_Type || t == &PyFrozenSet_Type)
             info.kind = CallKind::TypeCtor;
-        if (starts_with(tn, "numpy.") && tn != "numpy.ndarray" && !starts_with(tn, "numpy.random"))
-            info.kind = CallKind::PureBuiltin;  // np.float32(1.5), np.int64(n): folded
+        // np.float32(1.5), np.int64(n): folded; not the dates, which read the clock for "now"
+        if (starts_with(tn, "numpy.") && tn != "numpy.ndarray" &&
+            !starts_with(tn, "numpy.random") && tn != "numpy.datetime64" &&
+            tn != "numpy.timedelta64")
+            info.kind = CallKind::PureBuiltin;
         if (api.is_context_type(f)) info.kind = CallKind::Context;
         if (t == &PyType_Type) info.kind = CallKind::TypeOf;
         if (is_namedtuple_type(t)) {

@@ -165,6 +165,27 @@ void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
         m_guards->add_check(node, std::move(c));
         return;
     }
+    if (PyTuple_CheckExact(real) && !by_type &&
+        m_guards->node(node).kind == AccessKind::DictKeys) {
+        // The keys of a dict passed in, not all constants (enum members, objects): each key
+        // that is a constant by value, the others by identity. The capture takes each key for
+        // itself (`k.scale`), and an equal key of another class or state must not pass
+        // (`{Mode.A: 1}` then `{"a": 1}`: Mode.A == "a").
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(real); ++i) {
+            PyObject* k = PyTuple_GET_ITEM(real, i);
+            int item = m_guards->add_accessor(AccessKind::Item, node, static_cast<int>(i),
+                                              nullptr, val.label + "[" + std::to_string(i) + "]");
+            Check c;
+            if (is_constant_like(k)) {
+                c.kind = CheckKind::Equals;
+                c.value = py::Ref::borrow(k);
+            } else {
+                c.kind = CheckKind::IdIs;
+                c.expected = py::WeakOrStrong::make(k);
+            }
+            m_guards->add_check(item, std::move(c));
+        }
+    }
     if (PySet_CheckExact(real) && !by_type) {
         // A set of constants (flags, layer indices to skip): compared by value with a frozen
         // copy (the set itself may change later); set methods are not captured, so the
@@ -180,6 +201,22 @@ void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
             c.kind = CheckKind::Equals;
             c.value = frozen;
             m_guards->add_check(node, std::move(c));
+            if (PySet_GET_SIZE(real) > 1) {
+                // Equal sets may iterate in different orders (their tables' histories
+                // differ): the order the capture saw is guarded too.
+                py::Ref order = py::Ref::steal(PySequence_Tuple(real));
+                if (!order) {
+                    PyErr_Clear();
+                    internal_error("the order of a set");
+                    return;
+                }
+                int keys = m_guards->add_accessor(AccessKind::DictKeys, node, 0, nullptr,
+                                                  val.label + " in iteration order");
+                Check o;
+                o.kind = CheckKind::Equals;
+                o.value = order;
+                m_guards->add_check(keys, std::move(o));
+            }
             return;
         }
         PyErr_Clear();
@@ -418,8 +455,11 @@ void Capture::guard_strides(int id) {
 
 bool Capture::guard_same_object(int a, int b) {
     int na = v(a).node, nb = v(b).node;
-    if (na < 0 || nb < 0 || v(a).kind != ValueKind::Input || v(b).kind != ValueKind::Input)
-        return false;
+    // (a number or string read from the inputs is a Const with a node: guarded by value)
+    auto read = [&](int id) {
+        return v(id).kind == ValueKind::Input || v(id).kind == ValueKind::Const;
+    };
+    if (na < 0 || nb < 0 || !read(a) || !read(b)) return false;
     if (na == nb) return true;
     Check c;  // on the later node: the earlier one is fetched first
     c.kind = v(a).real.get() == v(b).real.get() ? CheckKind::SameAs : CheckKind::NotSameAs;
@@ -724,7 +764,9 @@ static bool pure_callee(PyObject* callee) {
     PyErr_Clear();
     static const std::set<std::string> kNotPure = {
         "empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "new",
-        "data_ptr", "storage", "untyped_storage", "_storage", "_cdata", "id", "hash", "__hash__"};
+        "data_ptr", "storage", "untyped_storage", "_storage", "_cdata", "id", "hash", "__hash__",
+        // the generators' state, read or drawn
+        "get_rng_state", "get_rng_state_all", "get_state", "initial_seed", "seed"};
     return kNotPure.count(n) == 0;
 }
 

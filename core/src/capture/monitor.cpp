@@ -3504,6 +3504,16 @@ void Monitor::complete(ShadowFrame& f) {
         bool apart = (made(a) && before(b)) || (made(b) && before(a));
         if (apart && a.real.get() == b.real.get())
             return m_cap.internal_error("an object made in the call is one from before it");
+        // Two equal strings or numbers read from the inputs (guarded by value) may or may not
+        // be one object: that is guarded too. None, True, False are one object always.
+        auto singleton = [](const Value& v) {
+            PyObject* o = v.real.get();
+            return o == Py_None || o == Py_True || o == Py_False || o == Py_Ellipsis ||
+                   o == Py_NotImplemented;
+        };
+        if (known && a.kind == ValueKind::Const && b.kind == ValueKind::Const && a.node >= 0 &&
+            b.node >= 0 && !singleton(a) && !singleton(b) && p.in[0] != p.in[1])
+            m_cap.guard_same_object(p.in[0], p.in[1]);
         if (!known && !vs_none && !apart && p.in[0] != p.in[1] &&
             !m_cap.guard_same_object(p.in[0], p.in[1]))
             return m_cap.fail(breaks::kUnsupportedOpcode, "an `is` test between two objects",

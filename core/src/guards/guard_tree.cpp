@@ -209,8 +209,10 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
                                     : nullptr;
     }
     case AccessKind::DictKeys: {
+        if (PyAnySet_Check(parent)) return PySequence_Tuple(parent);  // in iteration order
         if (!PyDict_Check(parent)) return nullptr;
-        PyObject* keys = PyDict_Keys(parent);
+        // an OrderedDict's own order (move_to_end changes it, not the dict's)
+        PyObject* keys = PyDict_CheckExact(parent) ? PyDict_Keys(parent) : PyMapping_Keys(parent);
         if (!keys) return nullptr;
         PyObject* t = PyList_AsTuple(keys);
         Py_DECREF(keys);

@@ -36,7 +36,7 @@ enum class AccessKind : uint8_t {
     TypeOf,        // type(parent)
     TypeLookup,    // the attribute `key` found on the class parent (no binding)
     FuncKwDefault, // parent.__kwdefaults__[key]
-    DictKeys,      // tuple(parent.keys()): the keys in iteration order
+    DictKeys,      // tuple(parent.keys()): the keys in iteration order (a set's items)
     IterRest,      // iterator_rest(parent): a list of the items an iterator has left
     SuperLookup,   // the attribute `key` found on the classes of parent.__mro__ after the one
                    // at `index` (what super() finds; parent is a class, no binding)
