@@ -1005,3 +1005,29 @@ def test_operator_functions_that_change_their_argument_are_not_folded():
         assert torch.equal(got[0], want[0]) and got[1:] == want[1:], i
         assert log_c == log_e, i
     assert magpy.explain(cf).breaks
+
+
+def test_lru_cache_number_is_asked_again_after_cache_clear():
+    # A review probe: the cached number was folded, so cache_clear() and a changed global
+    # the function reads were never seen, and a miss's effects never ran again.
+    log = []
+    state = {"scale": 1}
+
+    @functools.lru_cache(maxsize=None)
+    def scale_for(n):
+        log.append(n)
+        return n * state["scale"]
+
+    def f(x):
+        return x * scale_for(2)
+
+    cf = magpy.compile(f)
+    for i in range(6):
+        if i == 3:
+            state["scale"] = 5
+            scale_for.cache_clear()
+        want = 2 * (5 if i >= 3 else 1)
+        assert cf(torch.ones(1)).item() == want, i
+    assert log == [2, 2]  # one miss before, one after the clear: as eager
+    # (hits may count more than eager's: a recompile asks the guards and the capture)
+    assert scale_for.cache_info().misses == 1

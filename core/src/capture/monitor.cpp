@@ -5238,10 +5238,30 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         if (tensors_only(result)) return push_out(record_call(p, result, false, false));
         bool args_known = true;
         for (int a : p.in) args_known = args_known && known(a);
-        if (args_known && result && (result == Py_None || is_number(result) ||
-                                     PyUnicode_CheckExact(result) || PyBool_Check(result) ||
-                                     is_typing_object(result)))  // List[Tensor]: typing's cache
+        if (args_known && result && is_typing_object(result))  // List[Tensor]: typing's cache
             return push_out(m_cap.const_value(result));
+        if (args_known && result && !p.kwnames &&
+            (result == Py_None || is_number(result) || PyUnicode_CheckExact(result) ||
+             PyBool_Check(result))) {
+            // A constant of the capture, guarded by calling it again on each call (a hit is
+            // a lookup): after cache_clear() it runs again, as in eager, and a different
+            // answer recompiles. A miss runs it at the guards, before the call's other effects.
+            py::Ref args = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(p.in.size() + 1)));
+            PyObject* fn = m_cap.v(p.callee_value).real.get();
+            if (!args) return m_cap.internal_error("out of memory");
+            PyTuple_SET_ITEM(args.get(), 0, py::Ref::borrow(fn).release());
+            for (size_t i = 0; i < p.in.size(); ++i)
+                PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i + 1),
+                                 py::Ref::borrow(m_cap.v(p.in[i]).real.get()).release());
+            py::Ref again = py::Ref::steal(PyObject_Call(
+                reinterpret_cast<PyObject*>(functools_partial_type()), args.get(), nullptr));
+            if (!again) {
+                PyErr_Clear();
+                return m_cap.internal_error("functools.partial of a cached function");
+            }
+            return push_out(m_cap.input_root(AccessKind::CallResult, 0, again.get(),
+                                             name + "(...)", result));
+        }
         return m_cap.fail(breaks::kUnsupportedCallee,
                           "the cached function `" + name + "` returns " +
                               (args_known ? "a " + py::type_name(result)
