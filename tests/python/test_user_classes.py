@@ -718,3 +718,50 @@ def test_attributes_of_a_class_known_as_a_constant_are_guarded(f):
         assert_stats(cf, graphs=2, breaks=0, hits=2, misses=2)
     finally:
         _Scaled.scale = 2
+
+
+def test_attributes_computed_by_python_code_on_each_read_run_once_per_read():
+    # A review probe: a descriptor's __get__, a metaclass property and a module __getattr__
+    # were called by the guards (extra times) and replay reused one answer. They break now.
+    import types
+
+    calls = []
+
+    class Counted:
+        def __get__(self, obj, typ=None):
+            calls.append(1)
+            return len(calls)
+
+    class C:
+        d = Counted()
+
+    class Meta(type):
+        @property
+        def mp(cls):
+            calls.append(1)
+            return len(calls)
+
+    class K(metaclass=Meta):
+        pass
+
+    lazy = types.ModuleType("lazy")
+
+    def module_getattr(name):
+        if name == "X":
+            calls.append(1)
+            return len(calls)
+        raise AttributeError(name)
+
+    lazy.__getattr__ = module_getattr
+    o = C()
+
+    def f(x):
+        return x + o.d * 10 + o.d, x + K.mp, x + lazy.X
+
+    cf = magpy.compile(f)
+    for i in range(4):
+        n = len(calls)
+        got = cf(torch.zeros(1))
+        assert len(calls) - n == 4, i  # as eager: four reads, four runs
+        assert [t.item() for t in got] == [(n + 1) * 10 + n + 2, n + 3, n + 4], i
+    assert {b.reason_id for b in magpy.explain(cf).breaks} == {"MB007"}

@@ -525,6 +525,40 @@ static bool found_before_getattr_hook(PyObject* obj, PyObject* key) {
     return dict && *dict && PyDict_Contains(*dict, key) == 1;
 }
 
+// What reading `target.name` finds that runs Python code the capture does not trace, beside
+// properties and attribute hooks (found by a review probe: the guards called it, extra times,
+// and replay reused one answer): a non-data descriptor of a Python class (its __get__) that
+// the instance's __dict__ does not shadow; for a class, a data descriptor of its metaclass's
+// (a metaclass @property); for a module,
+// its __getattr__ (PEP 562) for a name it lacks. Empty when none.
+static std::string code_on_read(PyObject* target, PyObject* name) {
+    auto python_get = [](PyObject* d) {
+        return d && (Py_TYPE(d)->tp_flags & Py_TPFLAGS_HEAPTYPE) && Py_TYPE(d)->tp_descr_get;
+    };
+    if (PyModule_Check(target)) {
+        PyObject* dict = PyModule_GetDict(target);
+        if (dict && !PyDict_GetItemWithError(dict, name) && !PyErr_Occurred() &&
+            PyDict_GetItemString(dict, "__getattr__"))
+            return "the module's __getattr__";
+        PyErr_Clear();
+        return "";
+    }
+    if (PyType_Check(target)) {
+        // (a descriptor read on its class, `Categorical.probs`, gives itself or a stand-in)
+        PyObject* meta = _PyType_Lookup(Py_TYPE(target), name);
+        if (meta && Py_TYPE(meta)->tp_descr_set && Py_TYPE(meta) != &PyMemberDescr_Type &&
+            Py_TYPE(meta) != &PyGetSetDescr_Type)
+            return "a property of its metaclass";
+        return "";
+    }
+    PyObject* d = _PyType_Lookup(Py_TYPE(target), name);
+    if (!python_get(d) || Py_TYPE(d)->tp_descr_set) return "";  // data ones: is_code_descriptor
+    PyObject** dict = _PyObject_GetDictPtr(target);
+    if (dict && *dict && PyDict_Contains(*dict, name) == 1) return "";  // shadowed
+    PyErr_Clear();
+    return "a descriptor (" + py::type_name(d) + ".__get__)";
+}
+
 // Whether reading (or setting) `obj.key` could run Python code of the class's.
 static bool runs_code_to_access(PyObject* obj, PyObject* key, bool set) {
     if (PyType_Check(obj) || PyModule_Check(obj)) return false;
@@ -6874,6 +6908,13 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
         m_cap.fail(breaks::kUnsupportedAttribute,
                    "`" + o.label + "` has a custom __getattr__/__getattribute__",
                    "use plain attributes");
+        return -1;
+    }
+    if (std::string code = code_on_read(target, name); !code.empty()) {
+        m_cap.fail(breaks::kUnsupportedAttribute,
+                   "`" + o.label + "." + n + "` is computed by " + code + ", Python code that "
+                   "runs on every read",
+                   "read a plain attribute, or compute the value outside the compiled function");
         return -1;
     }
     if (PyType_Check(target) && o.identity && real && PyCFunction_Check(real) &&
