@@ -712,3 +712,43 @@ def test_training_flag_is_guarded_only_for_modules_whose_forward_reads_it():
     net[3].train()  # batch norm in training mode: another capture
     check(net, [torch.randn(3, 4)], compiled=cf)
     assert_stats(cf, graphs=2, misses=2)
+
+
+def test_a_forward_under_a_decorator_is_traced_inline_and_compiled_directly():
+    # HF's @deprecate_kwarg and friends wrap forward in `def wrapped(*args, **kwargs)`: self is
+    # then args[0]. Found by a review probe: the call ran eagerly (MB099).
+    import functools
+
+    def deco(func):
+        @functools.wraps(func)
+        def wrapped(*args, **kwargs):
+            kwargs.pop("legacy", None)
+            return func(*args, **kwargs)
+        return wrapped
+
+    class Inner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        @deco
+        def forward(self, x, scale=1.0):
+            return self.lin(x) * scale
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(x, scale=2.0, legacy=True) + 1
+
+    outer = Outer()
+    for m in (outer, outer.inner):
+        cf = magpy.compile(m)
+        for _ in range(3):
+            x = torch.randn(2, 3)
+            assert torch.equal(cf(x), m(x))
+        r = magpy.explain(cf)
+        assert (r.graph_count, r.break_count, r.cache_hits) == (1, 0, 2), r
+        assert not r.notes

@@ -1898,6 +1898,10 @@ void Monitor::on_call(PyFrameObject* fo) {
     bool inline_call = p.opcode == CALL || p.opcode == CALL_FUNCTION_EX || p.property_get || p.hook;
     // `self` of a forward whose comprehensions read it is a cell by now (MAKE_CELL has run).
     PyObject* first = co->co_nlocalsplus > 0 ? py::frame_local_value(f, co, 0) : nullptr;
+    // A forward under a decorator whose wrapper takes (*args, **kwargs): self is args[0]
+    if (first && co->co_argcount == 0 && (co->co_flags & CO_VARARGS) && PyTuple_Check(first) &&
+        PyTuple_GET_SIZE(first) > 0)
+        first = PyTuple_GET_ITEM(first, 0);
     bool made_here = p.callee.kind == CallKind::UserClass && first &&
                      reinterpret_cast<PyObject*>(Py_TYPE(first)) == m_cap.v(p.callee_value).real.get() &&
                      py::frame_previous(f) == top.frame;  // type.__call__ running its __init__

@@ -102,6 +102,17 @@ PyObject* evaluate(PyThreadState* ts, py::IFrame* frame) {
     return result;
 }
 
+// `self` of a frame: its first local, or the first of its *args when it takes only those (a
+// forward under a decorator whose wrapper is `def wrapped(*args, **kwargs)`).
+PyObject* self_of(py::IFrame* frame) {
+    PyObject* first = py::frame_local(frame, 0);
+    PyCodeObject* co = py::frame_code(frame);
+    if (first && co->co_argcount == 0 && (co->co_flags & CO_VARARGS) && PyTuple_Check(first) &&
+        PyTuple_GET_SIZE(first) > 0)
+        return PyTuple_GET_ITEM(first, 0);
+    return first;
+}
+
 PyObject* magpy_eval_frame(PyThreadState* ts, py::IFrame* frame, int throwflag) {
     if (HandOver* h = t_hand_over; h && py::frame_code(frame) == h->code) {
         t_hand_over = nullptr;  // [Note: references handed over]
@@ -110,7 +121,7 @@ PyObject* magpy_eval_frame(PyThreadState* ts, py::IFrame* frame, int throwflag) 
     ActiveCall* a = t_active;
     if (a && !a->entered && !throwflag && py::frame_code(frame) == a->code &&
         (a->function ? py::frame_function(frame) == a->function
-                     : !a->self || py::frame_local(frame, 0) == a->self)) {
+                     : !a->self || self_of(frame) == a->self)) {
         a->entered = true;
         t_last_evaluated = nullptr;
         PyObject* result = handle_entry(*a->st, ts, frame);
