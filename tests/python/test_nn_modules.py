@@ -752,3 +752,46 @@ def test_a_forward_under_a_decorator_is_traced_inline_and_compiled_directly():
         r = magpy.explain(cf)
         assert (r.graph_count, r.break_count, r.cache_hits) == (1, 0, 2), r
         assert not r.notes
+
+
+class LossHead(nn.Module):
+    """An HF-style head: the loss module is made in forward, from the config."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.reduction = "mean"
+        self.made = []
+
+    def forward(self, x, labels):
+        logits = self.lin(x)
+        loss_fct = nn.CrossEntropyLoss(reduction=self.reduction, ignore_index=-100)
+        act = nn.ReLU(inplace=True)
+        drop = nn.Dropout(0.5)
+        self.made.append(loss_fct)  # escapes: a new object each call, as in eager
+        return loss_fct(logits.view(-1, 3), labels.view(-1)), drop(act(logits.clone()))
+
+
+def test_built_in_modules_made_in_forward_are_made_again_at_each_call():
+    torch.manual_seed(0)
+    m = LossHead()
+
+    def mutate(i):
+        if i == 3:
+            m.reduction = "sum"
+
+    calls = [(torch.randn(5, 4), torch.tensor([0, 1, 2, 1, -100])) for _ in range(6)]
+    cf = check(m, calls, mutate=mutate, seed=1, pin=(m,))
+    assert_stats(cf, breaks=0)
+    assert len(m.made) == 12 and len({id(x) for x in m.made}) == 12  # eager's 6 and ours
+
+
+def test_a_module_made_in_forward_with_a_tensor_argument_breaks_with_a_hint():
+    w = torch.tensor([1.0, 2.0, 3.0])
+
+    def f(logits, labels):
+        return nn.CrossEntropyLoss(weight=w)(logits, labels)
+
+    cf = check(f, [(torch.randn(4, 3), torch.tensor([0, 1, 2, 1]))] * 3)
+    assert "MB003" in break_ids(cf)
+    assert "make the module in __init__" in magpy.explain(cf).breaks[0].hint

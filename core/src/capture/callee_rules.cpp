@@ -675,6 +675,10 @@ CalleeInfo classify_callee(PyObject* f) {
                 break;
             }
         }
+        if (PyType_IsSubtype(t, api.module_type) &&
+            starts_with(module_of(f), "torch.nn") && t != api.sequential_type &&
+            t != api.module_list_type && t != api.module_dict_type)
+            info.kind = CallKind::MakeModule;  // nn.CrossEntropyLoss(), nn.ReLU()
         // torch.finfo(dtype) / torch.iinfo(dtype): facts about a dtype, folded like math.*
         if (info.name == "torch.finfo" || info.name == "torch.iinfo")
             info.kind = CallKind::PureBuiltin;

@@ -75,6 +75,8 @@ enum class CallKind : uint8_t {
                      // and counter.update(items) call: the counts, of constant items
     DeepCopy,        // copy.deepcopy(x) of plain data (lists, tuples, dicts and sets of
                      // numbers and strings): fresh containers of the same items, not traced
+    MakeModule,      // a built-in torch.nn module class called (`CrossEntropyLoss()` in a
+                     // forward): made again at replay, then called as a LeafModule
     Unsupported,
 };
 

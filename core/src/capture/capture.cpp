@@ -756,6 +756,9 @@ static bool pure_callee(PyObject* callee) {
     if (PyType_Check(callee) &&
         PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(callee), torch_api().tensor_type))
         return false;  // torch.Tensor(n), torch.FloatTensor(n): uninitialized
+    if (PyType_Check(callee) &&
+        PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(callee), torch_api().module_type))
+        return false;  // a module made in the call is a new object at each call, as in eager
     std::string n;
     if (PyObject* name = PyObject_GetAttrString(callee, "__name__")) {
         if (PyUnicode_Check(name)) n = py::str_of(name);

@@ -4860,6 +4860,30 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         return push_out(length_value(p.in[0], result));
     case CallKind::Getter:
         return push_out(getter_parts(p, result));
+    case CallKind::MakeModule: {
+        // `loss_fct = CrossEntropyLoss(ignore_index=pad)` in a forward (every HF head): a module
+        // with no parameters, buffers or submodules, from constant arguments, is made again
+        // by a step at replay (a new object each call, as in eager) and called as a leaf.
+        if (!result) return;
+        bool args_known = true;
+        for (int a : p.in) args_known = args_known && known(a);
+        const char* why = !args_known ? "arguments that are not constants" : nullptr;
+        for (const char* held : {"_parameters", "_buffers", "_modules"}) {
+            PyObject* d = why ? nullptr : PyObject_GetAttrString(result, held);
+            if (!why && (!d || !PyDict_Check(d))) why = "parameters, buffers or submodules";
+            Py_ssize_t pos = 0;
+            PyObject *k, *item;
+            while (!why && PyDict_Next(d, &pos, &k, &item))  // (a loss's `weight` is None)
+                if (item != Py_None) why = "parameters, buffers or submodules";
+            Py_XDECREF(d);
+            PyErr_Clear();
+        }
+        if (why)
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`" + name + "(...)` is made in the call with " + why,
+                              "make the module in __init__, or use its torch.nn.functional form");
+        return push_out(record_call(p, result, false, false));
+    }
     case CallKind::DeepCopy: {
         if (!result) return;
         std::unordered_map<PyObject*, int> made;
