@@ -795,3 +795,53 @@ def test_a_module_made_in_forward_with_a_tensor_argument_breaks_with_a_hint():
     cf = check(f, [(torch.randn(4, 3), torch.tensor([0, 1, 2, 1]))] * 3)
     assert "MB003" in break_ids(cf)
     assert "make the module in __init__" in magpy.explain(cf).breaks[0].hint
+
+
+def test_a_forward_set_on_the_instance_is_the_one_traced():
+    # PEFT/flash-attn patching (`m.forward = MethodType(f, m)`) and accelerate's hooks
+    # (`m.forward = partial(new_forward, m)`): Module.__call__ calls the instance attribute.
+    # Found by a review probe: MB099, or a recompile on every call.
+    import functools
+    import types
+
+    class Inner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(x) + 1
+
+    def patched(self, x):
+        return self.lin(x) * 10
+
+    def new_forward(module, *args, **kwargs):
+        return module._old_forward(*args, **kwargs) - 3
+
+    m = Outer()
+    inner = m.inner
+
+    def mutate(i):
+        if i == 2:
+            inner.forward = types.MethodType(patched, inner)
+        elif i == 4:
+            inner._old_forward = inner.forward
+            inner.forward = functools.update_wrapper(functools.partial(new_forward, inner),
+                                                     inner._old_forward)
+        elif i == 6:
+            inner.forward = lambda x: x * 7
+        elif i == 8:
+            del inner.forward  # the class's again
+
+    calls = [torch.randn(3, 2) for _ in range(10)]
+    cf = check(m, calls, mutate=mutate, pin=(m,))
+    r = magpy.explain(cf)
+    assert r.break_count == 0 and r.cache_hits >= 4, r

@@ -4257,6 +4257,20 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
             return dispatch_call(f, func, std::move(with_self), kwnames);
         }
     }
+    if (p.callee.kind == CallKind::InlineModule && c.kind == ValueKind::Input) {
+        // A forward set on the instance (`m.forward = MethodType(f, m)`, accelerate's hooks:
+        // `m.forward = partial(new_forward, m)`) is what Module.__call__ calls: the call is
+        // that attribute's call, read through the module (guarded there).
+        PyObject** dict = _PyObject_GetDictPtr(fn);
+        PyObject* own = dict && *dict ? PyDict_GetItemWithError(*dict, interned("forward")) : nullptr;
+        if (PyErr_Occurred()) return m_cap.internal_error("a module's __dict__");
+        if (own) {
+            int fwd = m_cap.input_child(callable, AccessKind::ModuleAttr, 0, interned("forward"),
+                                        ".forward", own);
+            if (fwd < 0) return;
+            return dispatch_call(f, fwd, std::move(p.in), kwnames);
+        }
+    }
     if (p.callee.kind == CallKind::InlineModule) {
         if (c.kind == ValueKind::Input) {
             // The forward that runs is the class's: guard it, and that no instance attribute
