@@ -228,6 +228,11 @@ bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
     // loss.backward(), torch.autograd.backward(...): gradients accumulate into .grad
     if (c.kind == CallKind::TorchOp && (c.changes_state || n == "backward" || n == "zero_grad"))
         return true;
+    // The generators' state read: not pure (a trace would bake it in), kept in order with
+    // the draws around it
+    if (c.kind == CallKind::TorchOp && (n == "get_rng_state" || n == "get_rng_state_all" ||
+                                        n == "get_state" || n == "initial_seed"))
+        return true;
     if (without_inplace_suffix(n) != n) return true;
     return is_random_op(n) || updates_statistics(n);
 }
