@@ -136,3 +136,34 @@ def test_gradient_accumulation_steps_every_other_call():
         assert torch.equal(se(x), sc(x)), i
         for p, q in zip(eager.parameters(), comp.parameters()):
             assert torch.equal(p, q), i
+
+
+def test_gradient_clipping_over_the_parameters_generator():
+    # clip_grad_norm_(model.parameters(), c) takes a generator: the op gets the list of its
+    # items at replay (MB009, the whole call eager, before).
+    eager = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    comp = copy.deepcopy(eager)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+    opt_c = torch.optim.SGD(comp.parameters(), lr=0.1)
+
+    def make_step(model, opt):
+        def step(x):
+            opt.zero_grad()
+            loss = model(x).square().mean() * 10
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            torch.nn.utils.clip_grad_value_(model.parameters(), 0.1)
+            opt.step()
+            return loss.detach(), norm
+
+        return step
+
+    se, sc = make_step(eager, opt_e), magpy.compile(make_step(comp, opt_c))
+    for i in range(5):
+        x = torch.randn(6, 3)
+        (le, ne), (lc, nc) = se(x), sc(x)
+        assert torch.equal(le, lc) and torch.equal(ne, nc), i
+        for p, q in zip(eager.parameters(), comp.parameters()):
+            assert torch.equal(p, q) and torch.equal(p.grad, q.grad), i
+    r = magpy.explain(sc)
+    assert (r.graph_count, r.break_count) == (1, 0) and r.cache_hits == 4, r

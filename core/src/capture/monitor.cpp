@@ -4725,8 +4725,11 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         // sum(), min() and max() of any other iterator (chain(...), reversed(xs), d.values())
         // take all its items too: the list of them. (sorted() reads its argument's items.)
         bool stops_early = p.callee.kind == CallKind::PureBuiltin && (name == "all" || name == "any");
-        bool takes_all = p.callee.kind == CallKind::PureBuiltin &&
-                         (name == "sum" || name == "min" || name == "max");
+        // So do torch functions given an iterator (clip_grad_norm_(m.parameters(), c)): at
+        // replay they get the list of its items.
+        bool takes_all = (p.callee.kind == CallKind::PureBuiltin &&
+                          (name == "sum" || name == "min" || name == "max")) ||
+                         p.callee.kind == CallKind::TorchOp;
         for (int& a : p.in) {
             std::vector<int> items;
             if ((generator_of(a) || map_of(a)) && p.key_map < 0) {
