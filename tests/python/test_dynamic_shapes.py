@@ -327,3 +327,20 @@ def test_a_number_from_sizes_and_tensor_data_is_never_fixed_as_a_size():
     calls = [(torch.ones(2), items), (-torch.ones(2), items), (torch.ones(3), items),
              (-torch.ones(3), items), (torch.ones(3), items)]
     check(f, calls, dynamic=True)
+
+
+def test_a_symbolic_size_tested_against_none():
+    # HF's _expand_mask: `tgt_len if tgt_len is not None else src_len` with tgt_len a size
+    # that became symbolic (MB002 before: a size is a number whatever its value)
+    def expand_mask(mask, tgt_len=None):
+        bsz, src_len = mask.size()
+        tgt_len = tgt_len if tgt_len is not None else src_len
+        return mask[:, None, None, :].expand(bsz, 1, tgt_len, src_len).float()
+
+    def f(ids):
+        b, t = ids.shape
+        return expand_mask(torch.ones(b, t), tgt_len=t), expand_mask(torch.ones(b, t))
+
+    cf = check(f, [torch.zeros(2, t, dtype=torch.long) for t in (5, 7, 9, 11, 13)])
+    r = magpy.explain(cf)
+    assert r.break_count == 0 and r.graph_count <= 2, r

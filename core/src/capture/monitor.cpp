@@ -3051,7 +3051,12 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case POP_JUMP_FORWARD_IF_NONE: case POP_JUMP_FORWARD_IF_NOT_NONE:
     case POP_JUMP_BACKWARD_IF_NONE: case POP_JUMP_BACKWARD_IF_NOT_NONE: {
         int v = pop(f);
-        if (m_cap.v(v).kind == ValueKind::OpResult && !m_cap.v(v).tensor)
+        const Value& t = m_cap.v(v);
+        // A size or a number read at replay is a number whatever its value:
+        // `tgt_len if tgt_len is not None else src_len` with tgt_len symbolic
+        bool number = t.real && (PyLong_CheckExact(t.real.get()) || PyFloat_CheckExact(t.real.get())) &&
+                      (t.sym || t.dyn_scalar || t.data_size);
+        if (t.kind == ValueKind::OpResult && !t.tensor && !number)
             m_cap.fail(breaks::kTensorToPython, "a branch tests an op result against None",
                        "test the inputs instead");
         return;
