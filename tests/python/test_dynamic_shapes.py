@@ -344,3 +344,17 @@ def test_a_symbolic_size_tested_against_none():
     cf = check(f, [torch.zeros(2, t, dtype=torch.long) for t in (5, 7, 9, 11, 13)])
     r = magpy.explain(cf)
     assert r.break_count == 0 and r.graph_count <= 2, r
+
+
+def test_a_symbolic_size_appended_to_a_list_stays_symbolic():
+    # `lengths.append(ids.shape[-1])` pinned the size: every new length recompiled
+    def f(ids, lengths):
+        lengths.append(ids.shape[-1])
+        mine = [ids.shape[0]]
+        mine.append(ids.shape[-1] * 2)
+        return ids.float() * lengths[-1], sum(mine), mine
+
+    log = []
+    cf = check(f, [(torch.arange(n)[None], log) for n in range(2, 12)])
+    r = magpy.explain(cf)
+    assert r.graph_count <= 2 and r.cache_hits >= 8, r

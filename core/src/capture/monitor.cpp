@@ -4766,7 +4766,9 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                  p.callee.kind == CallKind::Print || p.callee.kind == CallKind::Warn ||
                  p.callee.kind == CallKind::Log || p.callee.kind == CallKind::AutogradApply ||
                  p.callee.kind == CallKind::CachedCall || p.callee.kind == CallKind::RandomDraw ||
-                 p.callee.kind == CallKind::ClockRead || p.callee.kind == CallKind::ObjectSlot;
+                 p.callee.kind == CallKind::ClockRead || p.callee.kind == CallKind::ObjectSlot ||
+                 // lengths.append(ids.shape[-1]): the number is stored as it is at replay
+                 (p.callee.kind == CallKind::ListMethod && p.callee.name == "append");
     if (sym_number_call(p, result))  // min(decay, (1 + step) / (10 + step)) with step dynamic
         return push_out(record_sym_number(p, result));
     if (!flows)  // builtins and the like compute with the number itself
@@ -7107,6 +7109,13 @@ int Monitor::subscript(int cont, int key, PyObject* real) {
         PyObject* o = c.real.get();
         if ((PyList_CheckExact(o) || PyTuple_CheckExact(o)) &&
             (PyLong_Check(kr) || PySlice_Check(kr))) {
+            if (c.mutated && !c.shadow && PyLong_Check(kr)) {
+                // `log[-1]` right after appends: one of the items appended here, whatever the
+                // list held before (its length is not needed)
+                Py_ssize_t i = PyLong_AsSsize_t(kr);
+                Py_ssize_t appended = static_cast<Py_ssize_t>(c.items.size());
+                if (i < 0 && -i <= appended) return c.items[static_cast<size_t>(appended + i)];
+            }
             if (c.shadow || c.mutated || PySlice_Check(kr)) {
                 std::vector<int> items;
                 if (!items_of(cont, items)) return -1;
@@ -7395,7 +7404,13 @@ bool Monitor::sym_number_call(const Pending& p, PyObject* result) {
     if (p.callee.kind != CallKind::PureBuiltin && !ctor) return false;
     if (!result || !(PyLong_CheckExact(result) || PyFloat_CheckExact(result))) return false;
     bool sym = false;
-    for (int a : p.in) {
+    std::vector<int> operands = p.in;
+    const std::string& n = p.callee.name;
+    if ((n == "sum" || n == "min" || n == "max") && p.in.size() == 1 && !p.kwnames &&
+        (m_cap.v(p.in[0]).kind == ValueKind::FreshList ||
+         m_cap.v(p.in[0]).kind == ValueKind::FreshTuple))
+        operands = m_cap.v(p.in[0]).items;  // sum([b, t * 2]): the list made at replay
+    for (int a : operands) {
         const Value& v = m_cap.v(a);
         PyObject* o = v.real.get();
         if (v.sym_number()) sym = true;
@@ -7407,7 +7422,11 @@ bool Monitor::sym_number_call(const Pending& p, PyObject* result) {
 
 int Monitor::record_sym_number(Pending& p, PyObject* result) {
     int r = record_call(p, result, false, false);
-    if (r >= 0) number_from(r, p.in);
+    std::vector<int> operands = p.in;
+    if (p.in.size() == 1 && (m_cap.v(p.in[0]).kind == ValueKind::FreshList ||
+                             m_cap.v(p.in[0]).kind == ValueKind::FreshTuple))
+        operands = m_cap.v(p.in[0]).items;  // sum(list) of numbers
+    if (r >= 0) number_from(r, operands);
     return r;
 }
 
