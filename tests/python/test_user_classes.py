@@ -765,3 +765,67 @@ def test_attributes_computed_by_python_code_on_each_read_run_once_per_read():
         assert len(calls) - n == 4, i  # as eager: four reads, four runs
         assert [t.item() for t in got] == [(n + 1) * 10 + n + 2, n + 3, n + 4], i
     assert {b.reason_id for b in magpy.explain(cf).breaks} == {"MB007"}
+
+
+class AliasedConfig:
+    """transformers' PretrainedConfig: aliases mapped by a __getattribute__ of its own."""
+
+    attribute_map = {"n_embd": "hidden_size"}
+
+    def __setattr__(self, key, value):
+        if key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        super().__setattr__(key, value)
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        if key == "reads":
+            return super().__getattribute__(key)
+        super().__getattribute__("reads").append(key)  # an effect, replayed in order
+        return super().__getattribute__(key)
+
+    def __init__(self):
+        self.reads = []
+        self.output_attentions = False
+        self.return_dict = True
+        self.torchscript = False
+        self.hidden_size = 4
+
+    @property
+    def use_return_dict(self):
+        return self.return_dict and not self.torchscript
+
+
+def test_a_config_with_its_own_getattribute_is_traced():
+    # Every HF forward starts with `x if x is not None else self.config.x`: MB007 before
+    cfg = AliasedConfig()
+    lin = torch.nn.Linear(4, 4)
+
+    def forward(x, config, output_attentions=None, return_dict=None):
+        output_attentions = (output_attentions if output_attentions is not None
+                             else config.output_attentions)
+        return_dict = return_dict if return_dict is not None else config.use_return_dict
+        y = lin(x) * config.n_embd
+        if output_attentions:
+            y = y + 1
+        return {"y": y} if return_dict else (y,)
+
+    def mutate(i):
+        if i == 2:
+            cfg.output_attentions = True
+        if i == 3:
+            cfg.n_embd = 8
+        if i == 4:
+            cfg.return_dict = False
+
+    cf = check(forward, [Call(torch.randn(2, 4), cfg) for _ in range(7)], mutate=mutate,
+               pin=(cfg,))
+    r = magpy.explain(cf)
+    assert r.break_count == 0 and r.cache_hits >= 2, r
+    # eager's reads and the compiled calls', one call after the other: the same per call
+    per_call = ["output_attentions", "use_return_dict", "return_dict", "torchscript",
+                "hidden_size"]
+    short = [k for k in per_call if k != "torchscript"]  # return_dict False: `and` stops
+    # (the harness's own isinstance() checks read __class__)
+    assert [k for k in cfg.reads if not k.startswith("__")] == per_call * 8 + short * 6

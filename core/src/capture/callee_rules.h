@@ -88,7 +88,7 @@ struct CalleeInfo {
     bool bound_self = false;          // a bound tensor method: the tensor is not in the args
     bool process_fact = false;        // EagerFact: the same answer for the whole process
     // TorchOp: library code that changes Python state it reaches from its arguments
-    // (`opt.step()`, `sched.step()`): [Note: library calls that change state] in monitor.cpp
+    // (`opt.step()`, `sched.step()`): [Note: library calls that change state] in capture.cpp
     bool changes_state = false;
 };
 

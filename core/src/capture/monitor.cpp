@@ -750,6 +750,19 @@ int Monitor::object_slot_call(const Pending& p, PyObject* result) {
         size_t n = p.in.size();
         if (slot == "__getitem__" && n == 2 && !p.kwnames && result)
             return subscript(obj, p.in[1], result);
+        if (slot == "__getattribute__" && n == 2 && result) {
+            // object's own lookup: a plain attribute, read past the class's hook
+            PyObject* name = m_cap.v(p.in[1]).real.get();
+            PyObject* o = m_cap.v(obj).real.get();
+            std::string code = code_on_read(o, name);
+            if (code.empty() && is_code_descriptor(Py_TYPE(o), name)) code = "a data descriptor";
+            if (!code.empty())
+                return m_cap.fail(breaks::kUnsupportedAttribute,
+                                  "`" + m_cap.v(obj).label + "." + str(name) + "` is computed by " +
+                                      code, "read a plain attribute"),
+                       -1;
+            return m_cap.input_child(obj, AccessKind::GenericAttr, 0, name, "." + str(name), result);
+        }
         bool named = n == 3 && !p.kwnames && result && require_const({p.in[1]}, p.callee.name);
         PyObject* slot_fn = m_cap.v(p.callee_value).real.get();
         if (named && slot == "__setitem__" && p.had_key >= 0) {  // super().__setitem__(k, v)
@@ -1511,6 +1524,82 @@ int Monitor::index_items(const std::vector<int>& items, PyObject* key, ValueKind
 // with `obj` as its argument, and what it returned is set on the object. Other data
 // descriptors, and properties on values whose class we do not follow, break in load_attr
 // (MB007).
+// [Note: __getattribute__ of objects passed in] `config.output_attentions` where the class
+// has its own __getattribute__ in Python (Hugging Face's PretrainedConfig maps aliases through
+// `attribute_map`): the hook's frame, entered from C by LOAD_ATTR, is traced like a property
+// getter with (obj, name), found and guarded through the class. Its
+// `super().__getattribute__(key)` is object's own lookup (getattribute_slot): a plain attribute
+// read guarded past the hook (AccessKind::GenericAttr), or a property's getter traced. True
+// when the read goes that way.
+bool Monitor::expect_getattribute(ShadowFrame& f, PyObject* name) {
+    Pending& p = f.pending;
+    if (p.in.size() != 1) return false;
+    int obj = p.in[0];
+    const Value& o = m_cap.v(obj);
+    PyObject* target = o.real.get();
+    if (o.kind != ValueKind::Input || !target || o.tensor || PyType_Check(target) ||
+        PyModule_Check(target) || PyObject_TypeCheck(target, torch_api().module_type))
+        return false;
+    PyTypeObject* type = Py_TYPE(target);
+    PyObject* hook = _PyType_Lookup(type, interned("__getattribute__"));
+    if (!hook || !PyFunction_Check(hook) || _PyType_Lookup(type, interned("__getattr__")) ||
+        !py::code_is_plain_function(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(hook))))
+        return false;
+    int fn = class_attr(obj, interned("__getattribute__"), hook);
+    if (fn < 0) return true;  // (failed)
+    p.in = {obj, m_cap.const_value(name)};
+    p.callee = CalleeInfo{};
+    p.callee.kind = CallKind::InlineFunction;
+    p.callee.name = std::string(type->tp_name) + ".__getattribute__";
+    p.callee.code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(hook));
+    p.callee_value = fn;
+    p.property_get = true;
+    return true;
+}
+
+// object.__getattribute__(obj, name) called on an object passed in from its class's own
+// __getattribute__ ([Note: __getattribute__ of objects passed in]): a property's getter is
+// traced (the call becomes that getter's), anything else is read after the call.
+bool Monitor::getattribute_slot(Pending& p, int callable, std::vector<int>& args,
+                                PyObject* kwnames) {
+    static PyObject* generic = _PyType_Lookup(&PyBaseObject_Type, interned("__getattribute__"));
+    PyObject* fn = m_cap.v(callable).real.get();
+    if (fn != generic || kwnames || args.size() != 2) return false;
+    const Value& o = m_cap.v(args[0]);
+    const Value& k = m_cap.v(args[1]);
+    if (o.kind != ValueKind::Input || o.tensor || k.kind != ValueKind::Const ||
+        !PyUnicode_CheckExact(k.real.get()))
+        return false;
+    PyObject* name = k.real.get();
+    PyObject* d = _PyType_Lookup(Py_TYPE(o.real.get()), name);
+    bool property = d && PyObject_TypeCheck(d, &PyProperty_Type) &&
+                    Py_TYPE(d)->tp_descr_get == PyProperty_Type.tp_descr_get;
+    p.callee = CalleeInfo{};
+    p.callee_value = callable;
+    p.kwnames = nullptr;
+    p.in = args;
+    if (!property) {
+        p.callee.kind = CallKind::ObjectSlot;
+        p.callee.op = "__getattribute__";
+        p.callee.name = "object.__getattribute__";
+        return true;
+    }
+    py::Ref fget = py::Ref::steal(PyObject_GetAttrString(d, "fget"));
+    if (!fget) PyErr_Clear();
+    if (!fget || !PyFunction_Check(fget.get())) return false;
+    int prop = class_attr(args[0], name, d);
+    int getter = prop < 0 ? -1
+                          : m_cap.input_child(prop, AccessKind::Attr, 0, interned("fget"), ".fget",
+                                              fget.get());
+    if (getter < 0) return true;  // (failed)
+    p.callee.kind = CallKind::InlineFunction;
+    p.callee.name = str(name);
+    p.callee.code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fget.get()));
+    p.callee_value = getter;
+    p.in = {args[0]};
+    return true;
+}
+
 void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
     Pending& p = f.pending;
     if (p.in.size() != 1) return;
@@ -1699,7 +1788,11 @@ int Monitor::super_method(int sup, PyObject* name, PyObject* real) {
                        base &&
                        (Py_TYPE(raw) == &PyWrapperDescr_Type || Py_TYPE(raw) == &PyMethodDescr_Type) &&
                        PyType_IsSubtype(base, PyDescr_TYPE(raw));
-    bool c_slot = object_init || base_method;  // called with the object first, as a slot
+    // object.__getattribute__ from a class's own __getattribute__ on an object passed in
+    bool object_getattribute =
+        raw && raw == _PyType_Lookup(&PyBaseObject_Type, interned("__getattribute__")) &&
+        m_cap.v(obj).kind == ValueKind::Input;
+    bool c_slot = object_init || base_method || object_getattribute;
     if (!raw || !(c_slot || PyFunction_Check(raw)) || !real ||
         (!c_slot && (!PyMethod_Check(real) || PyMethod_GET_FUNCTION(real) != raw)))
         return m_cap.fail(breaks::kUnsupportedAttribute, what + " is not a plain method",
@@ -3266,7 +3359,8 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case LOAD_ATTR:
     case LOAD_METHOD:
         defer(1, ins.opcode == LOAD_ATTR ? 1 : 2);
-        expect_property_getter(f, py::code_name(f.code, ins.oparg));
+        if (!expect_getattribute(f, py::code_name(f.code, ins.oparg)))
+            expect_property_getter(f, py::code_name(f.code, ins.oparg));
         return;
     case BEFORE_WITH:
         defer(1, 2);
@@ -4152,6 +4246,7 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         p.in = std::move(args);
         return;
     }
+    if (getattribute_slot(p, callable, args, kwnames)) return;
     if (!args.empty() && (m_cap.v(args[0]).kind == ValueKind::FreshObject || input_dict(args[0])) &&
         (Py_TYPE(fn) == &PyMethodDescr_Type || Py_TYPE(fn) == &PyWrapperDescr_Type)) {
         // [Note: objects made in the call] a C method of the object's base class, called on it

@@ -257,6 +257,8 @@ private:
     std::shared_ptr<Speculation> guess_here(const std::string& what, const char* failed,
                                             std::string& why_not);
     int container_method(int obj, PyObject* name, PyObject* real);
+    bool expect_getattribute(ShadowFrame& f, PyObject* name);
+    bool getattribute_slot(Pending& p, int callable, std::vector<int>& args, PyObject* kwnames);
     void expect_property_getter(ShadowFrame& f, PyObject* name);  // [Note: properties]
     bool expect_property_setter(Pending& p, int obj, PyObject* name, int val);
     bool prints_the_same(int value, int depth = 0);  // print(value) replayed ([Note: print])

@@ -220,6 +220,8 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
     }
     case AccessKind::IterRest:
         return iterator_rest(parent);
+    case AccessKind::GenericAttr:
+        return PyObject_GenericGetAttr(parent, a.key.get());
     case AccessKind::SuperLookup:
         return PyType_Check(parent)
                    ? new_ref_or_null(lookup_after(reinterpret_cast<PyTypeObject*>(parent),

@@ -40,6 +40,7 @@ enum class AccessKind : uint8_t {
     IterRest,      // iterator_rest(parent): a list of the items an iterator has left
     SuperLookup,   // the attribute `key` found on the classes of parent.__mro__ after the one
                    // at `index` (what super() finds; parent is a class, no binding)
+    GenericAttr,   // object.__getattribute__(parent, key): past the class's own __getattribute__
 };
 
 // The items the iterator `it` has left, as a new list, without advancing it: list, tuple and
