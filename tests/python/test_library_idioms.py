@@ -1031,3 +1031,35 @@ def test_lru_cache_number_is_asked_again_after_cache_clear():
     assert log == [2, 2]  # one miss before, one after the clear: as eager
     # (hits may count more than eager's: a recompile asks the guards and the capture)
     assert scale_for.cache_info().misses == 1
+
+
+def test_lru_cache_rebound_or_bounded_follows_eager():
+    # a review probe: another cached function rebound to the name answered with the old one's
+    # result; a bounded cache's eviction by the guards' own calls gave stale values
+    @functools.lru_cache(maxsize=None)
+    def one(n):
+        return 1.0 * n
+
+    @functools.lru_cache(maxsize=None)
+    def ten(n):
+        return 10.0 * n
+
+    ticks = []
+
+    @functools.lru_cache(maxsize=0)
+    def tick(n):
+        ticks.append(n)
+        return float(len(ticks))
+
+    holder = {"fn": one}
+
+    def f(x):
+        return x * holder["fn"](1), x * tick(1)
+
+    cf = magpy.compile(f)
+    for i, fn in enumerate([one, ten, one, ten, ten]):
+        holder["fn"] = fn
+        n = len(ticks)
+        got = cf(torch.ones(1))
+        assert got[0].item() == fn(1) and got[1].item() == n + 1, i
+    assert len(ticks) == 5

@@ -136,6 +136,26 @@ static bool is_made_per_call(PyObject* o) {
            (reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(o))->co_flags & CO_NESTED);
 }
 
+// Equal sets may iterate in different orders (their tables' histories differ): the order the
+// capture saw is guarded too, for a set or frozenset read by value.
+void Capture::guard_set_order(int id) {
+    const Value& val = v(id);
+    PyObject* real = val.real.get();
+    if (val.node < 0 || PySet_GET_SIZE(real) < 2) return;
+    py::Ref order = py::Ref::steal(PySequence_Tuple(real));
+    if (!order) {
+        PyErr_Clear();
+        internal_error("the order of a set");
+        return;
+    }
+    int keys = m_guards->add_accessor(AccessKind::DictKeys, val.node, 0, nullptr,
+                                      val.label + " in iteration order");
+    Check o;
+    o.kind = CheckKind::Equals;
+    o.value = order;
+    m_guards->add_check(keys, std::move(o));
+}
+
 void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
     Value& val = v(id);
     int node = val.node;
@@ -163,6 +183,7 @@ void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
         c.kind = CheckKind::Equals;
         c.value = py::Ref::borrow(real);
         m_guards->add_check(node, std::move(c));
+        if (PyFrozenSet_CheckExact(real)) guard_set_order(id);
         return;
     }
     if (PyTuple_CheckExact(real) && !by_type &&
@@ -201,22 +222,7 @@ void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
             c.kind = CheckKind::Equals;
             c.value = frozen;
             m_guards->add_check(node, std::move(c));
-            if (PySet_GET_SIZE(real) > 1) {
-                // Equal sets may iterate in different orders (their tables' histories
-                // differ): the order the capture saw is guarded too.
-                py::Ref order = py::Ref::steal(PySequence_Tuple(real));
-                if (!order) {
-                    PyErr_Clear();
-                    internal_error("the order of a set");
-                    return;
-                }
-                int keys = m_guards->add_accessor(AccessKind::DictKeys, node, 0, nullptr,
-                                                  val.label + " in iteration order");
-                Check o;
-                o.kind = CheckKind::Equals;
-                o.value = order;
-                m_guards->add_check(keys, std::move(o));
-            }
+            guard_set_order(id);
             return;
         }
         PyErr_Clear();

@@ -345,6 +345,7 @@ private:
     bool guard_array(int value);  // a numpy array given to a step: its dtype, shape, strides
     void add_step(Step step);
     void may_decline();
+    void guard_set_order(int id);
     bool undoable_write(const Step& step, const std::vector<int>& values);
     bool step_folds(const Step& step, PyObject* real_result);
     int register_input(int node, PyObject* real, bool by_type = false);

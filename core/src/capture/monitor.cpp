@@ -1180,6 +1180,22 @@ int Monitor::sort_list(const Pending& p) {
 
 // The key, value pairs of a mapping whose contents the capture knows (fresh, or an input dict
 // with its keys and values guarded).
+// Key `i` (`key`) of a dict passed in, in its order: a constant, or an object read through the
+// dict's keys (guarded by identity there, and its attributes as any input's are).
+int Monitor::input_dict_key(int dict, Py_ssize_t i, PyObject* key) {
+    if (is_constant_like(key)) return m_cap.const_value(key);
+    py::Ref keys = py::Ref::steal(PyDict_Keys(m_cap.v(dict).real.get()));
+    py::Ref tuple = keys ? py::Ref::steal(PyList_AsTuple(keys.get())) : py::Ref();
+    if (!tuple) {
+        PyErr_Clear();
+        return m_cap.internal_error("the keys of a dict"), -1;
+    }
+    int kv = m_cap.input_child(dict, AccessKind::DictKeys, 0, nullptr, ".keys()", tuple.get());
+    if (kv < 0) return -1;
+    return m_cap.input_child(kv, AccessKind::Item, static_cast<int>(i), nullptr,
+                             "[" + std::to_string(i) + "]", key);
+}
+
 bool Monitor::pairs_of(int dict, std::vector<int>& out) {
     Value& d = m_cap.v(dict);
     if (d.kind == ValueKind::FreshDict) {
@@ -1193,10 +1209,12 @@ bool Monitor::pairs_of(int dict, std::vector<int>& out) {
         Py_ssize_t pos = 0;
         PyObject *key, *val;
         out.clear();
+        Py_ssize_t i = 0;
         while (PyDict_Next(o, &pos, &key, &val)) {
             int kv = dict_item(dict, key, val);
-            if (kv < 0) return false;
-            out.push_back(m_cap.const_value(key));
+            int k = kv < 0 ? -1 : input_dict_key(dict, i++, key);
+            if (k < 0) return false;
+            out.push_back(k);
             out.push_back(kv);
         }
         return true;
@@ -1221,15 +1239,20 @@ bool Monitor::pairs_of(int dict, std::vector<int>& out) {
             if (!is_added(key)) PyList_Append(entry_keys.get(), key);
         m_cap.guard_len(dict, PyList_GET_SIZE(entry_keys.get()));
         py::Ref keys_tuple = py::Ref::steal(PyList_AsTuple(entry_keys.get()));
-        if (m_cap.input_child(dict, AccessKind::DictKeys, 0, nullptr, ".keys()", keys_tuple.get()) < 0)
-            return false;
+        int keys_value = m_cap.input_child(dict, AccessKind::DictKeys, 0, nullptr, ".keys()",
+                                           keys_tuple.get());
+        if (keys_value < 0) return false;
         out.clear();
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entry_keys.get()); ++i) {
             PyObject* k = PyList_GET_ITEM(entry_keys.get(), i);
             int kv = written_item(dict, k);
             if (kv < 0) kv = dict_item(dict, k, PyDict_GetItem(now, k));
             if (kv < 0) return false;
-            out.push_back(m_cap.const_value(k));
+            out.push_back(is_constant_like(k) ? m_cap.const_value(k)
+                                              : m_cap.input_child(keys_value, AccessKind::Item,
+                                                                  static_cast<int>(i), nullptr,
+                                                                  "[" + std::to_string(i) + "]", k));
+            if (out.back() < 0) return false;
             out.push_back(kv);
         }
         for (int a : added) {
@@ -3645,12 +3668,30 @@ void Monitor::complete(ShadowFrame& f) {
         // be one object: that is guarded too. None, True, False are one object always.
         auto singleton = [](const Value& v) {
             PyObject* o = v.real.get();
+            if (PyLong_CheckExact(o)) {  // CPython keeps one object per small int
+                int overflow = 0;
+                long n = PyLong_AsLongAndOverflow(o, &overflow);
+                return !overflow && n >= -5 && n <= 256;
+            }
             return o == Py_None || o == Py_True || o == Py_False || o == Py_Ellipsis ||
                    o == Py_NotImplemented;
         };
-        if (known && a.kind == ValueKind::Const && b.kind == ValueKind::Const && a.node >= 0 &&
-            b.node >= 0 && !singleton(a) && !singleton(b) && p.in[0] != p.in[1])
-            m_cap.guard_same_object(p.in[0], p.in[1]);
+        if (known && a.kind == ValueKind::Const && b.kind == ValueKind::Const &&
+            !singleton(a) && !singleton(b) && p.in[0] != p.in[1]) {
+            // Two values that differ are never one object; two equal ones may or may not be
+            PyObject *x = a.real.get(), *y = b.real.get();
+            bool nans = PyFloat_CheckExact(x) && PyFloat_CheckExact(y) &&
+                        std::isnan(PyFloat_AS_DOUBLE(x)) && std::isnan(PyFloat_AS_DOUBLE(y));
+            int eq = nans ? 1 : PyObject_RichCompareBool(x, y, Py_EQ);
+            PyErr_Clear();
+            if (eq != 0 && !(a.node >= 0 && b.node >= 0 &&
+                             m_cap.guard_same_object(p.in[0], p.in[1])))
+                return m_cap.fail(breaks::kUnsupportedOpcode,
+                                  "an `is` test between two equal values (" +
+                                      py::repr_string(x).substr(0, 40) +
+                                      "), which may or may not be one object",
+                                  "compare them with ==");
+        }
         if (!known && !vs_none && !apart && p.in[0] != p.in[1] &&
             !m_cap.guard_same_object(p.in[0], p.in[1]))
             return m_cap.fail(breaks::kUnsupportedOpcode, "an `is` test between two objects",
@@ -5421,9 +5462,27 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         for (int a : p.in) args_known = args_known && known(a);
         if (args_known && result && is_typing_object(result))  // List[Tensor]: typing's cache
             return push_out(m_cap.const_value(result));
-        if (args_known && result && !p.kwnames &&
+        PyObject* cached_fn = m_cap.v(p.callee_value).real.get();
+        py::Ref params = py::Ref::steal(PyObject_CallMethod(cached_fn, "cache_parameters", nullptr));
+        PyObject* maxsize = params && PyDict_Check(params.get())
+                                ? PyDict_GetItemString(params.get(), "maxsize")
+                                : nullptr;
+        PyErr_Clear();
+        bool unbounded = maxsize == Py_None;
+        if (!unbounded && result && is_number(result) && !PyBool_Check(result)) {
+            // A bounded cache evicts: whether it runs is known only then. The number is read at
+            // replay from the call (as a number from tensor data).
+            int r = record_call(p, result, false, false);
+            if (r >= 0) m_cap.v(r).dyn_scalar = true;
+            return push_out(r);
+        }
+        if (args_known && result && !p.kwnames && unbounded &&
             (result == Py_None || is_number(result) || PyUnicode_CheckExact(result) ||
              PyBool_Check(result))) {
+            // (the function itself is held by identity: another cached function rebound to
+            // the same name must not answer for it)
+            if (m_cap.v(p.callee_value).kind == ValueKind::Input)
+                m_cap.guard_identity(p.callee_value);
             // A constant of the capture, guarded by calling it again on each call (a hit is
             // a lookup): after cache_clear() it runs again, as in eager, and a different
             // answer recompiles. A miss runs it at the guards, before the call's other effects.

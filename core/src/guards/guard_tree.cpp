@@ -211,8 +211,15 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
     case AccessKind::DictKeys: {
         if (PyAnySet_Check(parent)) return PySequence_Tuple(parent);  // in iteration order
         if (!PyDict_Check(parent)) return nullptr;
-        // an OrderedDict's own order (move_to_end changes it, not the dict's)
-        PyObject* keys = PyDict_CheckExact(parent) ? PyDict_Keys(parent) : PyMapping_Keys(parent);
+        // An OrderedDict's own order (move_to_end changes it, not the dict's), read by its C
+        // iterator as `for k in od` does (not through a keys() a subclass may override)
+        PyObject* keys = nullptr;
+        if (PyObject_TypeCheck(parent, &PyODict_Type)) {
+            py::Ref it = py::Ref::steal(PyODict_Type.tp_iter(parent));
+            keys = it ? PySequence_List(it.get()) : nullptr;
+        } else {
+            keys = PyDict_Keys(parent);
+        }
         if (!keys) return nullptr;
         PyObject* t = PyList_AsTuple(keys);
         Py_DECREF(keys);
