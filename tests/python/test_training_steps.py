@@ -167,3 +167,82 @@ def test_gradient_clipping_over_the_parameters_generator():
             assert torch.equal(p, q) and torch.equal(p.grad, q.grad), i
     r = magpy.explain(sc)
     assert (r.graph_count, r.break_count) == (1, 0) and r.cache_hits == 4, r
+
+
+def _sgd():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.5)
+    return m, opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+
+
+def test_state_the_function_wrote_or_made_is_not_read_from_its_copy_after_a_step():
+    # review probe: a group's lr written by the function, then changed by sched.step(), and a
+    # dict made in the call given to add_param_group, were read back from the capture's copy
+    def warm(m, opt, sched, x):
+        g = opt.param_groups[0]
+        g["lr"] = 0.4
+        m(x).sum().backward()
+        opt.step()
+        sched.step()
+        return g["lr"], sched.last_epoch
+
+    def add_group(m, opt, sched, x):
+        d = {"params": [torch.nn.Parameter(torch.zeros(1))], "lr": 0.1}
+        opt.add_param_group(d)
+        return len(d), d.get("momentum"), sorted(d)
+
+    for fn in (warm, add_group):
+        e, c = _sgd(), _sgd()
+        cf = magpy.compile(fn)
+        for i in range(4):
+            x = torch.randn(2, 3)
+            assert fn(*e, x) == cf(*c, x), (fn.__name__, i)
+
+
+def test_state_an_optimizer_closure_writes_is_read_after_the_step():
+    x, y = torch.randn(5, 3), torch.randn(5, 1)
+
+    def make():
+        torch.manual_seed(0)
+        m = torch.nn.Linear(3, 1)
+        return m, torch.optim.LBFGS(m.parameters(), lr=0.1, max_iter=4), []
+
+    def step(m, opt, hist):
+        def closure():
+            opt.zero_grad()
+            loss = (m(x) - y).square().mean()
+            loss.backward()
+            hist.append(loss.item())
+            return loss
+
+        opt.step(closure)
+        return len(hist), hist[-1]
+
+    e, c = make(), make()
+    cf = magpy.compile(step)
+    for i in range(4):
+        assert step(*e) == cf(*c), i
+
+
+def test_a_generator_given_to_a_torch_function_runs_between_its_steps():
+    # vector_to_parameters writes each parameter the generator yields before resuming it
+    def make():
+        return [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3))]
+
+    def f(params, vec):
+        seen = []
+
+        def gen():
+            for p in params:
+                yield p
+                seen.append(float(p.sum()))
+
+        torch.nn.utils.vector_to_parameters(vec, gen())
+        return seen
+
+    pe, pc = make(), make()
+    cf = magpy.compile(f)
+    for i in range(4):
+        vec = torch.full((5,), float(i + 1))
+        assert f(pe, vec) == cf(pc, vec), i

@@ -8,6 +8,7 @@
 #include "guards/tensor_check.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <cstring>
 
 namespace magpy {
@@ -351,14 +352,33 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
     auto skip = [](PyObject* o) {
         return o == Py_None || PyLong_Check(o) || PyFloat_Check(o) || PyUnicode_Check(o) ||
                PyBytes_Check(o) || PyBool_Check(o) || PyType_Check(o) || PyModule_Check(o) ||
-               PyFunction_Check(o) || PyCFunction_Check(o) || PyMethod_Check(o) || is_tensor(o);
+               PyCFunction_Check(o) || is_tensor(o);
     };
-    while (!todo.empty() && m_changed.size() < kMaxObjects) {
+    std::vector<PyObject*> reached;
+    while (!todo.empty()) {
         auto [o, depth] = todo.back();
         todo.pop_back();
         if (!o || skip(o) || m_changed.count(o)) continue;
+        if (m_changed.size() >= kMaxObjects) {
+            fail(breaks::kMutatedThenRead,
+                 "`" + call + "` reaches more objects than the capture follows",
+                 "call it outside the compiled function");
+            return;
+        }
         m_changed.emplace(o, std::make_pair(py::Ref::borrow(o), call));
+        reached.push_back(o);
         if (depth >= kMaxDepth) continue;
+        if (PyFunction_Check(o)) {  // what its closure cells hold (an LBFGS closure's state)
+            PyObject* cells = PyFunction_GET_CLOSURE(o);
+            for (Py_ssize_t i = 0; cells && i < PyTuple_GET_SIZE(cells); ++i)
+                todo.emplace_back(PyCell_GET(PyTuple_GET_ITEM(cells, i)), depth + 1);
+            continue;
+        }
+        if (PyMethod_Check(o)) {
+            todo.emplace_back(PyMethod_GET_SELF(o), depth + 1);
+            todo.emplace_back(PyMethod_GET_FUNCTION(o), depth + 1);
+            continue;
+        }
         if (PyDict_Check(o)) {
             PyObject *k, *val;
             Py_ssize_t pos = 0;
@@ -368,6 +388,38 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
                 todo.emplace_back(PySequence_Fast_GET_ITEM(o, i), depth + 1);
         } else if (PyObject** dict = _PyObject_GetDictPtr(o); dict && *dict) {
             todo.emplace_back(*dict, depth + 1);
+        }
+        if (PyObject_TypeCheck(o, functools_partial_type())) {  // its function and arguments
+            for (const char* part : {"func", "args", "keywords"}) {
+                PyObject* x = PyObject_GetAttrString(o, part);
+                if (x) {
+                    todo.emplace_back(x, depth + 1);
+                    m_changed_parts.emplace_back(py::Ref::steal(x));
+                }
+                PyErr_Clear();
+            }
+        }
+    }
+    // What the capture already follows itself (containers made in the call, objects it wrote
+    // or shadows) would be read from its own copy afterwards: the call is a break instead, so
+    // the next segment reads them afresh.
+    std::unordered_set<PyObject*> now(reached.begin(), reached.end());
+    for (const Value& val : m_values) {
+        PyObject* r = val.real.get();
+        if (!r || !now.count(r)) continue;
+        bool followed = val.kind == ValueKind::FreshList || val.kind == ValueKind::FreshDict ||
+                        val.kind == ValueKind::FreshTuple || val.kind == ValueKind::FreshSet ||
+                        val.kind == ValueKind::FreshObject ||
+                        (val.kind == ValueKind::Input && (val.mutated || val.shadow));
+        bool written = false;
+        for (const auto& [key, value] : m_overlay)
+            written = written || v(key.first).real.get() == r;
+        if (followed || written) {
+            fail(breaks::kMutatedThenRead,
+                 "`" + val.label + "`, which this function made or changed, is given to `" +
+                     call + "`, which may change it",
+                 "change it after that call, or outside the compiled function");
+            return;
         }
     }
 }
@@ -431,9 +483,22 @@ void Capture::guard_no_hooks(int id) {
     m_guards->add_check(v(id).node, std::move(c));
 }
 
+// [Note: library calls that change state] a read of what such a call reached, other than
+// through input_child (a length, the items of a list): a break, as there.
+bool Capture::read_after_change(int id) {
+    const Value& val = v(id);
+    auto changed = val.real ? m_changed.find(val.real.get()) : m_changed.end();
+    if (changed == m_changed.end() || val.kind != ValueKind::Input) return false;
+    fail(breaks::kMutatedThenRead,
+         "`" + val.label + "` is read after `" + changed->second.second +
+             "`, which may have changed it",
+         "read it before that call, or outside the compiled function");
+    return true;
+}
+
 void Capture::guard_len(int id, Py_ssize_t n) {
     Value& val = v(id);
-    if (val.node < 0) return;
+    if (val.node < 0 || read_after_change(id)) return;
     Check c;
     c.kind = CheckKind::LenEq;
     c.length = n;
@@ -1073,6 +1138,7 @@ void Capture::record_effect(Step step, const std::vector<int>& values) {
 
 bool Capture::shadow(int id) {
     Value& val = v(id);
+    if (read_after_change(id)) return false;
     if (val.shadow) return true;
     PyObject* o = val.real.get();
     if (val.kind != ValueKind::Input || !(PyList_CheckExact(o) || PyTuple_CheckExact(o))) {

@@ -346,6 +346,7 @@ private:
     void add_step(Step step);
     void may_decline();
     void guard_set_order(int id);
+    bool read_after_change(int id);
     bool undoable_write(const Step& step, const std::vector<int>& values);
     bool step_folds(const Step& step, PyObject* real_result);
     int register_input(int node, PyObject* real, bool by_type = false);
@@ -380,6 +381,7 @@ private:
     bool m_in_try = false;
     // changed_by_call: each object, held while capturing, and the first call that reached it
     std::unordered_map<PyObject*, std::pair<py::Ref, std::string>> m_changed;
+    std::vector<py::Ref> m_changed_parts;  // a partial's parts, read to walk them
     int m_ctx = -1;                     // innermost open `with` block (Plan::contexts())
     DynamicConfig m_dynamic;
     std::vector<int> m_dynamic_nodes;   // tensor guard nodes with symbolic dims

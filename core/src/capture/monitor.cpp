@@ -4873,6 +4873,13 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                          p.callee.kind == CallKind::TorchOp;
         for (int& a : p.in) {
             std::vector<int> items;
+            if (generator_of(a) && p.callee.kind == CallKind::TorchOp)
+                // the op resumes it between steps of its own (vector_to_parameters writes each
+                // parameter it yields): its code after each yield sees what the op did
+                return m_cap.fail(breaks::kEscapingObject,
+                                  "a generator is passed to `" + name + "`, which runs it "
+                                  "between its own steps",
+                                  "pass a list: " + name + "(list(...))");
             if ((generator_of(a) || map_of(a)) && p.key_map < 0) {
                 // list(map(torch.relu, xs)): the results the list holds are the calls'
                 MapRecord* m = map_of(a);
