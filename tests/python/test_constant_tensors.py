@@ -114,3 +114,22 @@ def test_symbolic_sizes_do_not_fold():
     cf = check(f, xs)
     assert_stats(cf, breaks=0, hits=2, misses=2)
     assert ".item" in "".join(magpy.explain(cf).replay_code())
+
+
+def test_a_constant_tensor_written_through_data_is_not_a_constant_any_more():
+    # a review probe: `.data` has a version counter of its own, so the write went unseen and
+    # the branch and tolist() replayed the zeros
+    def f(x):
+        c = torch.zeros(2)
+        c.data.copy_(x)
+        if c.sum() > 0:
+            return "positive", c.tolist()
+        return "not positive", c.tolist()
+
+    def g(x):
+        c = torch.zeros(2)
+        c.data[0:1].add_(x[0])
+        return c.tolist()
+
+    check(f, [torch.full((2,), float(i)) for i in range(4)])
+    check(g, [torch.full((2,), float(i)) for i in range(4)])

@@ -36,6 +36,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace magpy {
@@ -549,6 +550,27 @@ private:
 #endif
 };
 
+// Whether the traced graph makes a tensor that requires grad from values that do not (a leaf
+// of its own): the graph executor's outputs then lose the flag, and gradients with it.
+bool makes_grad_leaf(const jit::Graph& graph) {
+    auto needs = [](const jit::Value* v) {
+        c10::TensorTypePtr t = v->type()->cast<c10::TensorType>();
+        return t && t->requiresGrad().value_or(false);
+    };
+    std::unordered_set<const jit::Value*> derived;
+    for (const jit::Value* in : graph.inputs())
+        if (needs(in)) derived.insert(in);
+    for (const jit::Node* n : graph.nodes()) {
+        bool from_grad = false;
+        for (const jit::Value* in : n->inputs()) from_grad = from_grad || derived.count(in);
+        for (const jit::Value* out : n->outputs()) {
+            if (from_grad) derived.insert(out);  // (lists of tensors too: cat, chunk)
+            else if (needs(out)) return true;
+        }
+    }
+    return false;
+}
+
 class Region {
 public:
     Region(int number, Plan sub, size_t graph_ops, size_t steps, bool freeze)
@@ -849,6 +871,15 @@ private:
         }
         spec->graph = state->graph;
         spec->mutates_inputs = any_changed;
+        // A leaf made in the region to require grad (`torch.zeros(3, requires_grad=True)`,
+        // `x.detach().requires_grad_()`): the graph executor's outputs lose that flag (a review
+        // probe: backward() failed from the third call on), so these inputs run the steps.
+        if (makes_grad_leaf(*spec->graph)) {
+            spec->eager_why = "a tensor made in it requires grad (a leaf of its own)";
+            note(spec->eager_why);
+            m_specs.push_back(std::move(spec));
+            return result.release();
+        }
         try {
             m_onednn = use_onednn_kernels(spec->graph, spec->grad_mode, !m_freeze);
         } catch (const std::exception& e) {

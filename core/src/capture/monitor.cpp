@@ -7068,6 +7068,13 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
             if (n == "shape" && (o.dyn_shape || m_cap.sym_tensor(obj))) return shape_of(obj, real);
             return m_cap.const_value(real);
         }
+        // A tensor computed from constants is one of the capture ([Note: tensors of
+        // constants]); its `.data` shares its memory under a version counter of its own, so a
+        // write through it goes unseen (a review probe: `c = torch.zeros(2);
+        // c.data.copy_(x)` replayed zeros): from here on it is not a constant.
+        if (n == "data" || n == "numpy" || n == "storage" || n == "untyped_storage" ||
+            n == "__dlpack__" || n == "set_")
+            o.const_data = false;
         // An op attribute (x.T, x.data), or `f = x.reshape` (then f(*shape)): the bound method
         // taken at replay from the replayed tensor, calling it being the op.
         bool op = is_op_attribute(cname);
