@@ -246,3 +246,29 @@ def test_a_generator_given_to_a_torch_function_runs_between_its_steps():
     for i in range(4):
         vec = torch.full((5,), float(i + 1))
         assert f(pe, vec) == cf(pc, vec), i
+
+
+def test_state_a_gradient_hook_writes_during_backward_is_read_after_it():
+    # a review probe: `backward()` ran the hook at replay, but the count read after it was the
+    # one guarded at entry
+    def make():
+        w = torch.ones(3, requires_grad=True)
+        st = {"n": 0}
+
+        def hook(g):
+            st["n"] += 1
+            return g
+
+        w.register_hook(hook)
+        return w, st
+
+    def step(w, st, x):
+        (w * x).sum().backward()
+        return st["n"]
+
+    e, c = make(), make()
+    cf = magpy.compile(step)
+    for i in range(5):
+        x = torch.randn(3)
+        assert step(*e, x) == cf(*c, x), i
+        assert torch.equal(e[0].grad, c[0].grad), i

@@ -1547,6 +1547,55 @@ int Monitor::index_items(const std::vector<int>& items, PyObject* key, ValueKind
 // with `obj` as its argument, and what it returned is set on the object. Other data
 // descriptors, and properties on values whose class we do not follow, break in load_attr
 // (MB007).
+// The Python code a backward() call from the tensors of `p` can run: the hooks of the leaves
+// it reaches (`w.register_hook(f)` on a parameter) and the nodes of custom autograd Functions
+// (their ctx). Walked from grad_fn through next_functions, at most 4096 nodes. `held` keeps
+// the objects alive.
+std::vector<PyObject*> Monitor::backward_hooks(const Pending& p, std::vector<py::Ref>& held) {
+    std::vector<PyObject*> roots, todo;
+    std::unordered_set<PyObject*> seen;
+    auto attr = [&](PyObject* o, const char* name) {
+        PyObject* a = PyObject_GetAttrString(o, name);
+        if (!a) PyErr_Clear();
+        else held.emplace_back(py::Ref::steal(a));
+        return a;
+    };
+    std::vector<int> sources = p.in;
+    if (p.callee.bound_self) sources.push_back(p.callee_value);
+    for (int a : sources) {
+        PyObject* t = m_cap.v(a).real.get();
+        if (!t) continue;
+        if (PyMethod_Check(t) || PyCFunction_Check(t))
+            t = PyMethod_Check(t) ? PyMethod_GET_SELF(t) : PyCFunction_GET_SELF(t);
+        std::vector<PyObject*> tensors;
+        if (t && is_tensor(t)) tensors.push_back(t);
+        else if (t && (PyList_Check(t) || PyTuple_Check(t)))
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(t); ++i)
+                tensors.push_back(PySequence_Fast_GET_ITEM(t, i));
+        for (PyObject* x : tensors)
+            if (x && is_tensor(x))
+                if (PyObject* fn = attr(x, "grad_fn"); fn && fn != Py_None) todo.push_back(fn);
+    }
+    while (!todo.empty() && seen.size() < 4096) {
+        PyObject* node = todo.back();
+        todo.pop_back();
+        if (!seen.insert(node).second) continue;
+        if (PyObject_HasAttrString(node, "_forward_cls")) roots.push_back(node);  // a ctx
+        if (PyObject* leaf = attr(node, "variable"); leaf && is_tensor(leaf)) {
+            PyObject* hooks = attr(leaf, "_backward_hooks");
+            if (hooks && PyDict_Check(hooks) && PyDict_GET_SIZE(hooks) > 0) roots.push_back(hooks);
+        }
+        PyObject* next = attr(node, "next_functions");
+        for (Py_ssize_t i = 0; next && PyTuple_Check(next) && i < PyTuple_GET_SIZE(next); ++i) {
+            PyObject* pair = PyTuple_GET_ITEM(next, i);
+            if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) > 0 &&
+                PyTuple_GET_ITEM(pair, 0) != Py_None)
+                todo.push_back(PyTuple_GET_ITEM(pair, 0));
+        }
+    }
+    return roots;
+}
+
 // [Note: __getattribute__ of objects passed in] `config.output_attentions` where the class
 // has its own __getattribute__ in Python (Hugging Face's PretrainedConfig maps aliases through
 // `attribute_map`): the hook's frame, entered from C by LOAD_ATTR, is traced like a property
@@ -5874,6 +5923,13 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
                                   kwvalues.data());
         s.draws = s.effect && op_draws(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
                                        kwvalues.data());
+        if (p.callee.kind == CallKind::TorchOp && p.callee.op == "backward") {
+            // Hooks that backward() runs, and custom Functions' backward: what they reach may
+            // change ([Note: library calls that change state])
+            std::vector<py::Ref> held;
+            std::vector<PyObject*> roots = backward_hooks(p, held);
+            if (!roots.empty()) m_cap.changed_by_call(roots, "backward()");
+        }
         if (p.callee.changes_state) {  // [Note: library calls that change state]
             std::vector<PyObject*> roots;
             for (int a : p.in) roots.push_back(m_cap.v(a).real.get());

@@ -259,6 +259,7 @@ private:
     int container_method(int obj, PyObject* name, PyObject* real);
     bool expect_getattribute(ShadowFrame& f, PyObject* name);
     int input_dict_key(int dict, Py_ssize_t i, PyObject* key);
+    std::vector<PyObject*> backward_hooks(const Pending& p, std::vector<py::Ref>& held);
     bool getattribute_slot(Pending& p, int callable, std::vector<int>& args, PyObject* kwnames);
     void expect_property_getter(ShadowFrame& f, PyObject* name);  // [Note: properties]
     bool expect_property_setter(Pending& p, int obj, PyObject* name, int val);
