@@ -720,6 +720,21 @@ void Capture::concretize(int id) {
     } else if (val.sym_all) {
         pin_all_dims();
     } else {
+        // A relation of a number that changes from call to call (a step counter: `if
+        // n % accum == 0: opt.step()`), after a visible effect, cannot be checked at replay;
+        // guarding the number would recompile on every call: the branch is a break instead.
+        for (const auto& [node, dims] : val.sym_deps) {
+            auto number = m_node_values.find(node);
+            if (relation && m_effects && number != m_node_values.end() &&
+                !v(number->second).tensor) {
+                fail(breaks::kDataDependentBranch,
+                     "a branch on `" + v(number->second).label + "`, which changes from call "
+                     "to call, comes after a visible effect",
+                     "the branch runs in Python between two graphs; branch before the "
+                     "effect to keep one graph");
+                return;
+            }
+        }
         for (const auto& [node, dims] : val.sym_deps) {
             auto number = m_node_values.find(node);
             if (number != m_node_values.end() && !v(number->second).tensor) pin_number(number->second);
