@@ -284,7 +284,9 @@ def compile_region(steps, sample, backend):
     gm, tensors = graph_module(steps, sample, flat=backend != "fx")
     text = gm.code.strip()
     if backend == "fx":
-        return gm, text, tensors
+        # its forward itself: GraphModule.__call__ prints the generated code's traceback to
+        # stderr whenever the graph raises (a review probe), where eager prints nothing
+        return gm.forward, text, tensors
     why = unavailable(backend)
     if why:
         raise Unsupported(why)
