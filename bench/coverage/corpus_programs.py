@@ -3662,6 +3662,111 @@ def fused_head_inputs():
     return ([torch.randn(2, 6, 24) for _ in range(4)],)
 
 
+class AliasedConfig:
+    """Hugging Face's PretrainedConfig: aliases resolved by a __getattribute__ of its own."""
+
+    attribute_map = {"n_embd": "hidden_size", "n_labels": "num_labels"}
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+    def __init__(self):
+        self.hidden_size = 32
+        self.num_labels = 5
+        self.output_hidden_states = False
+        self.return_dict = True
+        self.torchscript = False
+        self.pad_token_id = 0
+
+    @property
+    def use_return_dict(self):
+        return self.return_dict and not self.torchscript
+
+
+def deprecate_kwarg(old, new):
+    """A forward decorator in the style of transformers' deprecate_kwarg."""
+
+    def wrap(func):
+        @functools.wraps(func)
+        def wrapped(*args, **kwargs):
+            if old in kwargs:
+                kwargs[new] = kwargs.pop(old)
+            return func(*args, **kwargs)
+
+        return wrapped
+
+    return wrap
+
+
+class HFSequenceClassifier(nn.Module):
+    """A *ForSequenceClassification head: config reads through __getattribute__, a decorated
+    encoder forward, the loss module made in forward, a dict output."""
+
+    class Encoder(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.layer = nn.TransformerEncoderLayer(d, 4, 2 * d, dropout=0.0, batch_first=True)
+
+        @deprecate_kwarg("attention_mask", "mask")
+        def forward(self, x, mask=None):
+            return self.layer(x, src_key_padding_mask=mask)
+
+    def __init__(self):
+        super().__init__()
+        self.config = AliasedConfig()
+        self.embed = nn.Embedding(50, self.config.n_embd)
+        self.encoder = self.Encoder(self.config.n_embd)
+        self.classifier = nn.Linear(self.config.n_embd, self.config.n_labels)
+
+    def forward(self, input_ids, labels=None, return_dict=None, output_hidden_states=None):
+        return_dict = return_dict if return_dict is not None else self.config.use_return_dict
+        output_hidden_states = (output_hidden_states if output_hidden_states is not None
+                                else self.config.output_hidden_states)
+        mask = input_ids == self.config.pad_token_id
+        hidden = self.encoder(self.embed(input_ids), attention_mask=mask)
+        logits = self.classifier(hidden[:, 0])
+        loss = None
+        if labels is not None:
+            loss_fct = nn.CrossEntropyLoss()
+            loss = loss_fct(logits.view(-1, self.config.n_labels), labels.view(-1))
+        if not return_dict:
+            return (loss, logits)
+        out = {"loss": loss, "logits": logits}
+        if output_hidden_states:
+            out["hidden_states"] = hidden
+        return out
+
+
+def hf_classifier_inputs():
+    ids = torch.randint(1, 50, (3, 7))
+    ids[0, 5:] = 0
+    return Args(ids, labels=torch.randint(0, 5, (3,)))
+
+
+class ScheduledTrainStep(nn.Module):
+    """A whole training step: forward, backward, gradient clipping over the parameters
+    generator, optimizer and scheduler steps, the learning rate logged after them."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=0.9)
+        self.sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=2, gamma=0.5)
+        self.lrs = []
+
+    def forward(self, x, y):
+        self.opt.zero_grad()
+        loss = F.mse_loss(self.net(x), y)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)
+        self.opt.step()
+        self.sched.step()
+        self.lrs.append(self.opt.param_groups[0]["lr"])
+        return loss.detach(), norm
+
+
 def programs():
     return [
         Program("prog/causal_transformer_block", CausalTransformerBlock,
@@ -3979,4 +4084,12 @@ def programs():
                      "an object() sentinel, operator.itemgetter sort keys, collections.Counter"),
         Program("prog/fused_heads_stdlib_bookkeeping_train", FusedMultiHead, fused_head_inputs,
                 train=True, note="the same in training: a config replaced per call"),
+        Program("prog/hf_sequence_classifier", HFSequenceClassifier, hf_classifier_inputs,
+                note="config through __getattribute__ and a property, a decorated forward, "
+                     "CrossEntropyLoss() made in forward"),
+        Program("prog/scheduled_train_step", ScheduledTrainStep,
+                lambda: (torch.randn(6, 8), torch.randn(6, 1)), train=True,
+                separate_worlds=True, calls=4,
+                note="backward, clip_grad_norm_(parameters()), SGD and StepLR steps, the lr "
+                     "read after them (a break there)"),
     ]
