@@ -276,3 +276,26 @@ def test_state_a_gradient_hook_writes_during_backward_is_read_after_it():
         x = torch.randn(3)
         assert step(*e, x) == cf(*c, x), i
         assert torch.equal(e[0].grad, c[0].grad), i
+
+
+def test_state_a_hook_reaches_through_its_defaults_is_read_after_backward():
+    def make():
+        w = torch.ones(3, requires_grad=True)
+        st = {"n": 0}
+
+        def hook(g, s=st):
+            s["n"] += 1
+            return g
+
+        w.register_hook(hook)
+        return w, st
+
+    def step(w, st, x):
+        (w * x).sum().backward()
+        return st["n"]
+
+    e, c = make(), make()
+    cf = magpy.compile(step)
+    for i in range(4):
+        x = torch.randn(3)
+        assert step(*e, x) == cf(*c, x), i

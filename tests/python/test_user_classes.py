@@ -829,3 +829,24 @@ def test_a_config_with_its_own_getattribute_is_traced():
     short = [k for k in per_call if k != "torchscript"]  # return_dict False: `and` stops
     # (the harness's own isinstance() checks read __class__)
     assert [k for k in cfg.reads if not k.startswith("__")] == per_call * 8 + short * 6
+
+
+def test_a_read_past_the_getattribute_hook_sees_what_the_call_wrote():
+    # a review probe: object.__getattribute__ (in the hook, or called directly) replayed the
+    # entry value of an attribute the call had just written
+    cfg = AliasedConfig()
+
+    def f(x, config):
+        config.hidden_size = config.hidden_size + 1
+        a = x * config.n_embd
+        config.plain = 5
+        return a, object.__getattribute__(config, "plain")
+
+    def snapshot():
+        return {k: v for k, v in vars(cfg).items() if k != "reads"}
+
+    def restore(state):
+        vars(cfg).update(state)
+
+    check(f, [Call(torch.ones(2), cfg) for _ in range(4)], snapshot=snapshot, restore=restore,
+          pin=(cfg,))

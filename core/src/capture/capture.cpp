@@ -368,10 +368,13 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
         m_changed.emplace(o, std::make_pair(py::Ref::borrow(o), call));
         reached.push_back(o);
         if (depth >= kMaxDepth) continue;
-        if (PyFunction_Check(o)) {  // what its closure cells hold (an LBFGS closure's state)
+        if (PyFunction_Check(o)) {  // what its closure cells and defaults hold (an LBFGS
+                                    // closure's state, `def hook(g, s=state)`)
             PyObject* cells = PyFunction_GET_CLOSURE(o);
             for (Py_ssize_t i = 0; cells && i < PyTuple_GET_SIZE(cells); ++i)
                 todo.emplace_back(PyCell_GET(PyTuple_GET_ITEM(cells, i)), depth + 1);
+            todo.emplace_back(PyFunction_GET_DEFAULTS(o), depth + 1);
+            todo.emplace_back(PyFunction_GET_KW_DEFAULTS(o), depth + 1);
             continue;
         }
         if (PyMethod_Check(o)) {

@@ -751,8 +751,11 @@ int Monitor::object_slot_call(const Pending& p, PyObject* result) {
         if (slot == "__getitem__" && n == 2 && !p.kwnames && result)
             return subscript(obj, p.in[1], result);
         if (slot == "__getattribute__" && n == 2 && result) {
-            // object's own lookup: a plain attribute, read past the class's hook
+            // object's own lookup: a plain attribute, read past the class's hook (what the
+            // call wrote there first: a review probe found the entry value replayed)
             PyObject* name = m_cap.v(p.in[1]).real.get();
+            auto written = m_cap.overlay().find({obj, str(name)});
+            if (written != m_cap.overlay().end()) return written->second;
             PyObject* o = m_cap.v(obj).real.get();
             std::string code = code_on_read(o, name);
             if (code.empty() && is_code_descriptor(Py_TYPE(o), name)) code = "a data descriptor";
