@@ -6,6 +6,7 @@ Found by a review probe: gradients doubled and learning rates read stale."""
 import copy
 import warnings
 
+import pytest
 import torch
 
 import magpy
@@ -252,18 +253,23 @@ def test_a_generator_given_to_a_torch_function_runs_between_its_steps():
         assert f(pe, vec) == cf(pc, vec), i
 
 
-def test_state_a_gradient_hook_writes_during_backward_is_read_after_it():
+@pytest.mark.parametrize("through", ["closure", "default"])
+def test_state_a_gradient_hook_writes_during_backward_is_read_after_it(through):
     # a review probe: `backward()` ran the hook at replay, but the count read after it was the
-    # one guarded at entry
+    # one guarded at entry (the hook reaches its state through a closure or a default)
     def make():
         w = torch.ones(3, requires_grad=True)
         st = {"n": 0}
 
-        def hook(g):
+        def by_closure(g):
             st["n"] += 1
             return g
 
-        w.register_hook(hook)
+        def by_default(g, s=st):
+            s["n"] += 1
+            return g
+
+        w.register_hook(by_closure if through == "closure" else by_default)
         return w, st
 
     def step(w, st, x):
@@ -276,26 +282,3 @@ def test_state_a_gradient_hook_writes_during_backward_is_read_after_it():
         x = torch.randn(3)
         assert step(*e, x) == cf(*c, x), i
         assert torch.equal(e[0].grad, c[0].grad), i
-
-
-def test_state_a_hook_reaches_through_its_defaults_is_read_after_backward():
-    def make():
-        w = torch.ones(3, requires_grad=True)
-        st = {"n": 0}
-
-        def hook(g, s=st):
-            s["n"] += 1
-            return g
-
-        w.register_hook(hook)
-        return w, st
-
-    def step(w, st, x):
-        (w * x).sum().backward()
-        return st["n"]
-
-    e, c = make(), make()
-    cf = magpy.compile(step)
-    for i in range(4):
-        x = torch.randn(3)
-        assert step(*e, x) == cf(*c, x), i
