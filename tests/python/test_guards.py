@@ -539,3 +539,21 @@ def test_the_generator_state_read_into_python_is_read_at_each_call():
         want = f(torch.zeros(1))[1]
         torch.manual_seed(i)
         assert cf(torch.zeros(1))[1] == want, i
+
+
+def test_is_between_singletons_and_between_values_of_other_types_needs_no_guard():
+    # `x.dtype is torch.float16` (HF code does it everywhere): dtypes are one object each, so
+    # the answer follows from the guarded dtype; values of other types or bits are never one
+    def f(x, t):
+        if x.dtype is torch.float16:
+            x = x.float()
+        a, b = t
+        return x * 2, a is b, x.layout is torch.strided
+
+    cf = magpy.compile(f)
+    for i in range(4):
+        x = torch.randn(3, dtype=torch.float16 if i % 2 else torch.float32)
+        t = (True, 1) if i < 2 else (0.0, -0.0)
+        want, got = f(x, t), cf(x, t)
+        assert torch.equal(got[0], want[0]) and got[1:] == want[1:], i
+    assert magpy.explain(cf).break_count == 0

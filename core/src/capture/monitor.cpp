@@ -3725,16 +3725,21 @@ void Monitor::complete(ShadowFrame& f) {
                 long n = PyLong_AsLongAndOverflow(o, &overflow);
                 return !overflow && n >= -5 && n <= 256;
             }
+            // and one empty tuple, one empty string; torch one object per dtype, layout and
+            // memory format (`x.dtype is torch.float16`)
+            const TorchApi& api = torch_api();
             return o == Py_None || o == Py_True || o == Py_False || o == Py_Ellipsis ||
-                   o == Py_NotImplemented;
+                   o == Py_NotImplemented || (PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 0) ||
+                   (PyUnicode_CheckExact(o) && PyUnicode_GET_LENGTH(o) == 0) ||
+                   Py_TYPE(o) == api.dtype_type || Py_TYPE(o) == api.layout_type ||
+                   std::strcmp(Py_TYPE(o)->tp_name, "torch.memory_format") == 0;
         };
         if (known && a.kind == ValueKind::Const && b.kind == ValueKind::Const &&
             !singleton(a) && !singleton(b) && p.in[0] != p.in[1]) {
             // Two values that differ are never one object; two equal ones may or may not be
+            // (of different types, or of different bits as 0.0 and -0.0, never one object)
             PyObject *x = a.real.get(), *y = b.real.get();
-            bool nans = PyFloat_CheckExact(x) && PyFloat_CheckExact(y) &&
-                        std::isnan(PyFloat_AS_DOUBLE(x)) && std::isnan(PyFloat_AS_DOUBLE(y));
-            int eq = nans ? 1 : PyObject_RichCompareBool(x, y, Py_EQ);
+            int eq = Py_TYPE(x) == Py_TYPE(y) && same_constant(x, y) ? 1 : 0;
             PyErr_Clear();
             if (eq != 0 && !(a.node >= 0 && b.node >= 0 &&
                              m_cap.guard_same_object(p.in[0], p.in[1])))
