@@ -282,3 +282,21 @@ def test_state_a_gradient_hook_writes_during_backward_is_read_after_it(through):
         x = torch.randn(3)
         assert step(*e, x) == cf(*c, x), i
         assert torch.equal(e[0].grad, c[0].grad), i
+
+
+def test_state_a_hook_registered_in_the_call_writes_is_read_after_backward():
+    # a review probe: the hook on an intermediate, made and registered in the call, ran at
+    # replay, but the length read after backward() was the one the capture saw
+    def step(w, rec, x):
+        y = w * x
+        y.register_hook(lambda g: rec.append(1))
+        y.sum().backward()
+        return len(rec)
+
+    we, wc = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+    re_, rc = [], []
+    cf = magpy.compile(step)
+    for i in range(4):
+        x = torch.randn(3)
+        assert step(we, re_, x) == cf(wc, rc, x), i
+        assert re_ == rc and torch.equal(we.grad, wc.grad), i

@@ -1557,6 +1557,7 @@ int Monitor::index_items(const std::vector<int>& items, PyObject* key, ValueKind
 std::vector<PyObject*> Monitor::backward_hooks(const Pending& p, std::vector<py::Ref>& held) {
     std::vector<PyObject*> roots, todo;
     std::unordered_set<PyObject*> seen;
+    for (const py::Ref& h : m_hooks_made) roots.push_back(h.get());
     auto attr = [&](PyObject* o, const char* name) {
         PyObject* a = PyObject_GetAttrString(o, name);
         if (!a) PyErr_Clear();
@@ -5931,6 +5932,11 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
                                   kwvalues.data());
         s.draws = s.effect && op_draws(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
                                        kwvalues.data());
+        if (p.callee.kind == CallKind::TorchOp &&
+            (p.callee.op == "register_hook" || p.callee.op == "register_prehook"))
+            for (int a : p.in)  // `y.register_hook(f)` in the call: backward() may run f
+                if (PyCallable_Check(m_cap.v(a).real.get()))
+                    m_hooks_made.push_back(m_cap.v(a).real);
         if (p.callee.kind == CallKind::TorchOp && p.callee.op == "backward") {
             // Hooks that backward() runs, and custom Functions' backward: what they reach may
             // change ([Note: library calls that change state])

@@ -110,6 +110,7 @@ private:
         PyObject* object = nullptr;  // borrowed: its iterator value holds it for the capture
     };
     std::vector<GenRecord> m_gens;
+    std::vector<py::Ref> m_hooks_made;  // hooks registered on tensors in the call
     GenRecord* generator_of(int value);
     bool resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
     // [Note: map] map(f, xs) with f a Python function: each call the consumer's next() makes
