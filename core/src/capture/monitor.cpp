@@ -3140,6 +3140,23 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     }
     case STORE_DEREF: {
         PyObject* cell = py::frame_local(f.frame, ins.oparg);
+        if (!m_cap.cells().count(cell) && f.is_root && root_closure_cell(f, cell)) {
+            // `nonlocal step; step += 1` in the compiled function itself: its closure is the
+            // same on every call, so the write is an effect on that cell, replayed in order,
+            // and later reads in the call see the value written
+            static PyObject* setter = [] {
+                PyObject* d = _PyType_Lookup(&PyCell_Type, interned("cell_contents"));
+                return d ? PyObject_GetAttrString(d, "__set__") : nullptr;  // kept
+            }();
+            if (!setter) return m_cap.internal_error("cell_contents.__set__");
+            int val = pop(f);
+            Step s;
+            s.kind = StepKind::Call;
+            m_cap.record_effect(std::move(s),
+                                {m_cap.const_value(setter), m_cap.const_value(cell), val});
+            m_cap.cells()[cell] = val;
+            return;
+        }
         if (!m_cap.cells().count(cell))
             return m_cap.fail(breaks::kUnsupportedOpcode,
                               "a `nonlocal` variable of an enclosing function is assigned",
@@ -7039,6 +7056,15 @@ int Monitor::load_global(ShadowFrame& f, PyObject* name) {
     m_cap.guard_no_key(g, name);
     return m_cap.input_root(AccessKind::Builtin, 0, name, "__builtins__['" + str(name) + "']",
                             real);
+}
+
+// Whether `cell` is one of the closure cells of the function the root frame runs.
+bool Monitor::root_closure_cell(const ShadowFrame& f, PyObject* cell) {
+    PyObject* fn = py::frame_function(f.frame);
+    PyObject* closure = fn && PyFunction_Check(fn) ? PyFunction_GET_CLOSURE(fn) : nullptr;
+    for (Py_ssize_t i = 0; closure && i < PyTuple_GET_SIZE(closure); ++i)
+        if (PyTuple_GET_ITEM(closure, i) == cell) return true;
+    return false;
 }
 
 int Monitor::load_deref(ShadowFrame& f, int index) {

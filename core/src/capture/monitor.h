@@ -260,6 +260,7 @@ private:
     int container_method(int obj, PyObject* name, PyObject* real);
     bool expect_getattribute(ShadowFrame& f, PyObject* name);
     int input_dict_key(int dict, Py_ssize_t i, PyObject* key);
+    bool root_closure_cell(const ShadowFrame& f, PyObject* cell);
     std::vector<PyObject*> backward_hooks(const Pending& p, std::vector<py::Ref>& held);
     bool getattribute_slot(Pending& p, int callable, std::vector<int>& args, PyObject* kwnames);
     void expect_property_getter(ShadowFrame& f, PyObject* name);  // [Note: properties]
