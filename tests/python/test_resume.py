@@ -593,3 +593,19 @@ def test_an_object_freed_by_the_frame_runs_its_del_where_eager_does():
             if call >= 3:
                 assert _del_log == eager_log, (fn.__name__, call)
         assert any("__del__" in b.reason for b in magpy.explain(cf).breaks), fn.__name__
+
+
+def test_every_wrapper_of_a_function_lists_its_breaks():
+    # a review probe: a second magpy.compile of the same function found the break site cached
+    # on the code and listed no breaks
+    def g(x):
+        (x * x).sum().backward()
+        return x.grad * 2
+
+    for backend in ("eager", "eager", "fx"):
+        x = torch.randn(3, requires_grad=True)
+        cf = magpy.compile(g, backend=backend)
+        for _ in range(4):
+            cf(x)
+        r = magpy.explain(cf)
+        assert [b.reason_id for b in r.breaks] == ["MB007"], (backend, r.breaks)

@@ -36,6 +36,8 @@ public:
     int return_value() const { return m_return_value; }
     // The capture broke at a new site (recorded): the next capture ends a segment there.
     bool found_site() const { return m_found_site; }
+    // The breaks of the known sites this capture ended a segment at (found by an earlier one)
+    const std::vector<BreakInfo>& sites_reached() const { return m_sites_reached; }
     // The call is on its way out with an exception of the user's ([Note: calls that raise]).
     bool raising() const { return m_raising; }
     // fullgraph=True: the GraphBreakError raised at the break (null if none was), which the
@@ -111,6 +113,7 @@ private:
     };
     std::vector<GenRecord> m_gens;
     std::vector<py::Ref> m_hooks_made;  // hooks registered on tensors in the call
+    std::vector<BreakInfo> m_sites_reached;
     GenRecord* generator_of(int value);
     bool resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
     // [Note: map] map(f, xs) with f a Python function: each call the consumer's next() makes

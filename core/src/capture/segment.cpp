@@ -41,7 +41,10 @@ bool Monitor::at_site(ShadowFrame& f, const py::Instruction& ins) {
             callee = callee_at(f, ins);
             have_callee = true;
         }
-        if (s.callee == callee) return true;
+        if (s.callee == callee) {
+            m_sites_reached.push_back(s.info);  // (explain() of every wrapper lists it)
+            return true;
+        }
     }
     return false;
 }

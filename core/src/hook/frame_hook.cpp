@@ -201,6 +201,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
                                                             : cap.finish_failed();
     if (result || !mon.raising())  // the user's exception is no break ([Note: calls that raise])
         for (const BreakInfo& b : r.breaks) st.add_break(b);
+    for (const BreakInfo& b : mon.sites_reached()) st.add_break(b);
     if (!mon.note().empty()) st.add_note(mon.note());
     progress("captured", st, {{"ok", r.ok ? 1 : 0},
                               {"ops", r.ok && r.plan ? static_cast<long long>(r.plan->graph_op_count()) : 0},
@@ -220,6 +221,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     e.users = {st.id};
     e.guards = std::move(r.guards);
     e.breaks = r.breaks;
+    e.breaks.insert(e.breaks.end(), mon.sites_reached().begin(), mon.sites_reached().end());
     e.refgraph_nodes = std::move(r.refgraph_nodes);
     e.refgraph_edges = std::move(r.refgraph_edges);
     e.capture_ns = t1 - t0;
@@ -322,7 +324,10 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
     auto count_hit = [&](std::list<CacheEntry>::iterator it) {
         (reinterpret_cast<PyObject*>(code) == st.code.get() ? st.stats.hits : st.stats.resume_hits)++;
         it->hits++;
-        if (!it->used_by(st.id)) it->users.push_back(st.id);
+        if (!it->used_by(st.id)) {  // another wrapper's entry: its breaks are this one's too
+            it->users.push_back(st.id);
+            for (const BreakInfo& b : it->breaks) st.add_break(b);
+        }
         if (it != cc->entries.begin()) cc->entries.splice(cc->entries.begin(), cc->entries, it);
     };
     uint64_t guard_start = now_ticks();  // (a cheap clock: [profiler.h] now_ticks)
