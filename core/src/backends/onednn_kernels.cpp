@@ -24,12 +24,13 @@ namespace jit = torch::jit;
 
 std::vector<int64_t> sizes_of(const c10::TensorTypePtr& t) { return *t->sizes().concrete_sizes(); }
 
-const c10::Symbol& sym(const char* name) {
-    static std::unordered_map<std::string, c10::Symbol> cache;
-    auto it = cache.find(name);
-    if (it == cache.end()) it = cache.emplace(name, c10::Symbol::fromQualString(name)).first;
-    return it->second;
-}
+const c10::Symbol kLinear = c10::Symbol::fromQualString("aten::linear");
+const c10::Symbol kConvolution = c10::Symbol::fromQualString("aten::_convolution");
+const c10::Symbol kConv2d = c10::Symbol::fromQualString("aten::conv2d");
+const c10::Symbol kToMkldnn = c10::Symbol::fromQualString("aten::to_mkldnn");
+const c10::Symbol kToDense = c10::Symbol::fromQualString("aten::to_dense");
+const c10::Symbol kMkldnnLinear = c10::Symbol::fromQualString("aten::mkldnn_linear");
+const c10::Symbol kMkldnnConvolution = c10::Symbol::fromQualString("aten::mkldnn_convolution");
 
 // [SECTION] reading the traced types ------------------------------------------------------------
 // A trace gives every tensor value its complete type: sizes, strides, dtype, device.
@@ -177,9 +178,9 @@ bool move_linear(jit::Graph& graph, jit::Node* n, bool grad_mode) {
         });
     if (!faster) return false;
     jit::WithInsertPoint at(n);
-    auto mk = [&](jit::Value* v) { return graph.insert(sym("aten::to_mkldnn"), {v}); };
-    jit::Value* y = graph.insert(sym("aten::mkldnn_linear"), {mk(x), mk(w), is_none(b) ? b : mk(b)});
-    replace(n, graph.insert(sym("aten::to_dense"), {y}));
+    auto mk = [&](jit::Value* v) { return graph.insert(kToMkldnn, {v}); };
+    jit::Value* y = graph.insert(kMkldnnLinear, {mk(x), mk(w), is_none(b) ? b : mk(b)});
+    replace(n, graph.insert(kToDense, {y}));
     return true;
 }
 
@@ -192,7 +193,7 @@ struct Conv {
 };
 
 std::optional<Conv> conv_parts(jit::Node* n) {
-    bool full = n->kind() == sym("aten::_convolution");
+    bool full = n->kind() == kConvolution;
     if (n->inputs().size() != (full ? 13u : 7u)) return std::nullopt;
     Conv c{n->input(0), n->input(1), n->input(2), n->input(3), n->input(4), n->input(5),
            n->input(full ? 8 : 6), {}, {}, {}, 1};
@@ -230,7 +231,7 @@ bool move_conv(jit::Graph& graph, jit::Node* n, const Conv& c, bool grad_mode) {
         [&] { at::mkldnn_convolution(X, W, B, c.p, c.s, c.d, c.g); });
     if (!faster) return false;
     jit::WithInsertPoint at(n);
-    replace(n, graph.insert(sym("aten::mkldnn_convolution"),
+    replace(n, graph.insert(kMkldnnConvolution,
                             {c.x, c.w, c.b, c.padding, c.stride, c.dilation, c.groups}));
     return true;
 }
@@ -254,11 +255,11 @@ OneDnnChoice use_onednn_kernels(const std::shared_ptr<jit::Graph>& graph, bool g
     if (!at::hasMKLDNN()) return c;
     std::vector<jit::Node*> nodes(graph->nodes().begin(), graph->nodes().end());
     for (jit::Node* n : nodes) {
-        if (n->kind() == sym("aten::linear")) {
+        if (n->kind() == kLinear) {
             ++c.linear;
             if (move_linear(*graph, n, grad_mode)) ++c.linear_moved;
         } else if (convolutions &&
-                   (n->kind() == sym("aten::_convolution") || n->kind() == sym("aten::conv2d"))) {
+                   (n->kind() == kConvolution || n->kind() == kConv2d)) {
             std::optional<Conv> parts = conv_parts(n);
             if (!parts) continue;
             ++c.conv;

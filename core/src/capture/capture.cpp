@@ -323,15 +323,10 @@ int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
         return -1;
     }
     // [Note: library calls that change state]; methods are looked up, not state read
-    auto changed = p.real && !beside_items ? m_changed.find(p.real.get()) : m_changed.end();
-    if (changed != m_changed.end() && real &&
-        !(PyFunction_Check(real) || PyMethod_Check(real) || PyCFunction_Check(real))) {
-        fail(breaks::kMutatedThenRead,
-             "`" + p.label + suffix + "` is read after `" + changed->second.second +
-                 "`, which may have changed it",
-             "read it before that call, or outside the compiled function");
+    if (!beside_items && real &&
+        !(PyFunction_Check(real) || PyMethod_Check(real) || PyCFunction_Check(real)) &&
+        read_after_change(p.real.get(), p.label + suffix))
         return -1;
-    }
     int node = m_guards->add_accessor(kind, p.node, index, key, p.label + suffix);
     auto it = m_node_values.find(node);
     if (it != m_node_values.end()) return it->second;
@@ -406,7 +401,8 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
     // What the capture already follows itself (containers made in the call, objects it wrote
     // or shadows) would be read from its own copy afterwards: the call is a break instead, so
     // the next segment reads them afresh.
-    std::unordered_set<PyObject*> now(reached.begin(), reached.end());
+    std::unordered_set<PyObject*> now(reached.begin(), reached.end()), written;
+    for (const auto& [key, value] : m_overlay) written.insert(v(key.first).real.get());
     for (const Value& val : m_values) {
         PyObject* r = val.real.get();
         if (!r || !now.count(r)) continue;
@@ -414,10 +410,7 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
                         val.kind == ValueKind::FreshTuple || val.kind == ValueKind::FreshSet ||
                         val.kind == ValueKind::FreshObject ||
                         (val.kind == ValueKind::Input && (val.mutated || val.shadow));
-        bool written = false;
-        for (const auto& [key, value] : m_overlay)
-            written = written || v(key.first).real.get() == r;
-        if (followed || written) {
+        if (followed || written.count(r)) {
             fail(breaks::kMutatedThenRead,
                  "`" + val.label + "`, which this function made or changed, is given to `" +
                      call + "`, which may change it",
@@ -486,17 +479,20 @@ void Capture::guard_no_hooks(int id) {
     m_guards->add_check(v(id).node, std::move(c));
 }
 
-// [Note: library calls that change state] a read of what such a call reached, other than
-// through input_child (a length, the items of a list): a break, as there.
-bool Capture::read_after_change(int id) {
-    const Value& val = v(id);
-    auto changed = val.real ? m_changed.find(val.real.get()) : m_changed.end();
-    if (changed == m_changed.end() || val.kind != ValueKind::Input) return false;
+// [Note: library calls that change state] A read of `obj` (spelled `what`), which such a call
+// reached: a break (true). Through input_child, or a length or the items of a list passed in.
+bool Capture::read_after_change(PyObject* obj, const std::string& what) {
+    auto changed = obj ? m_changed.find(obj) : m_changed.end();
+    if (changed == m_changed.end()) return false;
     fail(breaks::kMutatedThenRead,
-         "`" + val.label + "` is read after `" + changed->second.second +
-             "`, which may have changed it",
+         "`" + what + "` is read after `" + changed->second.second + "`, which may have changed it",
          "read it before that call, or outside the compiled function");
     return true;
+}
+
+bool Capture::read_after_change(int id) {
+    const Value& val = v(id);
+    return val.kind == ValueKind::Input && read_after_change(val.real.get(), val.label);
 }
 
 void Capture::guard_len(int id, Py_ssize_t n) {

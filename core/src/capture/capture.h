@@ -346,6 +346,7 @@ private:
     void add_step(Step step);
     void may_decline();
     void guard_set_order(int id);
+    bool read_after_change(PyObject* obj, const std::string& what);
     bool read_after_change(int id);
     bool undoable_write(const Step& step, const std::vector<int>& values);
     bool step_folds(const Step& step, PyObject* real_result);

@@ -1600,6 +1600,13 @@ std::vector<PyObject*> Monitor::backward_hooks(const Pending& p, std::vector<py:
     return roots;
 }
 
+// A property, or a subclass that keeps property's own __get__ (torch.distributions'
+// dependent_property): reading it calls its fget.
+static bool plain_property(PyObject* d) {
+    return PyObject_TypeCheck(d, &PyProperty_Type) &&
+           Py_TYPE(d)->tp_descr_get == PyProperty_Type.tp_descr_get;
+}
+
 // [Note: __getattribute__ of objects passed in] `config.output_attentions` where the class
 // has its own __getattribute__ in Python (Hugging Face's PretrainedConfig maps aliases through
 // `attribute_map`): the hook's frame, entered from C by LOAD_ATTR, is traced like a property
@@ -1648,8 +1655,7 @@ bool Monitor::getattribute_slot(Pending& p, int callable, std::vector<int>& args
         return false;
     PyObject* name = k.real.get();
     PyObject* d = _PyType_Lookup(Py_TYPE(o.real.get()), name);
-    bool property = d && PyObject_TypeCheck(d, &PyProperty_Type) &&
-                    Py_TYPE(d)->tp_descr_get == PyProperty_Type.tp_descr_get;
+    bool property = d && plain_property(d);
     p.callee = CalleeInfo{};
     p.callee_value = callable;
     p.kwnames = nullptr;
@@ -1687,8 +1693,7 @@ void Monitor::expect_property_getter(ShadowFrame& f, PyObject* name) {
         return;
     PyObject* prop = _PyType_Lookup(Py_TYPE(target), name);
     if (!prop) return;
-    bool property = PyObject_TypeCheck(prop, &PyProperty_Type) &&
-                    Py_TYPE(prop)->tp_descr_get == PyProperty_Type.tp_descr_get;
+    bool property = plain_property(prop);
     PyObject* lazy_get = nullptr;  // borrowed: the Python __get__ of a non-data descriptor
     bool cached = false;           // a functools.cached_property
     if (!property && o.kind == ValueKind::FreshObject && !Py_TYPE(prop)->tp_descr_set &&
