@@ -300,3 +300,159 @@ def test_state_a_hook_registered_in_the_call_writes_is_read_after_backward():
         x = torch.randn(3)
         assert step(we, re_, x) == cf(wc, rc, x), i
         assert re_ == rc and torch.equal(we.grad, wc.grad), i
+
+
+# [Note: code that ran inside a call] The Python that backward() ran is seen as it runs: what
+# it reaches (through its arguments, closures, defaults and the module globals it names) is
+# read afresh after it, and the hooks of the tensors passed in are guarded.
+HOOK_CALLS = 0
+HOOK_STATS = {"n": 0}
+
+
+def _count_global(g):
+    global HOOK_CALLS
+    HOOK_CALLS += 1
+
+
+def _count_in_global_dict(g):
+    HOOK_STATS["n"] += 1
+
+
+class _Doubling(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        HOOK_STATS["n"] += 1
+        return g * 2
+
+
+def _hook_counts(kind):
+    """(make, step): make() builds fresh state, step(state, x) returns what the hook wrote."""
+    if kind == "leaf hook rebinds a global":
+        def make():
+            global HOOK_CALLS
+            HOOK_CALLS = 0
+            w = torch.ones(3, requires_grad=True)
+            w.register_hook(_count_global)
+            return w
+
+        def step(w, x):
+            (w * x).sum().backward()
+            return HOOK_CALLS
+    elif kind == "leaf hook writes a global dict":
+        def make():
+            HOOK_STATS["n"] = 0
+            w = torch.ones(3, requires_grad=True)
+            w.register_hook(_count_in_global_dict)
+            return w
+
+        def step(w, x):
+            (w * x).sum().backward()
+            return HOOK_STATS["n"]
+    elif kind == "custom Function's backward":
+        def make():
+            HOOK_STATS["n"] = 0
+            return torch.ones(3, requires_grad=True)
+
+        def step(w, x):
+            _Doubling.apply(w * x).sum().backward()
+            return HOOK_STATS["n"]
+    elif kind == "module backward hook":
+        def make():
+            torch.manual_seed(0)
+            lin = torch.nn.Linear(3, 1)
+            lin.calls = 0
+
+            def hook(mod, grad_in, grad_out):
+                mod.calls += 1
+            lin.register_full_backward_hook(hook)
+            return lin
+
+        def step(lin, x):
+            lin(x).sum().backward()
+            return lin.calls
+    return make, step
+
+
+@pytest.mark.parametrize("kind", ["leaf hook rebinds a global", "leaf hook writes a global dict",
+                                  "custom Function's backward", "module backward hook"])
+def test_state_written_by_code_backward_runs_is_read_after_it(kind):
+    # a review probe: each of these read the count guarded at entry on a cache hit
+    make, step = _hook_counts(kind)
+    outs = []
+    for compiled in (False, True):
+        w = make()
+        f = magpy.compile(step) if compiled else step
+        outs.append([f(w, torch.full((3,), float(i))) for i in range(5)])
+    assert outs[0] == outs[1] == [1, 2, 3, 4, 5]
+
+
+def test_a_hook_registered_between_calls_recompiles():
+    # a review probe: no guard held a leaf's hooks, so a hook registered after the capture ran
+    # at replay while the count read after backward() was the one guarded at entry
+    def run(compiled):
+        st = {"n": 0}
+        w = torch.ones(3, requires_grad=True)
+
+        def step(x):
+            (w * x).sum().backward()
+            return st["n"]
+        f = magpy.compile(step) if compiled else step
+        out = []
+        for i in range(5):
+            if i == 2:
+                w.register_hook(lambda g: st.__setitem__("n", st["n"] + 1))
+            out.append(f(torch.full((3,), float(i))))
+        return out, f
+
+    (want, _), (got, f) = run(False), run(True)
+    assert got == want == [0, 0, 1, 2, 3]
+    assert any("hook_ids(" in g for g in magpy.explain(f).guards)
+
+
+def test_a_hook_on_an_intermediate_passed_in_is_seen():
+    def run(compiled):
+        st = {"n": 0}
+        w = torch.ones(3, requires_grad=True)
+
+        def step(h, x):
+            (h * x).sum().backward()
+            return st["n"]
+        f = magpy.compile(step) if compiled else step
+        out = []
+        for i in range(5):
+            h = w * 2
+            h.register_hook(lambda g: st.__setitem__("n", st["n"] + 1))
+            out.append(f(h, torch.full((3,), float(i))))
+        return out
+
+    assert run(False) == run(True) == [1, 2, 3, 4, 5]
+
+
+def test_a_hook_that_writes_nothing_keeps_the_training_step_one_graph():
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 1)
+        for p in model.parameters():
+            p.register_hook(lambda g: g.clamp(-0.1, 0.1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x):
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, step
+
+    (me, se), (mc, sc) = make(), make()
+    f = magpy.compile(sc)
+    for i in range(4):
+        x = torch.randn(2, 3) * 10
+        assert torch.equal(se(x), f(x)), i
+        assert all(torch.equal(a, b) for a, b in zip(me.parameters(), mc.parameters())), i
+    r = magpy.explain(f)
+    assert r.graph_count == 1 and not r.breaks, r.breaks

@@ -98,6 +98,15 @@ PyTypeObject* functools_partial_type();
 // PRECONDITION: GIL held. `callable` borrowed.
 CalleeInfo classify_callee(PyObject* callable);
 
+// A recorded op that may run Python the capture does not trace: backward() and
+// torch.autograd.grad (hooks, custom Functions), and the calls that change state (an
+// optimizer's step(closure)). [Note: code that ran inside a call] in capture/monitor.cpp
+inline bool runs_hidden_code(const CalleeInfo& c) {
+    return c.kind == CallKind::TorchOp &&
+           (c.changes_state || c.op == "backward" ||
+            (c.op == "grad" && c.name.find("autograd") != std::string::npos));
+}
+
 // The level a Logger method logs at, by its qualified name (`Logger.info`: 20); 0 for
 // `Logger.log`, whose level is its first argument; -1 for anything else.
 int logger_level(const std::string& qualname);

@@ -323,6 +323,13 @@ int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
         return -1;
     }
     // [Note: library calls that change state]; methods are looked up, not state read
+    PyObject* pr = p.real.get();
+    PyObject* globals = !pr                                                   ? nullptr
+                        : kind == AccessKind::FuncGlobal && PyFunction_Check(pr) ? PyFunction_GET_GLOBALS(pr)
+                        : kind == AccessKind::Attr && PyModule_Check(pr)       ? PyModule_GetDict(pr)
+                        : kind == AccessKind::DictItem && PyDict_Check(pr)     ? pr
+                                                                               : nullptr;
+    if (global_changed(globals, key, p.label + suffix)) return -1;
     if (!beside_items && real &&
         !(PyFunction_Check(real) || PyMethod_Check(real) || PyCFunction_Check(real)) &&
         read_after_change(p.real.get(), p.label + suffix))
@@ -370,6 +377,27 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
                 todo.emplace_back(PyCell_GET(PyTuple_GET_ITEM(cells, i)), depth + 1);
             todo.emplace_back(PyFunction_GET_DEFAULTS(o), depth + 1);
             todo.emplace_back(PyFunction_GET_KW_DEFAULTS(o), depth + 1);
+            // and the module globals its code names (`STATS["n"] += 1`), unless it is torch's
+            // own; those it stores (`global count`) are rebound
+            PyObject* globals = PyFunction_GET_GLOBALS(o);
+            PyObject* module = PyDict_GetItemString(globals, "__name__");
+            bool torch_code = module && PyUnicode_Check(module) &&
+                              (py::str_of(module) == "torch" ||
+                               py::str_of(module).rfind("torch.", 0) == 0);
+            if (torch_code) continue;
+            std::vector<PyCodeObject*> codes{reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(o))};
+            for (size_t c = 0; c < codes.size() && c < 64; ++c) {
+                PyCodeObject* co = codes[c];
+                for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(co->co_consts); ++i)
+                    if (PyCode_Check(PyTuple_GET_ITEM(co->co_consts, i)))
+                        codes.push_back(reinterpret_cast<PyCodeObject*>(PyTuple_GET_ITEM(co->co_consts, i)));
+                for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(co->co_names); ++i)
+                    if (PyObject* g = PyDict_GetItemWithError(globals, PyTuple_GET_ITEM(co->co_names, i)))
+                        todo.emplace_back(g, depth + 1);
+                PyErr_Clear();
+                for (PyObject* name : py::code_global_stores(co))
+                    m_changed_globals.emplace(std::make_pair(globals, py::str_of(name)), call);
+            }
             continue;
         }
         if (PyMethod_Check(o)) {
@@ -488,6 +516,37 @@ bool Capture::read_after_change(PyObject* obj, const std::string& what) {
          "`" + what + "` is read after `" + changed->second.second + "`, which may have changed it",
          "read it before that call, or outside the compiled function");
     return true;
+}
+
+bool Capture::global_changed(PyObject* globals, PyObject* name, const std::string& what) {
+    if (!globals || !name || !PyUnicode_Check(name) || m_changed_globals.empty()) return false;
+    auto it = m_changed_globals.find(std::make_pair(globals, py::str_of(name)));
+    if (it == m_changed_globals.end()) return false;
+    fail(breaks::kMutatedThenRead,
+         "`" + what + "` is read after `" + it->second + "`, which may have changed it",
+         "read it before that call, or outside the compiled function");
+    return true;
+}
+
+void Capture::guard_tensor_hooks() {
+    for (const Value& val : m_values) {
+        PyObject* t = val.real.get();
+        if (val.kind != ValueKind::Input || val.node < 0 || !val.tensor || !t) continue;
+        py::Ref grad = py::Ref::steal(PyObject_GetAttrString(t, "requires_grad"));
+        if (!grad || grad.get() != Py_True) {
+            PyErr_Clear();
+            continue;
+        }
+        Check c;
+        c.kind = CheckKind::TensorHooks;
+        c.value = py::Ref::steal(tensor_hook_keys(t));
+        if (!c.value) {
+            PyErr_Clear();
+            internal_error("the hooks of `" + val.label + "`");
+            return;
+        }
+        m_guards->add_check(val.node, std::move(c));
+    }
 }
 
 bool Capture::read_after_change(int id) {

@@ -202,6 +202,12 @@ public:
     // [Note: library calls that change state] `call` (a recorded op) may have changed any
     // Python object it reaches from `roots`: reading one of them from here on breaks.
     void changed_by_call(const std::vector<PyObject*>& roots, const std::string& call);
+    // A read of global `name` of the module dict `globals` after such a call rebound it (its
+    // code stores it): a break (true). Null globals: false.
+    bool global_changed(PyObject* globals, PyObject* name, const std::string& what);
+    // [Note: code that ran inside a call] The hooks of every tensor passed in that requires
+    // grad are those backward() ran: guarded as they are (a hook added later recompiles).
+    void guard_tensor_hooks();
     // An object held by the guards, not reached by a path. `pinned`: it stands for itself
     // (identity: a class, a module); never for a container, whose contents would then be
     // taken as fixed (known())
@@ -383,6 +389,8 @@ private:
     // changed_by_call: each object, held while capturing, and the first call that reached it
     std::unordered_map<PyObject*, std::pair<py::Ref, std::string>> m_changed;
     std::vector<py::Ref> m_changed_parts;  // a partial's parts, read to walk them
+    // changed_by_call: module globals rebound by the code it ran: (globals dict, name) -> call
+    std::map<std::pair<PyObject*, std::string>, std::string> m_changed_globals;
     int m_ctx = -1;                     // innermost open `with` block (Plan::contexts())
     DynamicConfig m_dynamic;
     std::vector<int> m_dynamic_nodes;   // tensor guard nodes with symbolic dims

@@ -1550,56 +1550,6 @@ int Monitor::index_items(const std::vector<int>& items, PyObject* key, ValueKind
 // with `obj` as its argument, and what it returned is set on the object. Other data
 // descriptors, and properties on values whose class we do not follow, break in load_attr
 // (MB007).
-// The Python code a backward() call from the tensors of `p` can run: the hooks of the leaves
-// it reaches (`w.register_hook(f)` on a parameter) and the nodes of custom autograd Functions
-// (their ctx). Walked from grad_fn through next_functions, at most 4096 nodes. `held` keeps
-// the objects alive.
-std::vector<PyObject*> Monitor::backward_hooks(const Pending& p, std::vector<py::Ref>& held) {
-    std::vector<PyObject*> roots, todo;
-    std::unordered_set<PyObject*> seen;
-    for (const py::Ref& h : m_hooks_made) roots.push_back(h.get());
-    auto attr = [&](PyObject* o, const char* name) {
-        PyObject* a = PyObject_GetAttrString(o, name);
-        if (!a) PyErr_Clear();
-        else held.emplace_back(py::Ref::steal(a));
-        return a;
-    };
-    std::vector<int> sources = p.in;
-    if (p.callee.bound_self) sources.push_back(p.callee_value);
-    for (int a : sources) {
-        PyObject* t = m_cap.v(a).real.get();
-        if (!t) continue;
-        if (PyMethod_Check(t) || PyCFunction_Check(t))
-            t = PyMethod_Check(t) ? PyMethod_GET_SELF(t) : PyCFunction_GET_SELF(t);
-        std::vector<PyObject*> tensors;
-        if (t && is_tensor(t)) tensors.push_back(t);
-        else if (t && (PyList_Check(t) || PyTuple_Check(t)))
-            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(t); ++i)
-                tensors.push_back(PySequence_Fast_GET_ITEM(t, i));
-        for (PyObject* x : tensors)
-            if (x && is_tensor(x))
-                if (PyObject* fn = attr(x, "grad_fn"); fn && fn != Py_None) todo.push_back(fn);
-    }
-    while (!todo.empty() && seen.size() < 4096) {
-        PyObject* node = todo.back();
-        todo.pop_back();
-        if (!seen.insert(node).second) continue;
-        if (PyObject_HasAttrString(node, "_forward_cls")) roots.push_back(node);  // a ctx
-        if (PyObject* leaf = attr(node, "variable"); leaf && is_tensor(leaf)) {
-            PyObject* hooks = attr(leaf, "_backward_hooks");
-            if (hooks && PyDict_Check(hooks) && PyDict_GET_SIZE(hooks) > 0) roots.push_back(hooks);
-        }
-        PyObject* next = attr(node, "next_functions");
-        for (Py_ssize_t i = 0; next && PyTuple_Check(next) && i < PyTuple_GET_SIZE(next); ++i) {
-            PyObject* pair = PyTuple_GET_ITEM(next, i);
-            if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) > 0 &&
-                PyTuple_GET_ITEM(pair, 0) != Py_None)
-                todo.push_back(PyTuple_GET_ITEM(pair, 0));
-        }
-    }
-    return roots;
-}
-
 // A property, or a subclass that keeps property's own __get__ (torch.distributions'
 // dependent_property): reading it calls its fget.
 static bool plain_property(PyObject* d) {
@@ -1915,6 +1865,39 @@ Monitor::Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph,
 
 // [SECTION] tracing ----------------------------------------------------------------------------
 
+// [Note: code that ran inside a call] backward() runs whatever Python the autograd graph
+// holds: hooks on leaves and on intermediate tensors, grad_fn hooks, modules' backward hooks,
+// custom Functions' backward, on this thread or (CUDA) on autograd's own; an optimizer's
+// step(closure) runs the closure. Not all of it can be found from Python beforehand (a
+// tensor's hook lives on its grad_fn), so it is seen as it runs: while such a call is in
+// flight the frame hook (hook/frame_hook.cpp, which sees every frame of every thread) reports
+// each Python function it evaluates, with the arguments it was given (a module backward hook's
+// module). The functions outside torch, and those arguments, are what the call may have
+// changed (Capture::changed_by_call walks them, their closures, defaults and the module globals
+// their code names). What a later call would run is guarded where it is registered: modules'
+// hook dicts and torch's global ones (module_hooks), and the hook dicts of the tensors passed
+// in (Capture::guard_tensor_hooks).
+Monitor* Monitor::s_watcher = nullptr;
+
+void Monitor::watch_call(bool on) {
+    if (on) m_ran.clear();
+    s_watcher = on ? this : (s_watcher == this ? nullptr : s_watcher);
+}
+
+void Monitor::frame_evaluated(py::IFrame* frame) {
+    Monitor* m = s_watcher;
+    PyCodeObject* co = py::frame_code(frame);
+    PyObject* fn = py::frame_function(frame);
+    if (!m || !fn || !PyFunction_Check(fn) || m->m_ran.size() >= 4096) return;
+    const std::string file = str(co->co_filename);
+    if (file.find("/torch/") != std::string::npos || file.rfind("<frozen", 0) == 0) return;
+    m->m_ran.emplace_back(py::Ref::borrow(fn));
+    int nargs = co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
+                ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+    for (int i = 0; i < nargs; ++i)
+        if (PyObject* a = py::frame_local(frame, i)) m->m_ran.emplace_back(py::Ref::borrow(a));
+}
+
 void Monitor::install() {
     t_monitor = this;
     m_opcode_events_were = magpy_allow_opcode_events();  // 3.12: PyEval_SetTrace reads it
@@ -1922,6 +1905,7 @@ void Monitor::install() {
 }
 
 void Monitor::uninstall() {
+    watch_call(false);
     PyEval_SetTrace(nullptr, nullptr);
     magpy_restore_opcode_events(m_opcode_events_were);
     t_monitor = nullptr;
@@ -4428,6 +4412,7 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         p.callee.kind = CallKind::ContextExit;
         p.callee.name = c.label;
     }
+    if (runs_hidden_code(p.callee)) watch_call(true);  // [Note: code that ran inside a call]
     p.callee_value = callable;
     p.kwnames = kwnames;
     p.in = std::move(args);
@@ -5959,26 +5944,30 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
             for (int a : p.in)  // `y.register_hook(f)` in the call: backward() may run f
                 if (PyCallable_Check(m_cap.v(a).real.get()))
                     m_hooks_made.push_back(m_cap.v(a).real);
-        if (p.callee.kind == CallKind::TorchOp && p.callee.op == "backward") {
-            // Hooks that backward() runs, and custom Functions' backward: what they reach may
-            // change ([Note: library calls that change state])
-            std::vector<py::Ref> held;
-            std::vector<PyObject*> roots = backward_hooks(p, held);
-            if (!roots.empty()) m_cap.changed_by_call(roots, "backward()");
+        // [Note: code that ran inside a call]: the Python that backward() (hooks, custom
+        // Functions) or step(closure) ran, and hooks registered in the call, may have
+        // changed what they reach; [Note: library calls that change state]: so may an
+        // optimizer's or scheduler's own step(), through its arguments
+        std::vector<PyObject*> roots;
+        if (runs_hidden_code(p.callee)) {
+            watch_call(false);
+            for (const py::Ref& r : m_ran) roots.push_back(r.get());
+            for (const py::Ref& h : m_hooks_made) roots.push_back(h.get());
+            m_cap.guard_tensor_hooks();
         }
-        if (p.callee.changes_state) {  // [Note: library calls that change state]
-            std::vector<PyObject*> roots;
+        std::string call = p.callee.op + "()";
+        if (p.callee.changes_state) {
             for (int a : p.in) roots.push_back(m_cap.v(a).real.get());
             PyObject* fn = m_cap.v(p.callee_value).real.get();
             if (PyMethod_Check(fn)) roots.push_back(PyMethod_GET_SELF(fn));
             // a method (`sched.step()`): named by the receiver's class and the user's label
-            std::string call = p.callee.name + "()";
+            call = p.callee.name + "()";
             if (!p.in.empty() && p.callee.name.find('.') != std::string::npos &&
-                PyObject_HasAttrString(roots[0], p.callee.op.c_str()))
-                call = py::type_name(roots[0]) + "." + p.callee.op + "()` on `" +
-                       m_cap.v(p.in[0]).label;
-            m_cap.changed_by_call(roots, call);
+                PyObject_HasAttrString(m_cap.v(p.in[0]).real.get(), p.callee.op.c_str()))
+                call = py::type_name(m_cap.v(p.in[0]).real.get()) + "." + p.callee.op +
+                       "()` on `" + m_cap.v(p.in[0]).label;
         }
+        if (!roots.empty()) m_cap.changed_by_call(roots, call);
         if (s.effect) {
             int t = op_inplace_target(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
                                       kwvalues.data(), p.in.size() - kwvalues.size());
@@ -7035,6 +7024,8 @@ int Monitor::load_global(ShadowFrame& f, PyObject* name) {
     if (root_globals) {
         auto it = m_cap.global_overlay().find(str(name));
         if (it != m_cap.global_overlay().end()) return it->second;
+        if (m_cap.global_changed(py::frame_globals(f.frame), name, "G['" + str(name) + "']"))
+            return -1;
     }
     PyObject* real = PyDict_GetItemWithError(py::frame_globals(f.frame), name);
     if (real) {

@@ -48,6 +48,12 @@ public:
     int live_value() const { return m_live; }
     const std::string& note() const { return m_note; }  // why a segment could not end here
 
+    // [Note: code that ran inside a call] The frame hook reports every Python frame it
+    // evaluates, on any thread, while a call that may run hidden code (backward(), an
+    // optimizer's step) is in flight. PRECONDITION: GIL held.
+    static bool watching() { return s_watcher != nullptr; }
+    static void frame_evaluated(py::IFrame* frame);
+
 private:
     struct Pending {
         int opcode = -1;
@@ -113,6 +119,11 @@ private:
     };
     std::vector<GenRecord> m_gens;
     std::vector<py::Ref> m_hooks_made;  // hooks registered on tensors in the call
+    // [Note: code that ran inside a call]: the functions evaluated while the watched call ran,
+    // and the arguments they were given (what they may have changed)
+    static Monitor* s_watcher;
+    std::vector<py::Ref> m_ran;
+    void watch_call(bool on);
     std::vector<BreakInfo> m_sites_reached;
     GenRecord* generator_of(int value);
     bool resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
@@ -264,7 +275,6 @@ private:
     bool expect_getattribute(ShadowFrame& f, PyObject* name);
     int input_dict_key(int dict, Py_ssize_t i, PyObject* key);
     bool root_closure_cell(const ShadowFrame& f, PyObject* cell);
-    std::vector<PyObject*> backward_hooks(const Pending& p, std::vector<py::Ref>& held);
     bool getattribute_slot(Pending& p, int callable, std::vector<int>& args, PyObject* kwnames);
     void expect_property_getter(ShadowFrame& f, PyObject* name);  // [Note: properties]
     bool expect_property_setter(Pending& p, int obj, PyObject* name, int val);

@@ -35,6 +35,14 @@ int GuardTree::add_accessor(AccessKind kind, int parent, int index, PyObject* ke
     return static_cast<int>(m_nodes.size() - 1);
 }
 
+PyObject* tensor_hook_keys(PyObject* t) {
+    static PyObject* name = PyUnicode_InternFromString("_backward_hooks");
+    py::Ref hooks = py::Ref::steal(PyObject_GetAttr(t, name));
+    if (!hooks) return nullptr;
+    if (hooks.get() == Py_None) return PyTuple_New(0);
+    return PySequence_Tuple(hooks.get());  // a dict: its keys, in order
+}
+
 // One check instead of three nodes per module: its hook dicts, read from its __dict__.
 // (_backward_pre_hooks exists from torch 2.0 on.)
 bool module_has_no_hooks(PyObject* m) {
@@ -655,6 +663,13 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
             ok = module_has_no_hooks(v);
             if (!ok && why) *why = "`" + src + "`: expected no hooks, found some";
             break;
+        case CheckKind::TensorHooks: {
+            py::Ref keys = py::Ref::steal(tensor_hook_keys(v));
+            ok = keys && PyObject_RichCompareBool(keys.get(), c.value.get(), Py_EQ) == 1;
+            PyErr_Clear();
+            if (!ok && why) *why = "`" + src + "`: its backward hooks changed";
+            break;
+        }
         case CheckKind::NoInstanceAttr:
             ok = !in_instance_dict(v, c.key.get());
             if (!ok && why)
@@ -832,6 +847,8 @@ std::string describe_check(const Check& c, const std::string& src) {
         return "not hasattr(" + src + ", " + py::repr_string(c.key.get()) + ")";
     case CheckKind::NoHooks:
         return "no_hooks(" + src + ")";
+    case CheckKind::TensorHooks:
+        return "hook_ids(" + src + ") == " + py::repr_string(c.value.get());
     }
     return "?";
 }

@@ -114,6 +114,7 @@ PyObject* self_of(py::IFrame* frame) {
 }
 
 PyObject* magpy_eval_frame(PyThreadState* ts, py::IFrame* frame, int throwflag) {
+    if (Monitor::watching()) Monitor::frame_evaluated(frame);
     if (HandOver* h = t_hand_over; h && py::frame_code(frame) == h->code) {
         t_hand_over = nullptr;  // [Note: references handed over]
         h->refs->clear();

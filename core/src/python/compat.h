@@ -247,6 +247,23 @@ inline int jump_target(const Instruction& ins) {
     }
 }
 
+// The names a code object's own instructions store or delete as globals (`global n; n += 1`).
+inline std::vector<PyObject*> code_global_stores(PyCodeObject* co) {
+    PyObject* holder;
+    const _Py_CODEUNIT* code = code_units(co, holder);
+    Py_ssize_t n = Py_SIZE(co);
+    std::vector<PyObject*> names;
+    for (int i = 0; i < n;) {
+        Instruction ins = decode_at(code, n, i);
+        if ((ins.opcode == STORE_GLOBAL || ins.opcode == DELETE_GLOBAL) &&
+            ins.oparg < PyTuple_GET_SIZE(co->co_names))
+            names.push_back(PyTuple_GET_ITEM(co->co_names, ins.oparg));
+        i = ins.offset + 1 + instruction_caches(ins.raw);
+    }
+    Py_XDECREF(holder);
+    return names;
+}
+
 // The instruction at `offset` (code units, its first EXTENDED_ARG prefix if it has any), and the
 // offset of the one after it.
 inline Instruction code_instruction_at(PyCodeObject* co, int offset) {
