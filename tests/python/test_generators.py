@@ -2,6 +2,7 @@
 frames are traced when a builtin, a for loop or unpacking resumes them, and the consumer sees
 the items they yielded. Every test compares against eager on every call."""
 
+import pytest
 import torch
 
 import magpy
@@ -122,3 +123,104 @@ def test_exception_inside_a_generator_is_raised_like_eager():
     # The user's error is not a graph break ([Note: calls that raise]), and nothing is cached.
     assert break_ids(cf) == [] and magpy.explain(cf).cache_entries == 0
     check(f, [[torch.randn(5), torch.randn(5)]] * 2, compiled=cf)
+
+
+# A generator left before its end while suspended inside a try or with block of its own runs
+# that block's cleanup where it is dropped (found by a review probe: the cleanup ran late on
+# the capture call and never on a replay; a `with torch.no_grad()` around the yield left grad
+# mode off after the call).
+def _closing(xs, log):
+    try:
+        for x in xs:
+            yield x
+    finally:
+        log.append("closed")
+
+
+def _without_grad(xs):
+    with torch.no_grad():
+        for x in xs:
+            yield x
+
+
+class _Logged:
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        self.log.append("enter")
+
+    def __exit__(self, *exc):
+        self.log.append("exit")
+
+
+def _in_block(xs, log):
+    with _Logged(log):
+        for x in xs:
+            yield x * 2
+
+
+def _left_by_break(xs, log):
+    for v in _closing(xs, log):
+        break
+    log.append("after loop")
+    return v * 2, len(log)
+
+
+def _left_by_return(xs, log):
+    for k, v in enumerate(_in_block(xs, log)):
+        if k == 1:
+            return v, len(log)
+
+
+def _left_in_a_local(xs, log):
+    it = _closing(xs, log)
+    first = next(it)
+    log.append("got one")
+    return first
+
+
+@pytest.mark.parametrize("fn", [_left_by_break, _left_by_return, _left_in_a_local])
+def test_generator_left_inside_its_try_or_with_block_cleans_up_in_place(fn):
+    def run(f):
+        outs = []
+        for i in range(4):
+            log = []
+            outs.append((f([torch.full((2,), float(i + k)) for k in range(3)], log), log))
+        return outs
+
+    want, got = run(fn), run(magpy.compile(fn))
+    assert str(want) == str(got)
+
+
+def test_generator_left_inside_no_grad_restores_grad_mode():
+    def f(w, xs):
+        for x in _without_grad(xs):
+            first = x
+            break
+        return (w * first).sum()
+
+    cf = magpy.compile(f)
+    for i in range(4):
+        w = torch.ones(3, requires_grad=True)
+        loss = cf(w, [torch.randn(3) for _ in range(3)])
+        assert torch.is_grad_enabled() and loss.requires_grad, i
+    torch.set_grad_enabled(True)
+
+
+def test_generator_left_outside_its_try_block_keeps_one_graph():
+    def gen(xs, log):
+        try:
+            log.append("start")
+        finally:
+            log.append("ready")
+        for x in xs:
+            yield x
+
+    def f(xs, log):
+        for v in gen(xs, log):
+            break
+        return v * 2
+
+    cf = check(f, [([torch.randn(2) for _ in range(3)], []) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2, misses=1)

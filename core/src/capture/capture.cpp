@@ -549,6 +549,11 @@ void Capture::guard_tensor_hooks() {
     }
 }
 
+void Capture::forget(PyObject* obj) {
+    for (Value& val : m_values)
+        if (val.real.get() == obj) val.real = py::Ref();
+}
+
 bool Capture::read_after_change(int id) {
     const Value& val = v(id);
     return val.kind == ValueKind::Input && read_after_change(val.real.get(), val.label);

@@ -208,6 +208,9 @@ public:
     // [Note: code that ran inside a call] The hooks of every tensor passed in that requires
     // grad are those backward() ran: guarded as they are (a hook added later recompiles).
     void guard_tensor_hooks();
+    // After a failure: the capture holds `obj` no longer (its values read as null), so that
+    // the frame's own drop of it is its last reference, as in eager.
+    void forget(PyObject* obj);
     // An object held by the guards, not reached by a path. `pinned`: it stands for itself
     // (identity: a class, a module); never for a container, whose contents would then be
     // taken as fixed (known())

@@ -2094,7 +2094,22 @@ void Monitor::on_call(PyFrameObject* fo) {
 // in hook/frame_hook.cpp). Writes that drop an object kept elsewhere (`self.cache = None`, a
 // dict item) are replayed as writes, where the object goes as it did. A `__del__` from other
 // code the frame runs (the cyclic collector at any allocation) is not the program's to order.
+//
+// A generator made in the call and left before its end while suspended inside a try or with
+// block of its own (`for x in gen(): break`, with the yield under `with torch.no_grad()`) runs
+// that block's cleanup when its last reference goes (close()). The plan replays what it
+// yielded, not its frame, so the cleanup would never run at replay: such a drop (of the
+// generator or of an iterator over it, `enumerate(gen())`; the frame's return drops its
+// locals) fails the capture, and the capture lets go of the generator at once, so that the
+// frame's own drop closes it where it would have (whether it was the last reference is again
+// not known: any drop counts).
 bool Monitor::drops_finalized(ShadowFrame& f, const py::Instruction& ins) {
+    if (ins.opcode == RETURN_VALUE) {
+        PyCodeObject* co = py::frame_code(f.frame);
+        for (int i = 0; i < co->co_nlocals; ++i)
+            if (leaves_generator_cleanup(py::frame_local(f.frame, i))) return true;
+        return false;
+    }
     if (!py::drops_frame_reference(ins.opcode)) return false;
     PyObject* v = nullptr;
     if (ins.opcode == POP_TOP) {
@@ -2104,6 +2119,7 @@ bool Monitor::drops_finalized(ShadowFrame& f, const py::Instruction& ins) {
         if (v && (ins.opcode == STORE_DEREF || ins.opcode == DELETE_DEREF))
             v = PyCell_Check(v) ? PyCell_GET(v) : nullptr;
     }
+    if (leaves_generator_cleanup(v)) return true;
     if (!v || !Py_TYPE(v)->tp_finalize) return false;
     static PyObject* del_name = PyUnicode_InternFromString("__del__");
     PyObject* del = del_name ? _PyType_Lookup(Py_TYPE(v), del_name) : nullptr;
@@ -2114,6 +2130,58 @@ bool Monitor::drops_finalized(ShadowFrame& f, const py::Instruction& ins) {
                "the statement runs in the function's own frame, and capture goes on after it; "
                "to keep one graph, drop the object outside the compiled function");
     return true;
+}
+
+// See drops_finalized. `v`: what a frame drops (borrowed, may be null).
+bool Monitor::leaves_generator_cleanup(PyObject* v) {
+    if (!v || m_gens.empty() || !PyIter_Check(v)) return false;
+    // the generators it is or wraps (enumerate, zip, map, a generator expression's source)
+    std::vector<PyObject*> found, todo{v};
+    for (size_t k = 0; k < todo.size() && k < 64; ++k) {
+        PyObject* o = todo[k];
+        if (PyGen_Check(o)) {
+            found.push_back(o);
+            continue;
+        }
+        if (PyIter_Check(o) && Py_TYPE(o)->tp_traverse)
+            Py_TYPE(o)->tp_traverse(
+                o,
+                [](PyObject* x, void* arg) {
+                    if (x && PyIter_Check(x)) static_cast<std::vector<PyObject*>*>(arg)->push_back(x);
+                    return 0;
+                },
+                &todo);
+    }
+    for (PyObject* g : found) {
+        bool ours = false;
+        for (const GenRecord& r : m_gens) ours = ours || r.object == g;
+        if (!ours) continue;
+        py::Ref suspended = py::Ref::steal(PyObject_GetAttrString(g, "gi_suspended"));
+        py::Ref frame = py::Ref::steal(PyObject_GetAttrString(g, "gi_frame"));
+        py::Ref lasti = frame && frame.get() != Py_None
+                            ? py::Ref::steal(PyObject_GetAttrString(frame.get(), "f_lasti"))
+                            : py::Ref();
+        PyErr_Clear();
+        if (suspended.get() != Py_True || !lasti || !PyLong_Check(lasti.get())) continue;
+        auto* co = reinterpret_cast<PyCodeObject*>(PyObject_GetAttrString(frame.get(), "f_code"));
+        if (!co) {
+            PyErr_Clear();
+            continue;
+        }
+        bool cleanup = py::code_yield_has_cleanup(
+            co, static_cast<int>(PyLong_AsLong(lasti.get()) / static_cast<long>(sizeof(_Py_CODEUNIT))));
+        std::string name = str(co->co_qualname);
+        Py_DECREF(co);
+        if (!cleanup) continue;
+        m_cap.fail(breaks::kUnsupportedCallee,
+                   "the generator `" + name + "` is left before its end inside a try or with "
+                   "block of its own, whose cleanup runs here",
+                   "run it to its end (list(...)), or move the try or with block out of it");
+        m_cap.forget(v);
+        for (PyObject* x : todo) m_cap.forget(x);
+        return true;
+    }
+    return false;
 }
 
 // Pushes the shadow frame of a traced callee and binds its arguments from `call` (null: the

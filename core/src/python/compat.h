@@ -342,6 +342,22 @@ inline Handler code_handler(PyCodeObject* co, int offset) {
 
 inline int code_handler_of(PyCodeObject* co, int offset) { return code_handler(co, offset).target; }
 
+// A generator suspended at `offset` (code units) inside a try or with block of its own, whose
+// cleanup (finally, except, __exit__) close() would run. (3.12 wraps every generator body in a
+// handler that only turns StopIteration into RuntimeError: not cleanup.)
+inline bool code_yield_has_cleanup(PyCodeObject* co, int offset) {
+    int target = code_handler(co, offset).target;
+    if (target < 0) return false;
+#if MAGPY_IS_PYTHON_312
+    PyObject* holder;
+    const _Py_CODEUNIT* code = code_units(co, holder);
+    Instruction ins = decode_at(code, Py_SIZE(co), target);
+    Py_XDECREF(holder);
+    if (ins.raw == CALL_INTRINSIC_1 && ins.raw_arg == 3) return false;  // STOPITERATION_ERROR
+#endif
+    return true;
+}
+
 // True when an exception at `offset` (code units) has a handler in this frame.
 inline bool code_offset_in_handler(PyCodeObject* co, int offset) {
     return code_handler_of(co, offset) >= 0;
