@@ -829,6 +829,40 @@ void Capture::check_length(int id) {
     if (!n || !add_replay_check(id, n.get(), kCheckLength)) pin_all_dims();
 }
 
+// [Note: ranks that may change] The rank of an op result follows from its inputs' ranks for
+// almost every op, and those are guarded. Not for squeeze() of sizes that may be 1 at replay
+// (sizes of op results, which may be anything; symbolic input dims are at least 2), nor for
+// ops whose rank is given by a number that is read at replay (flatten(d), tensordot(dims=n)),
+// nor for what is computed from such a tensor (Monitor::record_call marks them; Capture::record
+// passes the mark on). Python reading such a rank (its shape, dim(), a negative index) gets it
+// checked at replay while nothing visible has happened yet; after that, the sizes and numbers
+// it came from are guarded by value again, and a rank that depends on tensor data is a break.
+bool Capture::read_rank(int id) {
+    Value& t = v(id);
+    if (!t.rank_varies || t.rank_checked) return true;
+    PyObject* real = t.real.get();
+    py::Ref n = py::Ref::steal(real ? PyObject_GetAttrString(real, "ndim") : nullptr);
+    if (!n) {
+        PyErr_Clear();
+        internal_error("the rank of `" + t.label + "`");
+        return false;
+    }
+    if (add_replay_check(id, n.get(), kCheckRank)) {
+        v(id).rank_checked = true;
+        return true;
+    }
+    if (v(id).dyn_shape) {
+        fail(breaks::kDataDependentBranch,
+             "the number of dims of `" + v(id).label + "`, which depends on tensor data, is "
+             "read after a visible effect",
+             "give squeeze() the dim to remove, or read the shape before the effect");
+        return false;
+    }
+    pin_all_dims();
+    v(id).rank_checked = true;
+    return true;
+}
+
 void Capture::pin_all_dims() {
     for (int node : m_dynamic_nodes) m_guards->set_dynamic_dims(node, 0);
     for (int id : m_dynamic_numbers) pin_number(id);
@@ -1056,8 +1090,14 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
     // Python numbers are not shapes.
     bool data_shape = false;
     for (const Arg& a : step.args) data_shape = data_shape || arg_data_shaped(a);
+    bool rank_varies = false;  // [Note: ranks that may change]
+    for (const Arg& a : step.args) {
+        int arg = slot_value(a);
+        rank_varies = rank_varies || (arg >= 0 && v(arg).rank_varies);
+    }
     int id = new_value(ValueKind::OpResult, real_result, label);
     v(id).slot = step.out;
+    v(id).rank_varies = rank_varies;
     v(id).dyn_shape = data_shape && real_result && !PyLong_Check(real_result) &&
                       !PyFloat_Check(real_result) && !PyComplex_Check(real_result);
     v(id).own_storage = graph_op && made_in_call(step, real_result);

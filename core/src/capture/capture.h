@@ -135,6 +135,11 @@ struct Value {
     bool sym = false;
     bool sym_all = false;
     std::vector<std::pair<int, uint64_t>> sym_deps;
+    // [Note: ranks that may change] a tensor whose number of dims may differ at replay
+    // (`x[: T // 2].squeeze()`, `x.flatten(d)` with d dynamic, what is computed from them);
+    // `rank_checked`: its rank is checked at replay (Capture::read_rank).
+    bool rank_varies = false;
+    bool rank_checked = false;
     // A number computed at replay from symbolic sizes only (not from tensor data).
     bool sym_number() const {
         PyObject* o = real.get();
@@ -282,6 +287,9 @@ public:
     void pin_number(int value);
     void fix_length(int tensor);  // Python reads len(tensor) (iteration, unpacking)
     void check_length(int op_result);
+    // Python reads the number of dims of tensor `value` (its shape, dim(), a negative dim):
+    // checked at replay if it may change ([Note: ranks that may change]); false: failed.
+    bool read_rank(int value);
     bool add_replay_check(int value, PyObject* expected, CheckOp how,
                           std::shared_ptr<Speculation> guess = nullptr);
 

@@ -5047,6 +5047,13 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                  (p.callee.kind == CallKind::ListMethod && p.callee.name == "append");
     if (sym_number_call(p, result))  // min(decay, (1 + step) / (10 + step)) with step dynamic
         return push_out(record_sym_number(p, result));
+    // A tensor changed in place keeps its value's sizes (an input's are guarded): the numbers
+    // an in-place change of its shape is given are fixed (`y.squeeze_(d)`, `x.unsqueeze_(d)`)
+    const std::string& op = p.callee.op;
+    if (p.callee.kind == CallKind::TorchOp &&
+        (op == "squeeze_" || op == "unsqueeze_" || op == "transpose_" || op == "swapdims_" ||
+         op == "swapaxes_" || op == "resize_" || op == "as_strided_" || op == "set_"))
+        flows = false;
     if (!flows)  // builtins and the like compute with the number itself
         for (int a : p.in)
             m_cap.concretize(a);
@@ -6058,6 +6065,11 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
                             : p.callee.name + "(...)";
     int r = m_cap.record(std::move(s), result, label, graph_op);
     m_cap.v(r).dyn_shape = m_cap.v(r).dyn_shape || dyn_shape;
+    if (m_cap.v(r).tensor && rank_may_change(p)) {  // [Note: ranks that may change]
+        m_cap.v(r).rank_varies = true;
+        if (p.callee.op == "squeeze_")  // the tensor itself changed rank
+            for (int a : p.in) if (m_cap.v(a).tensor) m_cap.v(a).rank_varies = true;
+    }
     // `out=t` resizes t to the result: its sizes are the result's from here on (symbolic or
     // data-dependent alike), not the ones it was made with.
     size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
@@ -6076,6 +6088,32 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
         o.dyn_shape = dyn;
     }
     return r;
+}
+
+// [Note: ranks that may change] in capture.cpp: squeeze() of a tensor whose sizes may be 1 at
+// replay, and ops whose rank a number read at replay gives.
+bool Monitor::rank_may_change(const Pending& p) {
+    if (p.callee.kind != CallKind::TorchOp) return false;
+    const std::string& op = p.callee.op;
+    bool squeeze = op == "squeeze" || op == "squeeze_";
+    if (!squeeze && op != "flatten" && op != "tensordot") return false;
+    std::vector<int> args = p.in;
+    if (p.callee.bound_self) args.push_back(p.callee_value);
+    for (int a : args) {
+        const Value& x = m_cap.v(a);
+        PyObject* o = x.real.get();
+        if (PyCFunction_Check(o) && PyCFunction_GET_SELF(o) && is_tensor(PyCFunction_GET_SELF(o))) {
+            // the bound method's tensor: its value is the one the method was read from
+            if (squeeze && x.kind == ValueKind::OpResult) return true;
+            continue;
+        }
+        if (x.tensor) {
+            if (squeeze && (x.dyn_shape || (x.kind != ValueKind::Input && x.sym))) return true;
+        } else if (x.sym || x.dyn_scalar) {
+            return true;  // a dim, or tensordot's dims, read at replay
+        }
+    }
+    return false;
 }
 
 // A bound method passed in or read from an input: its function and self, both guarded.
@@ -7226,6 +7264,7 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
             if (n == "is_leaf" && o.kind == ValueKind::Input)  // not part of the tensor check
                 return m_cap.input_child(obj, AccessKind::Attr, 0, name, ".is_leaf", real);
             if (n == "shape" && (o.dyn_shape || m_cap.sym_tensor(obj))) return shape_of(obj, real);
+            if ((n == "shape" || n == "ndim") && !m_cap.read_rank(obj)) return -1;
             return m_cap.const_value(real);
         }
         // A tensor computed from constants is one of the capture ([Note: tensors of
@@ -7665,6 +7704,7 @@ static size_t tensor_rank(PyObject* t) { return static_cast<size_t>(tensor_dim(t
 // [Note: dynamic shapes] x.shape of a tensor with symbolic dims: a tuple of its sizes, the
 // symbolic ones read at replay.
 int Monitor::shape_of(int t, PyObject* real) {
+    if (!m_cap.read_rank(t)) return -1;
     std::vector<int> items;
     for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(real); ++d) {
         int n = m_cap.size_of(t, static_cast<int>(d), PyTuple_GET_ITEM(real, d));
@@ -7680,6 +7720,7 @@ int Monitor::symbolic_query(const Pending& p, int t, PyObject* result) {
     const std::string& op = p.callee.op;
     size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
     size_t nargs = p.in.size() - nkw;
+    if (t >= 0 && !m_cap.read_rank(t)) return -1;
     if (t >= 0 && nkw == 0) {
         if (op == "size" && nargs == 1) return shape_of(t, result);
         if ((op == "size" && nargs == 2) || op == "__len__") {

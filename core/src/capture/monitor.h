@@ -127,6 +127,7 @@ private:
     std::vector<BreakInfo> m_sites_reached;
     GenRecord* generator_of(int value);
     bool leaves_generator_cleanup(PyObject* v);
+    bool rank_may_change(const Pending& p);
     bool resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
     // [Note: map] map(f, xs) with f a Python function: each call the consumer's next() makes
     // is traced like a callee, its arguments the items of xs, its result collected.

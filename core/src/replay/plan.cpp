@@ -539,6 +539,11 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
             if (s.op == kCheckLength) {
                 Py_ssize_t n = PyObject_Length(x);
                 same = n < 0 ? -1 : n == PyLong_AsSsize_t(get(s.args[1]));
+            } else if (s.op == kCheckRank) {
+                static PyObject* ndim = PyUnicode_InternFromString("ndim");
+                PyObject* n = PyObject_GetAttr(x, ndim);
+                same = n ? PyObject_RichCompareBool(n, get(s.args[1]), Py_EQ) : -1;
+                Py_XDECREF(n);
             } else if (s.op == kCheckTruth) {
                 int truth = PyObject_IsTrue(x);
                 same = truth < 0 ? -1 : truth == (get(s.args[1]) == Py_True);
@@ -720,6 +725,7 @@ std::string Plan::render(const std::string& fn_name) const {
         case StepKind::Check:
             rhs = "check(" + (s.op == kCheckLength ? "len(" + a(0) + ")"
                               : s.op == kCheckTruth ? "bool(" + a(0) + ")"
+                              : s.op == kCheckRank  ? a(0) + ".ndim"
                                                     : a(0)) +
                   " == " + a(1) + ")  # else: capture again";
             break;

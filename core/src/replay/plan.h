@@ -50,7 +50,7 @@ struct Speculation {
 };
 
 // What a Check step compares with args[1].
-enum CheckOp : int { kCheckEqual = 0, kCheckLength = 1, kCheckTruth = 2 };
+enum CheckOp : int { kCheckEqual = 0, kCheckLength = 1, kCheckTruth = 2, kCheckRank = 3 };
 
 // Why a plan gave up before any visible effect (Plan::run returned NULL with no error set).
 enum class Declined : uint8_t {
