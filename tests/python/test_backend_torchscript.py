@@ -619,3 +619,22 @@ def test_a_leaf_made_in_a_region_keeps_requiring_grad():
         assert s.requires_grad and w.requires_grad and w.is_leaf, i
         s.backward()
         assert torch.equal(w.grad, torch.full((3,), 2.0)) and torch.equal(v.grad, w.grad), i
+
+
+def test_a_leaf_made_by_requires_grad_alone_keeps_requiring_grad():
+    # a review probe: the tracer does not record requires_grad_(), so the graph's types did
+    # not show the leaf; an adversarial step's autograd.grad failed from the third call on
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+    def attack(x):
+        x_adv = (x + 0.01 * torch.sign(x)).detach().requires_grad_()
+        g, = torch.autograd.grad(m(x_adv).sum(), x_adv)
+        return (x_adv + 0.1 * g.sign()).detach(), x_adv
+
+    cf = ts(attack)
+    for i in range(5):
+        x = torch.randn(4, 3)
+        (want, we), (got, ge) = attack(x), cf(x)
+        assert ge.requires_grad and ge.is_leaf, i
+        assert torch.allclose(got, want), i

@@ -551,12 +551,23 @@ private:
 };
 
 // Whether the traced graph makes a tensor that requires grad from values that do not (a leaf
-// of its own): the graph executor's outputs then lose the flag, and gradients with it.
-bool makes_grad_leaf(const jit::Graph& graph) {
+// of its own): the graph executor's outputs then lose the flag, and gradients with it. Seen
+// in the graph's types, or (`x.detach().requires_grad_()`, which the tracer does not record)
+// as an output of the traced run (`outputs`, a tuple) that requires grad where its type in
+// the graph does not.
+bool makes_grad_leaf(const jit::Graph& graph, PyObject* outputs) {
     auto needs = [](const jit::Value* v) {
         c10::TensorTypePtr t = v->type()->cast<c10::TensorType>();
         return t && t->requiresGrad().value_or(false);
     };
+    auto outs = graph.outputs();
+    for (size_t i = 0; outputs && PyTuple_Check(outputs) && i < outs.size() &&
+                       i < static_cast<size_t>(PyTuple_GET_SIZE(outputs));
+         ++i) {
+        PyObject* o = PyTuple_GET_ITEM(outputs, static_cast<Py_ssize_t>(i));
+        if (is_exact_tensor(o) && THPVariable_Unpack(o).requires_grad() && !needs(outs[i]))
+            return true;
+    }
     std::unordered_set<const jit::Value*> derived;
     for (const jit::Value* in : graph.inputs())
         if (needs(in)) derived.insert(in);
@@ -874,7 +885,7 @@ private:
         // A leaf made in the region to require grad (`torch.zeros(3, requires_grad=True)`,
         // `x.detach().requires_grad_()`): the graph executor's outputs lose that flag (a review
         // probe: backward() failed from the third call on), so these inputs run the steps.
-        if (makes_grad_leaf(*spec->graph)) {
+        if (makes_grad_leaf(*spec->graph, result.get())) {
             spec->eager_why = "a tensor made in it requires grad (a leaf of its own)";
             note(spec->eager_why);
             m_specs.push_back(std::move(spec));
