@@ -275,3 +275,33 @@ def test_a_missing_submodule_guards_its_package(tmp_path, monkeypatch):
     finally:
         sys.modules.pop("magpy_test_pkgb", None)
         del builtins.MAGPY_PKGB_RUNS
+
+
+def test_each_call_catches_an_exception_of_its_own():
+    # a review probe: a replay handed the handler the capture's exception object, so the
+    # errors collected over calls were one object, and changing it changed later calls'
+    def f(x, d, errors):
+        try:
+            v = d["scale"]
+        except KeyError as e:
+            errors.append(e)
+            v = 1.0
+        try:
+            import magpy_no_such_module  # noqa: F401
+        except ImportError as e:
+            errors.append(e)
+        return x * v
+
+    def run(fn):
+        errors = []
+        for i in range(4):
+            fn(torch.ones(2), {}, errors)
+        errors[0].args = ("changed",)
+        later = []
+        fn(torch.ones(2), {}, later)
+        return (len(set(map(id, errors))), [(type(e), e.args) for e in later],
+                [(e.name, e.path) for e in later if isinstance(e, ImportError)])
+
+    cf = magpy.compile(f)
+    assert run(f) == run(cf)
+    assert magpy.explain(cf).cache_hits >= 3

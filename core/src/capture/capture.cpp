@@ -1439,6 +1439,12 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         return true;
     }
     case ValueKind::Const:
+        if (val.built >= 0) {
+            out = Arg::slot(val.built);
+            return true;
+        }
+        if (escape && val.node < 0 && PyExceptionInstance_Check(val.real.get()))
+            return fresh_exception(id, out);
         // A set passed in is known by value, but it is the caller's object: what the call
         // hands on is that object (read again through its path), not the one captured.
         out = val.node >= 0 && PyAnySet_CheckExact(val.real.get()) ? Arg::input(val.node)
@@ -1738,6 +1744,43 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
 
 bool Capture::arg_of(int id, Arg& out) { return build_arg(id, out, false, 0); }
 bool Capture::escape_arg(int id, Arg& out) { return build_arg(id, out, true, 0); }
+
+// An exception the call made (one a handler caught: [Note: exceptions caught in the frame] in
+// monitor.cpp) is known by value, so what the code reads of it folds; but each call makes its
+// own: where it leaves the call (stored, returned) one is made at replay from its type and
+// arguments (an ImportError's name and path too), once, so that the errors a handler collects
+// over calls are distinct objects, as in eager (a review probe: they were one object, and
+// changing it changed what later calls caught).
+bool Capture::fresh_exception(int id, Arg& out) {
+    PyObject* e = v(id).real.get();
+    py::Ref args = py::Ref::steal(PyObject_GetAttrString(e, "args"));
+    if (!args || !PyTuple_Check(args.get())) {
+        PyErr_Clear();
+        internal_error("the arguments of a caught " + py::type_name(e));
+        return false;
+    }
+    Step s;
+    s.kind = StepKind::Call;
+    s.args.push_back(Arg::value(reinterpret_cast<PyObject*>(Py_TYPE(e))));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args.get()); ++i)
+        s.args.push_back(Arg::value(PyTuple_GET_ITEM(args.get(), i)));
+    if (PyObject_TypeCheck(e, reinterpret_cast<PyTypeObject*>(PyExc_ImportError))) {
+        py::Ref name = py::Ref::steal(PyObject_GetAttrString(e, "name"));
+        py::Ref path = py::Ref::steal(PyObject_GetAttrString(e, "path"));
+        if (!name || !path) {
+            PyErr_Clear();
+            internal_error("a caught ImportError");
+            return false;
+        }
+        s.args.push_back(Arg::value(name.get()));
+        s.args.push_back(Arg::value(path.get()));
+        s.kwnames = py::Ref::steal(Py_BuildValue("(ss)", "name", "path"));
+    }
+    int made = record(std::move(s), e, py::type_name(e) + "(...)", false);
+    v(id).built = v(made).slot;
+    out = Arg::slot(v(id).built);
+    return true;
+}
 
 // [SECTION] breaks -----------------------------------------------------------------------------
 

@@ -114,7 +114,8 @@ struct Value {
                                 // written items are in Capture::overlay() under "[name]",
                                 // every other key still holds what it held at entry
     bool ctx_exit = false;  // the bound __exit__ of a captured with block
-    int built = -1;         // Fresh*: the plan slot of the object once it escaped (identity fixed)
+    int built = -1;         // Fresh*: the plan slot of the object once it escaped (identity fixed);
+                            // a Const exception: the one made at replay (fresh_exception)
     int cls = -1;           // FreshObject: the value of its class
     // FreshObject of a dict or OrderedDict subclass: the FreshDict that holds its items (its
     // `real` is the object too); that FreshDict's `owner` is the object. The items are made
@@ -257,6 +258,7 @@ public:
     // The plan argument for a value that becomes visible outside the call (stored, returned):
     // a fresh container is built now, once, so later mutations replay on the same object.
     bool escape_arg(int value, Arg& out);
+    bool fresh_exception(int value, Arg& out);  // see escape_arg
     // Tracks the items of an input list or tuple from here on (guards its length and items).
     bool shadow(int value);
     // The elements a set made in the call holds now, as constants ([Note: sets made in the
