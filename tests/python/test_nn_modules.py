@@ -829,3 +829,23 @@ def test_a_forward_set_on_the_instance_is_the_one_traced():
     cf = check(m, calls, mutate=mutate, pin=(m,))
     r = magpy.explain(cf)
     assert r.break_count == 0 and r.cache_hits >= 4, r
+
+
+def test_compiled_module_forwards_attribute_writes_and_stays_compiled_through_eval():
+    # a review probe: `cm.training = False` raised AttributeError, and
+    # `magpy.compile(m).eval()` returned the plain module (the compilation silently dropped)
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.5))
+    cm = magpy.compile(m).eval()
+    assert isinstance(cm, magpy.CompiledFunction) and not m.training
+    cm.flag = 1
+    assert m.flag == 1
+    cm.train()
+    assert m.training and m[1].training
+    cm.training = False
+    assert not m.training
+    x = torch.randn(2, 3)
+    assert torch.equal(cm.eval().to(torch.float32)(x), m(x))
+    assert magpy.explain(cm).graph_count == 1
+    del cm.flag
+    assert not hasattr(m, "flag")

@@ -49,13 +49,48 @@ PyObject* cf_repr(PyObject* self) {
                                 cf->state->name.c_str(), cf->state->options.backend.c_str());
 }
 
+// A method of the compiled module that returns the module (`train()`, `eval()`, `to()`,
+// `float()`, `requires_grad_()`): called through the compiled one, it returns the compiled
+// one, so `model = magpy.compile(model).eval()` keeps it compiled. `self` is (compiled, method).
+PyObject* call_returning_compiled(PyObject* self, PyObject* args, PyObject* kwargs) {
+    PyObject* compiled = PyTuple_GET_ITEM(self, 0);
+    PyObject* r = PyObject_Call(PyTuple_GET_ITEM(self, 1), args, kwargs);
+    auto* cf = reinterpret_cast<CompiledFunctionObject*>(compiled);
+    if (r && r == cf->state->target.get()) {
+        Py_DECREF(r);
+        return Py_NewRef(compiled);
+    }
+    return r;
+}
+
+PyMethodDef g_returning_compiled = {"method", reinterpret_cast<PyCFunction>(
+                                                  reinterpret_cast<void (*)()>(call_returning_compiled)),
+                                    METH_VARARGS | METH_KEYWORDS, nullptr};
+
 // Attribute access falls through to the wrapped callable (so cf.__name__, cf.weight work).
 PyObject* cf_getattro(PyObject* self, PyObject* name) {
     PyObject* r = PyObject_GenericGetAttr(self, name);
     if (r || !PyErr_ExceptionMatches(PyExc_AttributeError)) return r;
     PyErr_Clear();
     auto* cf = reinterpret_cast<CompiledFunctionObject*>(self);
-    return PyObject_GetAttr(cf->state->target.get(), name);
+    PyObject* target = cf->state->target.get();
+    r = PyObject_GetAttr(target, name);
+    if (r && PyMethod_Check(r) && PyMethod_GET_SELF(r) == target &&
+        PyObject_TypeCheck(target, torch_api().module_type)) {
+        PyObject* pair = PyTuple_Pack(2, self, r);
+        Py_DECREF(r);
+        if (!pair) return nullptr;
+        r = PyCFunction_New(&g_returning_compiled, pair);
+        Py_DECREF(pair);
+    }
+    return r;
+}
+
+// Attribute writes go to the wrapped callable (`cm.training = False`, `cm.flag = 1`): the
+// compiled one has no attributes of its own to set.
+int cf_setattro(PyObject* self, PyObject* name, PyObject* value) {
+    auto* cf = reinterpret_cast<CompiledFunctionObject*>(self);
+    return PyObject_SetAttr(cf->state->target.get(), name, value);
 }
 
 PyObject* cf_get_orig(PyObject* self, void*) {
@@ -81,6 +116,7 @@ PyType_Slot cf_slots[] = {
     {Py_tp_repr, reinterpret_cast<void*>(cf_repr)},
     {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
     {Py_tp_getattro, reinterpret_cast<void*>(cf_getattro)},
+    {Py_tp_setattro, reinterpret_cast<void*>(cf_setattro)},
     {Py_tp_members, cf_members},
     {Py_tp_getset, cf_getset},
     {Py_tp_doc, const_cast<char*>("A function or module compiled by magpy.compile().")},
