@@ -3,6 +3,7 @@
 Python code that needs a size as a number (a branch, range(), a list index) fixes it again.
 Every call is compared with eager."""
 
+import math
 import random
 
 import pytest
@@ -415,3 +416,33 @@ def test_rank_checked_at_replay_keeps_sizes_dynamic():
     cf = check(f, [torch.randn(t, 1) for t in (6, 8, 10, 12, 14)])
     assert_stats(cf, graphs=2, hits=3, misses=2)
     assert ".ndim == 1)" in str(magpy.explain(cf))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x * 2 if x.shape[-1] else x,
+    lambda x: x * 2 if x.numel() else x,
+    lambda x: x * 2 if len(x) else x,
+    lambda x: x * (x.shape[-1] or 5),
+    lambda x: x * 2 if isinstance(x.shape[-1], int) else x,
+    lambda x: x * math.prod(x.shape),
+], ids=["if T", "numel", "len", "T or 5", "isinstance", "math.prod"])
+def test_truth_of_a_symbolic_size_keeps_it_symbolic(fn):
+    # a review probe: each of these guarded the size by value and recompiled on every call
+    cf = check(fn, [torch.randn(n, n) for n in range(3, 15)])
+    assert magpy.explain(cf).cache_misses <= 2
+
+
+def test_truth_of_a_number_computed_from_sizes_is_checked_at_replay():
+    def f(x):
+        k = x.shape[0] - 3
+        return x[:k].sum() if k else x * 0
+
+    cf = check(f, [torch.randn(n) for n in (5, 6, 3, 7, 3, 8)])
+    assert magpy.explain(cf).cache_misses <= 3
+
+
+def test_truth_of_numel_with_an_empty_fixed_dim():
+    def f(x):
+        return x.sum(0) + 1 if x.numel() else x.new_ones(x.shape[1:])
+
+    check(f, [torch.randn(n, 0) for n in (3, 4, 5, 6)])

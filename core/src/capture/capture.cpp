@@ -743,6 +743,7 @@ int Capture::size_of(int id, int dim, PyObject* real) {
     n.sym = true;
     n.sym_all = !input;
     n.sym_deps.clear();
+    n.positive = input && PyLong_Check(real) && PyLong_AsLong(real) > 0;  // (static dims fixed)
     if (input) n.sym_deps.emplace_back(v(id).node, used);
     return r;
 }

@@ -141,6 +141,9 @@ struct Value {
     // `rank_checked`: its rank is checked at replay (Capture::read_rank).
     bool rank_varies = false;
     bool rank_checked = false;
+    // A symbolic size of a tensor passed in (or its numel): at least 2 at replay (the guards
+    // hold symbolic dims to that), so its truth is known
+    bool positive = false;
     // A number computed at replay from symbolic sizes only (not from tensor data).
     bool sym_number() const {
         PyObject* o = real.get();

@@ -5056,7 +5056,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         flows = false;
     if (!flows)  // builtins and the like compute with the number itself
         for (int a : p.in)
-            m_cap.concretize(a);
+            if (p.callee.kind != CallKind::IsInstance || !m_cap.v(a).positive)
+                m_cap.concretize(a);
     for (int a : p.in) {
         Value& v = m_cap.v(a);
         any_tensor = any_tensor || v.tensor;
@@ -5318,7 +5319,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         // The type of every value is known: guarded for inputs, fixed for everything else.
         for (int a : p.in)
             if (m_cap.v(a).kind == ValueKind::OpResult && !m_cap.v(a).tensor &&
-                !m_cap.v(a).dyn_scalar)  // a number's type follows from the guarded dtype
+                !m_cap.v(a).dyn_scalar &&  // a number's type follows from the guarded dtype
+                !m_cap.v(a).positive)      // a size of an input is an int
                 return m_cap.fail(breaks::kUnsupportedCallee, "isinstance() of an op result",
                                   "test the inputs instead");
         push_out(m_cap.const_value(result));
@@ -7775,7 +7777,8 @@ bool Monitor::sym_number_call(const Pending& p, PyObject* result) {
     bool sym = false;
     std::vector<int> operands = p.in;
     const std::string& n = p.callee.name;
-    if ((n == "sum" || n == "min" || n == "max") && p.in.size() == 1 && !p.kwnames &&
+    if ((n == "sum" || n == "min" || n == "max" || n == "prod") && p.in.size() == 1 &&
+        !p.kwnames &&
         (m_cap.v(p.in[0]).kind == ValueKind::FreshList ||
          m_cap.v(p.in[0]).kind == ValueKind::FreshTuple))
         operands = m_cap.v(p.in[0]).items;  // sum([b, t * 2]): the list made at replay
@@ -8109,6 +8112,13 @@ bool Monitor::truthiness_known(int id) {
                    "use torch.where / masking instead of `if`, or move the decision outside the "
                    "compiled function");
         return false;
+    }
+    if (v.sym_number() && !PyBool_Check(v.real.get())) {
+        // `if T:`, `T or default` on a size read at replay: a size of an input is at least
+        // 2; any other number's truth is checked at replay, not its value guarded
+        if (v.positive) return true;
+        py::Ref truth = py::Ref::borrow(PyObject_IsTrue(v.real.get()) ? Py_True : Py_False);
+        if (m_cap.add_replay_check(id, truth.get(), kCheckTruth)) return true;
     }
     m_cap.concretize(id);  // a branch on sizes: checked or guarded from here on
     if (v.tensor && m_cap.folds(id)) return true;  // [Note: tensors of constants]
