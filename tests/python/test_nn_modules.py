@@ -849,3 +849,31 @@ def test_compiled_module_forwards_attribute_writes_and_stays_compiled_through_ev
     assert magpy.explain(cm).graph_count == 1
     del cm.flag
     assert not hasattr(m, "flag")
+
+
+def test_eval_then_train_inside_the_call_replays():
+    # a review probe: the training flag the call wrote with m.eval() was guarded at entry,
+    # so every call recompiled
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8),
+                                   torch.nn.Dropout(0.3), torch.nn.Linear(8, 1))
+
+    def step(m, x):
+        m.eval()
+        with torch.no_grad():
+            val = m(x)
+        m.train()
+        return val, m(x)
+
+    me, mc = make(), make()
+    cf = magpy.compile(step)
+    for i in range(5):
+        x = torch.randn(6, 4)
+        torch.manual_seed(i)
+        want = step(me, x)
+        torch.manual_seed(i)
+        got = cf(mc, x)
+        assert all(torch.equal(a, b) for a, b in zip(want, got)), i
+        assert torch.equal(me[1].running_mean, mc[1].running_mean) and mc.training, i
+    assert magpy.explain(cf).cache_hits >= 4

@@ -6051,7 +6051,20 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
             if (t >= 0 && !p.callee.bound_self) s.mutates = static_cast<int8_t>(1 + t);
         }
     }
+    // The leaf module's training flag decides what it computes: guarded, unless the call set
+    // it itself (`m.eval()` earlier in the call: a review probe found the written flag
+    // guarded at entry, which failed on every call) to a value the guards decide
+    auto written = m_cap.overlay().find({p.callee_value, "training"});
+    if (p.callee.kind == CallKind::LeafModule && written != m_cap.overlay().end() &&
+        !m_cap.folds(written->second) && m_cap.v(written->second).kind != ValueKind::Input) {
+        m_cap.fail(breaks::kUnsupportedCallee,
+                   "`" + m_cap.v(p.callee_value).label + "` is called after its training flag "
+                   "was set to a value computed in the call",
+                   "set the flag from an argument or a constant");
+        return -1;
+    }
     if (p.callee.kind == CallKind::LeafModule && m_cap.v(p.callee_value).kind == ValueKind::Input &&
+        written == m_cap.overlay().end() &&
         !leaf_module_ignores_training(m_cap.v(p.callee_value).real.get())) {
         PyObject* tr = PyObject_GetAttrString(m_cap.v(p.callee_value).real.get(), "training");
         if (tr) {
