@@ -446,3 +446,26 @@ def test_truth_of_numel_with_an_empty_fixed_dim():
         return x.sum(0) + 1 if x.numel() else x.new_ones(x.shape[1:])
 
     check(f, [torch.randn(n, 0) for n in (3, 4, 5, 6)])
+
+
+def test_dynamic_true_also_learns_what_did_not_start_symbolic():
+    # a review probe: with dynamic=True a growing module state (a KV cache attribute and a
+    # position counter) recompiled on every call; automatic dynamic made them symbolic
+    class KV(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = torch.zeros(1, 0, 4)
+            self.pos = 0
+
+        def forward(self, x):
+            self.k = torch.cat([self.k, x], 1)
+            self.pos += x.shape[1]
+            return (x @ self.k.transpose(1, 2)).softmax(-1) @ self.k, self.pos
+
+    me, mc = KV(), KV()
+    cf = magpy.compile(mc, dynamic=True)
+    for i in range(12):
+        x = torch.randn(1, 1, 4)
+        (we, pe), (wc, pc) = me(x), cf(x)
+        assert torch.allclose(we, wc) and pe == pc, i
+    assert magpy.explain(cf).cache_misses <= 3

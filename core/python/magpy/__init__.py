@@ -30,7 +30,8 @@ def compile(fn_or_module, backend="eager", fullgraph=False, dynamic=None, cache_
     backend: one of magpy.backends(). fullgraph: raise GraphBreakError at the first construct
     that cannot be captured instead of running it eagerly. dynamic: None (automatic: a tensor
     dim whose size changed between calls becomes symbolic in the next capture), True (every
-    dim of the tensors passed in is symbolic from the first call; sizes 0 and 1 stay fixed) or
+    dim of the tensors passed in is symbolic from the first call; sizes 0 and 1 stay fixed;
+    module attributes and numbers that change become symbolic as in automatic) or
     False (every size is guarded by value). cache_limit: how many captured variants to keep
     per function before running new inputs eagerly.
     """

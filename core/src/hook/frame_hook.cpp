@@ -395,8 +395,9 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
                                           : last_own->guards->check_verbose(frame);
         if (PyErr_Occurred()) PyErr_Clear();
         // Automatic dynamic: sizes and numbers that changed since the last capture become
-        // symbolic in the next one ([Note: dynamic shapes]).
-        if (st.options.dynamic < 0) {
+        // symbolic in the next one ([Note: dynamic shapes]); with dynamic=True too, for what
+        // did not start symbolic (module attributes, numbers).
+        if (st.options.dynamic != 0) {
             std::string dims;
             GuardTree::Changes changes = last_own->guards->changes(frame);
             for (const auto& [source, changed] : changes.dims) {
