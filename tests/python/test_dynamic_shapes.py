@@ -469,3 +469,14 @@ def test_dynamic_true_also_learns_what_did_not_start_symbolic():
         (we, pe), (wc, pc) = me(x), cf(x)
         assert torch.allclose(we, wc) and pe == pc, i
     assert magpy.explain(cf).cache_misses <= 3
+
+
+def test_sizes_become_dynamic_when_ranks_alternate():
+    # a review probe: each miss was compared only with the most recent entry, which had the
+    # other rank, so nothing became dynamic and every call recompiled
+    def f(x):
+        return x.sum(0) * 2
+
+    cf = check(f, [torch.randn(2 + i, 3) if i % 2 else torch.randn(2 + i, 3, 2)
+                   for i in range(12)])
+    assert magpy.explain(cf).cache_misses <= 4

@@ -398,8 +398,15 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
         // symbolic in the next one ([Note: dynamic shapes]); with dynamic=True too, for what
         // did not start symbolic (module attributes, numbers).
         if (st.options.dynamic != 0) {
+            // Against the most recent entry that differs only in sizes or numbers (the last
+            // one may have another rank: inputs alternating between 2-d and 3-d)
             std::string dims;
-            GuardTree::Changes changes = last_own->guards->changes(frame);
+            GuardTree::Changes changes;
+            for (const CacheEntry& e : cc->entries) {
+                if (e.options_key != key || !e.used_by(st.id)) continue;
+                changes = e.guards->changes(frame);
+                if (!changes.dims.empty() || !changes.numbers.empty()) break;
+            }
             for (const auto& [source, changed] : changes.dims) {
                 uint64_t& known = cc->dynamic_dims[source];
                 for (int d = 0; d < 64; ++d)
