@@ -1865,18 +1865,9 @@ Monitor::Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph,
 
 // [SECTION] tracing ----------------------------------------------------------------------------
 
-// [Note: code that ran inside a call] backward() runs whatever Python the autograd graph
-// holds: hooks on leaves and on intermediate tensors, grad_fn hooks, modules' backward hooks,
-// custom Functions' backward, on this thread or (CUDA) on autograd's own; an optimizer's
-// step(closure) runs the closure. Not all of it can be found from Python beforehand (a
-// tensor's hook lives on its grad_fn), so it is seen as it runs: while such a call is in
-// flight the frame hook (hook/frame_hook.cpp, which sees every frame of every thread) reports
-// each Python function it evaluates, with the arguments it was given (a module backward hook's
-// module). The functions outside torch, and those arguments, are what the call may have
-// changed (Capture::changed_by_call walks them, their closures, defaults and the module globals
-// their code names). What a later call would run is guarded where it is registered: modules'
-// hook dicts and torch's global ones (module_hooks), and the hook dicts of the tensors passed
-// in (Capture::guard_tensor_hooks).
+// [Note: code that ran inside a call] in core/NOTES.md: while backward(), autograd.grad or a
+// state-changing call is in flight, the frame hook reports the Python functions it evaluates
+// (on any thread) and their arguments; what they reach may have changed.
 Monitor* Monitor::s_watcher = nullptr;
 
 void Monitor::watch_call(bool on) {
