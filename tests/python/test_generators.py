@@ -180,7 +180,30 @@ def _left_in_a_local(xs, log):
     return first
 
 
-@pytest.mark.parametrize("fn", [_left_by_break, _left_by_return, _left_in_a_local])
+def _left_by_a_shorter_zip(xs, log):
+    for a, b in zip(_closing(xs, log), range(2)):
+        pass
+    log.append("after")
+    return a * 2
+
+
+def _left_by_next_of_a_temporary(xs, log):
+    a = next(_closing(xs, log))
+    log.append("after")
+    return a
+
+
+def _left_after_del(xs, log):
+    it = _closing(xs, log)
+    a = next(it)
+    del it
+    log.append("after")
+    return a
+
+
+@pytest.mark.parametrize("fn", [_left_by_break, _left_by_return, _left_in_a_local,
+                                _left_by_a_shorter_zip, _left_by_next_of_a_temporary,
+                                _left_after_del])
 def test_generator_left_inside_its_try_or_with_block_cleans_up_in_place(fn):
     def run(f):
         outs = []

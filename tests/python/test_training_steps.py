@@ -4,6 +4,10 @@ must run exactly once per call, and what they change must be read afresh after t
 Found by a review probe: gradients doubled and learning rates read stale."""
 
 import copy
+import functools
+import operator
+import types
+import weakref
 import warnings
 
 import pytest
@@ -456,3 +460,129 @@ def test_a_hook_that_writes_nothing_keeps_the_training_step_one_graph():
         assert all(torch.equal(a, b) for a, b in zip(me.parameters(), mc.parameters())), i
     r = magpy.explain(f)
     assert r.graph_count == 1 and not r.breaks, r.breaks
+
+
+# More ways a hook reaches state, from a review of the rule above (each read the count stale)
+class _HookStats:
+    n = 0
+
+
+_hook_module = types.ModuleType("magpy_test_hook_counters")
+_hook_module.counter = 0
+
+
+class _Slotted:
+    __slots__ = ("inner",)
+
+    def __init__(self):
+        self.inner = {"n": 0}
+
+
+def _reach(kind):
+    """make() -> (w, read): a leaf whose hook counts its calls somewhere, and a reader."""
+    w = torch.ones(3, requires_grad=True)
+    if kind == "a C method":
+        grads = []
+        w.register_hook(grads.append)
+        return w, lambda: len(grads)
+    if kind == "a partial of a C function":
+        d = {"g": None, "n": 0}
+        w.register_hook(functools.partial(operator.setitem, d, "g"))
+        return w, lambda: d["g"] is not None and float(d["g"].sum())
+    if kind == "nonlocal":
+        count = 0
+
+        def hook(g):
+            nonlocal count
+            count += 1
+        w.register_hook(hook)
+        return w, lambda: count
+    if kind == "a weak reference":
+        class Owner:
+            calls = 0
+        owner = Owner()
+        ref = weakref.ref(owner)
+        w.register_hook(lambda g: setattr(ref(), "calls", ref().calls + 1))
+        w._owner = owner
+        return w, lambda: owner.calls
+    if kind == "a class attribute":
+        _HookStats.n = 0
+
+        def hook(g):
+            _HookStats.n += 1
+        w.register_hook(hook)
+        return w, lambda: _HookStats.n
+    if kind == "a module attribute":
+        _hook_module.counter = 0
+
+        def hook(g):
+            _hook_module.counter += 1
+        w.register_hook(hook)
+        return w, lambda: _hook_module.counter
+    if kind == "__slots__":
+        h = _Slotted()
+        inner = h.inner
+        w.register_hook(lambda g: inner.__setitem__("n", h.inner["n"] + 1))
+        return w, lambda: inner["n"]
+
+
+@pytest.mark.parametrize("kind", ["a C method", "a partial of a C function", "nonlocal",
+                                  "a weak reference", "a class attribute", "a module attribute",
+                                  "__slots__"])
+def test_state_a_hook_reaches_is_read_after_backward(kind):
+    outs = []
+    for compiled in (False, True):
+        w, read = _reach(kind)
+
+        def step(x):
+            (w * x).sum().backward()
+            return read()
+        f = magpy.compile(step) if compiled else step
+        outs.append([f(torch.full((3,), float(i + 1))) for i in range(5)])
+    assert outs[0] == outs[1]
+
+
+def test_a_hook_on_a_parameter_of_a_called_module_registered_between_calls():
+    def run(compiled):
+        torch.manual_seed(0)
+        m = torch.nn.Linear(3, 1)
+        st = {"n": 0}
+
+        def step(x):
+            m(x).sum().backward()
+            return st["n"]
+        f = magpy.compile(step) if compiled else step
+        out = []
+        for i in range(5):
+            if i == 2:
+                m.weight.register_hook(lambda g: st.__setitem__("n", st["n"] + 1))
+            out.append(f(torch.full((2, 3), float(i + 1))))
+        return out
+
+    assert run(False) == run(True) == [0, 0, 1, 2, 3]
+
+
+def test_hooks_registered_and_removed_in_each_call_do_not_recompile():
+    # a review probe: the hook guard was taken during backward(), with the call's own hooks
+    # still on, so it failed at every next call
+    def make():
+        torch.manual_seed(0)
+        m = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+        def step(x):
+            hs = [p.register_hook(lambda g: g.clamp(-1, 1)) for p in m.parameters()]
+            opt.zero_grad()
+            m(x).sum().backward()
+            opt.step()
+            for h in hs:
+                h.remove()
+            return m.weight.sum()
+        return step
+
+    se, sc = make(), make()
+    cf = magpy.compile(sc)
+    for i in range(8):
+        x = torch.full((2, 3), float(i))
+        assert torch.equal(se(x), cf(x)), i
+    assert magpy.explain(cf).cache_hits >= 6

@@ -22,6 +22,7 @@ BREAK_REASONS = {
     "MB013": "cache limit",
     "MB014": "op in try after a write",
     "MB015": "capture too large",
+    "MB016": "generator left inside its cleanup",
     "MB099": "INTERNAL ENGINE ERROR",
 }
 

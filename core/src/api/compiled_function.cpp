@@ -49,9 +49,20 @@ PyObject* cf_repr(PyObject* self) {
                                 cf->state->name.c_str(), cf->state->options.backend.c_str());
 }
 
-// A method of the compiled module that returns the module (`train()`, `eval()`, `to()`,
-// `float()`, `requires_grad_()`): called through the compiled one, it returns the compiled
-// one, so `model = magpy.compile(model).eval()` keeps it compiled. `self` is (compiled, method).
+// nn.Module's methods that return the module (`train()`, `eval()`, `to()`, `float()`,
+// `requires_grad_()`): called through the compiled one, they return the compiled one, so
+// `model = magpy.compile(model).eval()` keeps it compiled. `self` is (compiled, method). Other
+// methods are handed out as they are (inspect.signature(cm.forward) works).
+bool returns_module(PyObject* name) {
+    static const char* names[] = {"train", "eval", "to", "cuda", "cpu", "float", "double",
+                                  "half", "bfloat16", "type", "requires_grad_", "apply",
+                                  "share_memory", "to_empty", "xpu", "ipu"};
+    if (!PyUnicode_Check(name)) return false;
+    for (const char* n : names)
+        if (PyUnicode_CompareWithASCIIString(name, n) == 0) return true;
+    return false;
+}
+
 PyObject* call_returning_compiled(PyObject* self, PyObject* args, PyObject* kwargs) {
     PyObject* compiled = PyTuple_GET_ITEM(self, 0);
     PyObject* r = PyObject_Call(PyTuple_GET_ITEM(self, 1), args, kwargs);
@@ -75,7 +86,7 @@ PyObject* cf_getattro(PyObject* self, PyObject* name) {
     auto* cf = reinterpret_cast<CompiledFunctionObject*>(self);
     PyObject* target = cf->state->target.get();
     r = PyObject_GetAttr(target, name);
-    if (r && PyMethod_Check(r) && PyMethod_GET_SELF(r) == target &&
+    if (r && returns_module(name) && PyMethod_Check(r) && PyMethod_GET_SELF(r) == target &&
         PyObject_TypeCheck(target, torch_api().module_type)) {
         PyObject* pair = PyTuple_Pack(2, self, r);
         Py_DECREF(r);

@@ -23,6 +23,9 @@ constexpr const char* kTracerActive = "MB012";          // another tracer (debug
 constexpr const char* kCacheLimit = "MB013";            // recompiled too often; running eagerly
 constexpr const char* kTryAfterEffect = "MB014";        // an op in try after a visible write
 constexpr const char* kTooLarge = "MB015";              // the call records too many steps
+constexpr const char* kGeneratorCleanup = "MB016";      // a generator left inside its own try or
+                                                         // with block (its cleanup runs there);
+                                                         // the whole call runs eagerly
 constexpr const char* kInternal = "MB099";              // an engine bug; the call ran eagerly
 
 }  // namespace magpy::breaks

@@ -280,6 +280,10 @@ int Capture::register_input(int node, PyObject* real, bool by_type) {
     add_type_guards(id, real, by_type);
     m_node_values[node] = id;
     if (v(id).kind == ValueKind::Input && !by_type) m_input_objects[real] = id;
+    if (v(id).tensor) {  // its hooks as the call found them (guard_tensor_hooks)
+        if (PyObject* keys = tensor_hook_keys(real)) m_entry_hooks[node] = py::Ref::steal(keys);
+        else PyErr_Clear();
+    }
     return id;
 }
 
@@ -330,6 +334,16 @@ int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
                         : kind == AccessKind::DictItem && PyDict_Check(pr)     ? pr
                                                                                : nullptr;
     if (global_changed(globals, key, p.label + suffix)) return -1;
+    if (pr && PyType_Check(pr) && (kind == AccessKind::Attr || kind == AccessKind::TypeLookup) &&
+        !m_changed_globals.empty() && real && !PyFunction_Check(real)) {
+        // a class attribute, wherever on the MRO it is set (methods are looked up, not state)
+        PyObject* mro = reinterpret_cast<PyTypeObject*>(pr)->tp_mro;
+        for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i)
+            if (global_changed(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict,
+                               key, p.label + suffix))
+                return -1;
+    }
+
     if (!beside_items && real &&
         !(PyFunction_Check(real) || PyMethod_Check(real) || PyCFunction_Check(real)) &&
         read_after_change(p.real.get(), p.label + suffix))
@@ -348,13 +362,13 @@ int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
 // capture is a graph break there (MB008), so the next segment reads it afresh, after the call.
 void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::string& call) {
     constexpr size_t kMaxObjects = 4096;
-    constexpr int kMaxDepth = 8;
+    constexpr int kMaxDepth = 64;  // (the object count bounds the walk)
     std::vector<std::pair<PyObject*, int>> todo;
     for (PyObject* r : roots) todo.emplace_back(r, 0);
     auto skip = [](PyObject* o) {
         return o == Py_None || PyLong_Check(o) || PyFloat_Check(o) || PyUnicode_Check(o) ||
                PyBytes_Check(o) || PyBool_Check(o) || PyType_Check(o) || PyModule_Check(o) ||
-               PyCFunction_Check(o) || is_tensor(o);
+               is_tensor(o);
     };
     std::vector<PyObject*> reached;
     while (!todo.empty()) {
@@ -374,7 +388,7 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
                                     // closure's state, `def hook(g, s=state)`)
             PyObject* cells = PyFunction_GET_CLOSURE(o);
             for (Py_ssize_t i = 0; cells && i < PyTuple_GET_SIZE(cells); ++i)
-                todo.emplace_back(PyCell_GET(PyTuple_GET_ITEM(cells, i)), depth + 1);
+                todo.emplace_back(PyTuple_GET_ITEM(cells, i), depth + 1);
             todo.emplace_back(PyFunction_GET_DEFAULTS(o), depth + 1);
             todo.emplace_back(PyFunction_GET_KW_DEFAULTS(o), depth + 1);
             // and the module globals its code names (`STATS["n"] += 1`), unless it is torch's
@@ -385,24 +399,51 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
                               (py::str_of(module) == "torch" ||
                                py::str_of(module).rfind("torch.", 0) == 0);
             if (torch_code) continue;
+            // ; the attributes its code stores are rebound on the classes and modules it names
+            // (`Stats.n += 1`); `globals()[k] = v` may rebind any of them
             std::vector<PyCodeObject*> codes{reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(o))};
+            std::vector<PyObject*> named;  // classes and modules
+            std::vector<std::string> attrs;
             for (size_t c = 0; c < codes.size() && c < 64; ++c) {
                 PyCodeObject* co = codes[c];
                 for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(co->co_consts); ++i)
                     if (PyCode_Check(PyTuple_GET_ITEM(co->co_consts, i)))
                         codes.push_back(reinterpret_cast<PyCodeObject*>(PyTuple_GET_ITEM(co->co_consts, i)));
-                for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(co->co_names); ++i)
-                    if (PyObject* g = PyDict_GetItemWithError(globals, PyTuple_GET_ITEM(co->co_names, i)))
-                        todo.emplace_back(g, depth + 1);
+                for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(co->co_names); ++i) {
+                    PyObject* name = PyTuple_GET_ITEM(co->co_names, i);
+                    PyObject* g = PyDict_GetItemWithError(globals, name);
+                    if (g && (PyType_Check(g) || PyModule_Check(g))) named.push_back(g);
+                    else if (g) todo.emplace_back(g, depth + 1);
+                    else if (!PyErr_Occurred() && PyUnicode_CompareWithASCIIString(name, "globals") == 0)
+                        m_changed_globals.emplace(std::make_pair(globals, std::string("*")), call);
+                }
                 PyErr_Clear();
-                for (PyObject* name : py::code_global_stores(co))
+                for (PyObject* name : py::code_stored_names(co, false))
                     m_changed_globals.emplace(std::make_pair(globals, py::str_of(name)), call);
+                for (PyObject* name : py::code_stored_names(co, true)) attrs.push_back(py::str_of(name));
+            }
+            for (PyObject* g : named) {
+                PyObject* ns = PyModule_Check(g) ? PyModule_GetDict(g)
+                                                 : reinterpret_cast<PyTypeObject*>(g)->tp_dict;
+                for (const std::string& a : attrs) m_changed_globals.emplace(std::make_pair(ns, a), call);
             }
             continue;
         }
         if (PyMethod_Check(o)) {
             todo.emplace_back(PyMethod_GET_SELF(o), depth + 1);
             todo.emplace_back(PyMethod_GET_FUNCTION(o), depth + 1);
+            continue;
+        }
+        if (PyCFunction_Check(o)) {  // a bound C method's object (`register_hook(grads.append)`)
+            todo.emplace_back(PyCFunction_GET_SELF(o), depth + 1);
+            continue;
+        }
+        if (PyCell_Check(o)) {  // a closure cell (`nonlocal count` in a hook): rebound, so read
+            todo.emplace_back(PyCell_GET(o), depth + 1);  // afresh too (read_after_change)
+            continue;
+        }
+        if (PyWeakref_CheckRef(o)) {  // `ref = weakref.ref(self)` in a hook
+            todo.emplace_back(PyWeakref_GET_OBJECT(o), depth + 1);
             continue;
         }
         if (PyDict_Check(o)) {
@@ -412,6 +453,17 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
         } else if (PyList_Check(o) || PyTuple_Check(o)) {
             for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
                 todo.emplace_back(PySequence_Fast_GET_ITEM(o, i), depth + 1);
+        } else if (Py_TYPE(o)->tp_traverse && !PyObject_TypeCheck(o, functools_partial_type())) {
+            // an instance: its __dict__, its __slots__, what a C object holds (a deque's items)
+            std::vector<PyObject*> held;
+            Py_TYPE(o)->tp_traverse(
+                o,
+                [](PyObject* x, void* arg) {
+                    static_cast<std::vector<PyObject*>*>(arg)->push_back(x);
+                    return 0;
+                },
+                &held);
+            for (PyObject* x : held) todo.emplace_back(x, depth + 1);
         } else if (PyObject** dict = _PyObject_GetDictPtr(o); dict && *dict) {
             todo.emplace_back(*dict, depth + 1);
         }
@@ -521,6 +573,7 @@ bool Capture::read_after_change(PyObject* obj, const std::string& what) {
 bool Capture::global_changed(PyObject* globals, PyObject* name, const std::string& what) {
     if (!globals || !name || !PyUnicode_Check(name) || m_changed_globals.empty()) return false;
     auto it = m_changed_globals.find(std::make_pair(globals, py::str_of(name)));
+    if (it == m_changed_globals.end()) it = m_changed_globals.find(std::make_pair(globals, std::string("*")));
     if (it == m_changed_globals.end()) return false;
     fail(breaks::kMutatedThenRead,
          "`" + what + "` is read after `" + it->second + "`, which may have changed it",
@@ -528,23 +581,59 @@ bool Capture::global_changed(PyObject* globals, PyObject* name, const std::strin
     return true;
 }
 
+// `keys` (tensor_hook_keys) without the hooks registered in the call (new reference).
+static PyObject* without_ids(PyObject* keys, const std::set<long>& made) {
+    PyObject* out = PyList_New(0);
+    for (Py_ssize_t i = 0; out && i < PyTuple_GET_SIZE(keys); ++i) {
+        PyObject* k = PyTuple_GET_ITEM(keys, i);
+        if (PyTuple_Check(k)) {
+            py::Ref inner = py::Ref::steal(without_ids(k, made));
+            if (!inner || PyList_Append(out, inner.get()) < 0) Py_CLEAR(out);
+        } else if (!(PyLong_Check(k) && made.count(PyLong_AsLong(k))) &&
+                   PyList_Append(out, k) < 0) {
+            Py_CLEAR(out);
+        }
+    }
+    if (!out) return nullptr;
+    PyObject* t = PyList_AsTuple(out);
+    Py_DECREF(out);
+    return t;
+}
+
+void Capture::entry_hooks_of_module(int id, const std::set<long>& made_in_call) {
+    Value& m = v(id);
+    if (m.kind != ValueKind::Input || m.node < 0 || m_entry_hooks.count(m.node)) return;
+    py::Ref keys = py::Ref::steal(tensor_hook_keys(m.real.get()));
+    PyObject* entry = keys ? without_ids(keys.get(), made_in_call) : nullptr;
+    if (entry) m_entry_hooks[m.node] = py::Ref::steal(entry);
+    else PyErr_Clear();
+}
+
 void Capture::guard_tensor_hooks() {
     for (const Value& val : m_values) {
         PyObject* t = val.real.get();
-        if (val.kind != ValueKind::Input || val.node < 0 || !val.tensor || !t) continue;
+        if (val.kind != ValueKind::Input || val.node < 0 || !t) continue;
+        if (!val.tensor) {  // a leaf module called in the call: its parameters' hooks
+            auto entry = m_entry_hooks.find(val.node);
+            if (entry == m_entry_hooks.end() || !m_hooks_guarded.insert(val.node).second) continue;
+            Check c;
+            c.kind = CheckKind::TensorHooks;
+            c.value = entry->second;
+            m_guards->add_check(val.node, std::move(c));
+            continue;
+        }
         py::Ref grad = py::Ref::steal(PyObject_GetAttrString(t, "requires_grad"));
         if (!grad || grad.get() != Py_True) {
             PyErr_Clear();
             continue;
         }
+        // as the call found them: hooks it registers itself (and removes before it ends) are
+        // the plan's own (a review probe: a per-call hook failed this guard every call)
+        auto entry = m_entry_hooks.find(val.node);
+        if (entry == m_entry_hooks.end() || !m_hooks_guarded.insert(val.node).second) continue;
         Check c;
         c.kind = CheckKind::TensorHooks;
-        c.value = py::Ref::steal(tensor_hook_keys(t));
-        if (!c.value) {
-            PyErr_Clear();
-            internal_error("the hooks of `" + val.label + "`");
-            return;
-        }
+        c.value = entry->second;
         m_guards->add_check(val.node, std::move(c));
     }
 }

@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace magpy {
@@ -214,9 +215,15 @@ public:
     // A read of global `name` of the module dict `globals` after such a call rebound it (its
     // code stores it): a break (true). Null globals: false.
     bool global_changed(PyObject* globals, PyObject* name, const std::string& what);
+    // A read of `obj` (spelled `what`) after such a call reached it: a break (true).
+    bool read_after_change(PyObject* obj, const std::string& what);
     // [Note: code that ran inside a call] The hooks of every tensor passed in that requires
     // grad are those backward() ran: guarded as they are (a hook added later recompiles).
     void guard_tensor_hooks();
+    // A leaf module called in the call: its parameters' hooks as the call found them, for
+    // guard_tensor_hooks (they are not inputs of their own).
+    // `made_in_call`: the ids of the hooks the call registered before (left out)
+    void entry_hooks_of_module(int value, const std::set<long>& made_in_call);
     // After a failure: the capture holds `obj` no longer (its values read as null), so that
     // the frame's own drop of it is its last reference, as in eager.
     void forget(PyObject* obj);
@@ -368,7 +375,6 @@ private:
     void add_step(Step step);
     void may_decline();
     void guard_set_order(int id);
-    bool read_after_change(PyObject* obj, const std::string& what);
     bool read_after_change(int id);
     bool undoable_write(const Step& step, const std::vector<int>& values);
     bool step_folds(const Step& step, PyObject* real_result);
@@ -405,6 +411,10 @@ private:
     // changed_by_call: each object, held while capturing, and the first call that reached it
     std::unordered_map<PyObject*, std::pair<py::Ref, std::string>> m_changed;
     std::vector<py::Ref> m_changed_parts;  // a partial's parts, read to walk them
+    // the hook ids of each tensor passed in, as the call found them (guard node -> tuple), and
+    // the nodes guard_tensor_hooks guarded
+    std::unordered_map<int, py::Ref> m_entry_hooks;
+    std::unordered_set<int> m_hooks_guarded;
     // changed_by_call: module globals rebound by the code it ran: (globals dict, name) -> call
     std::map<std::pair<PyObject*, std::string>, std::string> m_changed_globals;
     int m_ctx = -1;                     // innermost open `with` block (Plan::contexts())

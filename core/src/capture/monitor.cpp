@@ -1550,6 +1550,56 @@ int Monitor::index_items(const std::vector<int>& items, PyObject* key, ValueKind
 // with `obj` as its argument, and what it returned is set on the object. Other data
 // descriptors, and properties on values whose class we do not follow, break in load_attr
 // (MB007).
+// The hooks a backward() call from the tensors of `p` may run that have no Python frame to be
+// seen by ([Note: code that ran inside a call]): those of the leaves it reaches
+// (`w.register_hook(grads.append)`, a partial of a C function), walked from grad_fn through
+// next_functions (at most 4096 nodes), and the hooks registered in the call. `held` keeps the
+// objects alive.
+std::vector<PyObject*> Monitor::backward_hooks(const Pending& p, std::vector<py::Ref>& held) {
+    std::vector<PyObject*> roots, todo;
+    std::unordered_set<PyObject*> seen;
+    for (const py::Ref& h : m_hooks_made) roots.push_back(h.get());
+    auto attr = [&](PyObject* o, const char* name) {
+        PyObject* a = PyObject_GetAttrString(o, name);
+        if (!a) PyErr_Clear();
+        else held.emplace_back(py::Ref::steal(a));
+        return a;
+    };
+    std::vector<int> sources = p.in;
+    if (p.callee.bound_self) sources.push_back(p.callee_value);
+    for (int a : sources) {
+        PyObject* t = m_cap.v(a).real.get();
+        if (!t) continue;
+        if (PyMethod_Check(t) || PyCFunction_Check(t))
+            t = PyMethod_Check(t) ? PyMethod_GET_SELF(t) : PyCFunction_GET_SELF(t);
+        std::vector<PyObject*> tensors;
+        if (t && is_tensor(t)) tensors.push_back(t);
+        else if (t && (PyList_Check(t) || PyTuple_Check(t)))
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(t); ++i)
+                tensors.push_back(PySequence_Fast_GET_ITEM(t, i));
+        for (PyObject* x : tensors)
+            if (x && is_tensor(x))
+                if (PyObject* fn = attr(x, "grad_fn"); fn && fn != Py_None) todo.push_back(fn);
+    }
+    while (!todo.empty() && seen.size() < 4096) {
+        PyObject* node = todo.back();
+        todo.pop_back();
+        if (!seen.insert(node).second) continue;
+        if (PyObject* leaf = attr(node, "variable"); leaf && is_tensor(leaf)) {
+            PyObject* hooks = attr(leaf, "_backward_hooks");
+            if (hooks && PyDict_Check(hooks) && PyDict_GET_SIZE(hooks) > 0) roots.push_back(hooks);
+        }
+        PyObject* next = attr(node, "next_functions");
+        for (Py_ssize_t i = 0; next && PyTuple_Check(next) && i < PyTuple_GET_SIZE(next); ++i) {
+            PyObject* pair = PyTuple_GET_ITEM(next, i);
+            if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) > 0 &&
+                PyTuple_GET_ITEM(pair, 0) != Py_None)
+                todo.push_back(PyTuple_GET_ITEM(pair, 0));
+        }
+    }
+    return roots;
+}
+
 // A property, or a subclass that keeps property's own __get__ (torch.distributions'
 // dependent_property): reading it calls its fget.
 static bool plain_property(PyObject* d) {
@@ -1868,25 +1918,44 @@ Monitor::Monitor(Capture& capture, PyCodeObject* root_code, bool fullgraph,
 // [Note: code that ran inside a call] in core/NOTES.md: while backward(), autograd.grad or a
 // state-changing call is in flight, the frame hook reports the Python functions it evaluates
 // (on any thread) and their arguments; what they reach may have changed.
-Monitor* Monitor::s_watcher = nullptr;
+std::vector<Monitor*> Monitor::s_watchers;
 
 void Monitor::watch_call(bool on) {
-    if (on) m_ran.clear();
-    s_watcher = on ? this : (s_watcher == this ? nullptr : s_watcher);
+    if (on) {
+        m_ran.clear();
+        m_ran_overflow = false;
+    }
+    if (on == m_watching) return;
+    m_watching = on;
+    if (on) s_watchers.push_back(this);
+    else s_watchers.erase(std::find(s_watchers.begin(), s_watchers.end(), this));
 }
 
+// Whether `fn` is torch's own Python (by its module's name, not its file's path).
+static bool torch_function(PyObject* fn) {
+    PyObject* module = PyFunction_GET_MODULE(fn);
+    if (!module || !PyUnicode_Check(module)) return false;
+    return PyUnicode_CompareWithASCIIString(module, "torch") == 0 ||
+           PyUnicode_Tailmatch(module, interned("torch."), 0, 6, -1) == 1;
+}
+
+// Every watcher sees every frame (a capture on another thread may be the one whose call ran
+// it: attributing it to each is the safe side).
 void Monitor::frame_evaluated(py::IFrame* frame) {
-    Monitor* m = s_watcher;
     PyCodeObject* co = py::frame_code(frame);
     PyObject* fn = py::frame_function(frame);
-    if (!m || !fn || !PyFunction_Check(fn) || m->m_ran.size() >= 4096) return;
-    const std::string file = str(co->co_filename);
-    if (file.find("/torch/") != std::string::npos || file.rfind("<frozen", 0) == 0) return;
-    m->m_ran.emplace_back(py::Ref::borrow(fn));
+    if (!fn || !PyFunction_Check(fn) || torch_function(fn)) return;
     int nargs = co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
                 ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
-    for (int i = 0; i < nargs; ++i)
-        if (PyObject* a = py::frame_local(frame, i)) m->m_ran.emplace_back(py::Ref::borrow(a));
+    for (Monitor* m : s_watchers) {
+        if (m->m_ran.size() >= 4096) {
+            m->m_ran_overflow = true;
+            continue;
+        }
+        m->m_ran.emplace_back(py::Ref::borrow(fn));
+        for (int i = 0; i < nargs; ++i)
+            if (PyObject* a = py::frame_local(frame, i)) m->m_ran.emplace_back(py::Ref::borrow(a));
+    }
 }
 
 void Monitor::install() {
@@ -1988,6 +2057,7 @@ void Monitor::drop_raising_call() {
 }
 
 void Monitor::stop_tracing() {
+    if (!m_stopped) forget_generators();  // [Note: generators left inside cleanup]
     if (!m_stopped) note_site();
     m_stopped = true;
     if (m_fullgraph) return;  // keep seeing the frames: see trace()
@@ -2085,22 +2155,7 @@ void Monitor::on_call(PyFrameObject* fo) {
 // in hook/frame_hook.cpp). Writes that drop an object kept elsewhere (`self.cache = None`, a
 // dict item) are replayed as writes, where the object goes as it did. A `__del__` from other
 // code the frame runs (the cyclic collector at any allocation) is not the program's to order.
-//
-// A generator made in the call and left before its end while suspended inside a try or with
-// block of its own (`for x in gen(): break`, with the yield under `with torch.no_grad()`) runs
-// that block's cleanup when its last reference goes (close()). The plan replays what it
-// yielded, not its frame, so the cleanup would never run at replay: such a drop (of the
-// generator or of an iterator over it, `enumerate(gen())`; the frame's return drops its
-// locals) fails the capture, and the capture lets go of the generator at once, so that the
-// frame's own drop closes it where it would have (whether it was the last reference is again
-// not known: any drop counts).
 bool Monitor::drops_finalized(ShadowFrame& f, const py::Instruction& ins) {
-    if (ins.opcode == RETURN_VALUE) {
-        PyCodeObject* co = py::frame_code(f.frame);
-        for (int i = 0; i < co->co_nlocals; ++i)
-            if (leaves_generator_cleanup(py::frame_local(f.frame, i))) return true;
-        return false;
-    }
     if (!py::drops_frame_reference(ins.opcode)) return false;
     PyObject* v = nullptr;
     if (ins.opcode == POP_TOP) {
@@ -2110,7 +2165,6 @@ bool Monitor::drops_finalized(ShadowFrame& f, const py::Instruction& ins) {
         if (v && (ins.opcode == STORE_DEREF || ins.opcode == DELETE_DEREF))
             v = PyCell_Check(v) ? PyCell_GET(v) : nullptr;
     }
-    if (leaves_generator_cleanup(v)) return true;
     if (!v || !Py_TYPE(v)->tp_finalize) return false;
     static PyObject* del_name = PyUnicode_InternFromString("__del__");
     PyObject* del = del_name ? _PyType_Lookup(Py_TYPE(v), del_name) : nullptr;
@@ -2123,56 +2177,100 @@ bool Monitor::drops_finalized(ShadowFrame& f, const py::Instruction& ins) {
     return true;
 }
 
-// See drops_finalized. `v`: what a frame drops (borrowed, may be null).
-bool Monitor::leaves_generator_cleanup(PyObject* v) {
-    if (!v || m_gens.empty() || !PyIter_Check(v)) return false;
-    // the generators it is or wraps (enumerate, zip, map, a generator expression's source)
-    std::vector<PyObject*> found, todo{v};
-    for (size_t k = 0; k < todo.size() && k < 64; ++k) {
-        PyObject* o = todo[k];
-        if (PyGen_Check(o)) {
-            found.push_back(o);
-            continue;
-        }
-        if (PyIter_Check(o) && Py_TYPE(o)->tp_traverse)
-            Py_TYPE(o)->tp_traverse(
-                o,
-                [](PyObject* x, void* arg) {
-                    if (x && PyIter_Check(x)) static_cast<std::vector<PyObject*>*>(arg)->push_back(x);
-                    return 0;
-                },
-                &todo);
-    }
-    for (PyObject* g : found) {
-        bool ours = false;
-        for (const GenRecord& r : m_gens) ours = ours || r.object == g;
-        if (!ours) continue;
-        py::Ref suspended = py::Ref::steal(PyObject_GetAttrString(g, "gi_suspended"));
-        py::Ref frame = py::Ref::steal(PyObject_GetAttrString(g, "gi_frame"));
-        py::Ref lasti = frame && frame.get() != Py_None
-                            ? py::Ref::steal(PyObject_GetAttrString(frame.get(), "f_lasti"))
-                            : py::Ref();
-        PyErr_Clear();
-        if (suspended.get() != Py_True || !lasti || !PyLong_Check(lasti.get())) continue;
-        auto* co = reinterpret_cast<PyCodeObject*>(PyObject_GetAttrString(frame.get(), "f_code"));
-        if (!co) {
-            PyErr_Clear();
-            continue;
-        }
-        bool cleanup = py::code_yield_has_cleanup(
-            co, static_cast<int>(PyLong_AsLong(lasti.get()) / static_cast<long>(sizeof(_Py_CODEUNIT))));
-        std::string name = str(co->co_qualname);
-        Py_DECREF(co);
-        if (!cleanup) continue;
-        m_cap.fail(breaks::kUnsupportedCallee,
+// A generator suspended inside a try or with block of its own, whose cleanup (finally, except,
+// __exit__) close() would run; `name` its function's. (3.12 wraps every generator body in a
+// handler that only turns StopIteration into RuntimeError: not cleanup.)
+static bool suspended_in_cleanup(PyObject* g, std::string& name) {
+    py::Ref suspended = py::Ref::steal(PyObject_GetAttrString(g, "gi_suspended"));
+    py::Ref frame = py::Ref::steal(PyObject_GetAttrString(g, "gi_frame"));
+    py::Ref lasti = frame && frame.get() != Py_None
+                        ? py::Ref::steal(PyObject_GetAttrString(frame.get(), "f_lasti"))
+                        : py::Ref();
+    py::Ref code = lasti ? py::Ref::steal(PyObject_GetAttrString(frame.get(), "f_code")) : py::Ref();
+    PyErr_Clear();
+    if (suspended.get() != Py_True || !lasti || !PyLong_Check(lasti.get()) || !code ||
+        !PyCode_Check(code.get()))
+        return false;
+    auto* co = reinterpret_cast<PyCodeObject*>(code.get());
+    name = str(co->co_qualname);
+    long offset = PyLong_AsLong(lasti.get()) / static_cast<long>(sizeof(_Py_CODEUNIT));
+    return py::code_yield_has_cleanup(co, static_cast<int>(offset));
+}
+
+// [Note: generators left inside cleanup] A generator made in the call and left before its end
+// while suspended inside a try or with block of its own (`for x in gen(): break`, a zip that
+// ran out on a shorter input, the yield under `with torch.no_grad()`) runs that block's
+// cleanup where its last reference goes (close()). The plan replays what it yielded, not its
+// frame, so the cleanup would never run at replay. The capture holds references of its own, so
+// the program's drop is seen as the generator's references all being the capture's (or those
+// of iterators over it that only the capture holds), checked before each instruction while one
+// is suspended so; at the root's return any left fails too. It fails the capture, and the
+// capture lets go of the generator and of the values that hold it, so that its cleanup runs
+// there, where it would have. A capture that fails for another reason lets go of such
+// generators too (stop_tracing).
+// Whether iterator `o` holds `g`: itself, or in what it references, or in a tuple it references
+// (zip keeps its iterators in one).
+static bool iterator_holds(PyObject* o, PyObject* g) {
+    if (o == g) return true;
+    if (!PyIter_Check(o) || !Py_TYPE(o)->tp_traverse) return false;
+    std::vector<PyObject*> refs;
+    auto collect = [](PyObject* x, void* arg) {
+        static_cast<std::vector<PyObject*>*>(arg)->push_back(x);
+        return 0;
+    };
+    Py_TYPE(o)->tp_traverse(o, collect, &refs);
+    for (size_t i = 0, n = refs.size(); i < n; ++i)
+        if (PyTuple_Check(refs[i])) Py_TYPE(refs[i])->tp_traverse(refs[i], collect, &refs);
+    return std::find(refs.begin(), refs.end(), g) != refs.end();
+}
+
+bool Monitor::generators_left_in_cleanup(bool at_return) {
+    bool any = false;
+    for (const GenRecord& r : m_gens) any = any || (r.started && !r.done && r.object);
+    if (!any) return false;
+    std::unordered_map<PyObject*, Py_ssize_t> held;  // references the capture's values hold
+    for (int i = 0; i < m_cap.value_count(); ++i)
+        if (PyObject* o = m_cap.v(i).real.get()) held[o]++;
+    auto iterators_over = [&](PyObject* g) {  // held values that are iterators over g
+        std::vector<PyObject*> out;
+        for (const auto& [o, n] : held)
+            if (o != g && iterator_holds(o, g)) out.push_back(o);
+        return out;
+    };
+    for (const GenRecord& r : m_gens) {
+        PyObject* g = r.object;
+        std::string name;
+        if (!r.started || r.done || !g || !suspended_in_cleanup(g, name)) continue;
+        std::vector<PyObject*> wrappers = iterators_over(g);
+        Py_ssize_t program = Py_REFCNT(g) - held[g];
+        for (PyObject* w : wrappers)
+            if (Py_REFCNT(w) - held[w] == 0) --program;  // a dropped zip holding it
+        if (!at_return && program > 0) continue;
+        m_cap.fail(breaks::kGeneratorCleanup,
                    "the generator `" + name + "` is left before its end inside a try or with "
-                   "block of its own, whose cleanup runs here",
+                   "block of its own, whose cleanup runs there",
                    "run it to its end (list(...)), or move the try or with block out of it");
-        m_cap.forget(v);
-        for (PyObject* x : todo) m_cap.forget(x);
+        forget_generators();
         return true;
     }
     return false;
+}
+
+// The capture's references to the generators made in the call that have not ended, and to
+// iterators over them, go ([Note: generators left inside cleanup]): the code that runs on
+// untraced may leave them inside their cleanup.
+void Monitor::forget_generators() {
+    std::vector<PyObject*> gens;
+    for (const GenRecord& r : m_gens)
+        if (!r.done && r.object) gens.push_back(r.object);
+    for (int i = 0; i < m_cap.value_count() && !gens.empty(); ++i) {
+        PyObject* o = m_cap.v(i).real.get();
+        bool holds = false;
+        for (PyObject* g : gens) holds = holds || (o && iterator_holds(o, g));
+        if (holds) m_cap.forget(o);
+    }
+    for (GenRecord& r : m_gens)
+        if (!r.done) r.object = nullptr;  // (borrowed: it may go now)
 }
 
 // Pushes the shadow frame of a traced callee and binds its arguments from `call` (null: the
@@ -2516,6 +2614,7 @@ void Monitor::on_return(PyFrameObject* fo, PyObject* value) {
     if (done.is_root) {
         m_root_returned = value != nullptr;
         m_return_value = done.return_value;
+        if (!m_cap.failed()) generators_left_in_cleanup(true);
         return;
     }
     if (m_stopped || m_frames.empty()) return;
@@ -3005,6 +3104,7 @@ void Monitor::on_opcode(PyFrameObject* fo) {
     }
 #endif
     if (f.pending.opcode >= 0) complete(f);
+    if (!m_cap.failed()) generators_left_in_cleanup(false);
     if (m_cap.failed()) return stop_tracing();
     int depth = py::frame_stack_depth(f.frame, f.depths);
 #if !MAGPY_IS_PYTHON_312
@@ -6008,19 +6108,30 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
         s.draws = s.effect && op_draws(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
                                        kwvalues.data());
         if (p.callee.kind == CallKind::TorchOp &&
-            (p.callee.op == "register_hook" || p.callee.op == "register_prehook"))
+            (p.callee.op == "register_hook" || p.callee.op == "register_prehook")) {
             for (int a : p.in)  // `y.register_hook(f)` in the call: backward() may run f
                 if (PyCallable_Check(m_cap.v(a).real.get()))
                     m_hooks_made.push_back(m_cap.v(a).real);
+            py::Ref id = py::Ref::steal(result ? PyObject_GetAttrString(result, "id") : nullptr);
+            if (id && PyLong_Check(id.get())) m_hook_ids_made.insert(PyLong_AsLong(id.get()));
+            PyErr_Clear();
+        }
         // [Note: code that ran inside a call]: the Python that backward() (hooks, custom
         // Functions) or step(closure) ran, and hooks registered in the call, may have
         // changed what they reach; [Note: library calls that change state]: so may an
         // optimizer's or scheduler's own step(), through its arguments
         std::vector<PyObject*> roots;
+        std::vector<py::Ref> held;  // keeps what backward_hooks read alive
         if (runs_hidden_code(p.callee)) {
             watch_call(false);
+            if (m_ran_overflow) {
+                m_cap.fail(breaks::kMutatedThenRead,
+                           "`" + p.callee.name + "()` ran more Python than the capture follows",
+                           "call it outside the compiled function");
+                return -1;
+            }
             for (const py::Ref& r : m_ran) roots.push_back(r.get());
-            for (const py::Ref& h : m_hooks_made) roots.push_back(h.get());
+            for (PyObject* h : backward_hooks(p, held)) roots.push_back(h);
             m_cap.guard_tensor_hooks();
         }
         std::string call = p.callee.op + "()";
@@ -6054,6 +6165,7 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
                    "set the flag from an argument or a constant");
         return -1;
     }
+    if (p.callee.kind == CallKind::LeafModule) m_cap.entry_hooks_of_module(p.callee_value, m_hook_ids_made);
     if (p.callee.kind == CallKind::LeafModule && m_cap.v(p.callee_value).kind == ValueKind::Input &&
         written == m_cap.overlay().end() &&
         !leaf_module_ignores_training(m_cap.v(p.callee_value).real.get())) {
@@ -7196,6 +7308,8 @@ int Monitor::load_deref(ShadowFrame& f, int index) {
         return -1;
     }
     std::string name = local_name(f.code, index);
+    // a cell that code run by an earlier call may rebind (`nonlocal count` in a hook)
+    if (m_cap.read_after_change(cell, name)) return -1;
     int first_free = py::code_nlocalsplus(f.code) - f.code->co_nfreevars;
     int k = index - first_free;
     auto ext = m_cap.external_cells().find(cell);

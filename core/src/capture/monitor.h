@@ -51,7 +51,7 @@ public:
     // [Note: code that ran inside a call] The frame hook reports every Python frame it
     // evaluates, on any thread, while a call that may run hidden code (backward(), an
     // optimizer's step) is in flight. PRECONDITION: GIL held.
-    static bool watching() { return s_watcher != nullptr; }
+    static bool watching() { return !s_watchers.empty(); }
     static void frame_evaluated(py::IFrame* frame);
 
 private:
@@ -119,14 +119,19 @@ private:
     };
     std::vector<GenRecord> m_gens;
     std::vector<py::Ref> m_hooks_made;  // hooks registered on tensors in the call
+    std::set<long> m_hook_ids_made;     // and their handles' ids
     // [Note: code that ran inside a call]: the functions evaluated while the watched call ran,
     // and the arguments they were given (what they may have changed)
-    static Monitor* s_watcher;
+    static std::vector<Monitor*> s_watchers;  // (captures on several threads at once)
+    bool m_watching = false;
+    bool m_ran_overflow = false;  // more than m_ran holds ran: the call breaks
     std::vector<py::Ref> m_ran;
     void watch_call(bool on);
     std::vector<BreakInfo> m_sites_reached;
     GenRecord* generator_of(int value);
-    bool leaves_generator_cleanup(PyObject* v);
+    bool generators_left_in_cleanup(bool at_return);
+    std::vector<PyObject*> backward_hooks(const Pending& p, std::vector<py::Ref>& held);
+    void forget_generators();
     bool rank_may_change(const Pending& p);
     bool resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
     // [Note: map] map(f, xs) with f a Python function: each call the consumer's next() makes

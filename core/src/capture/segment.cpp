@@ -56,8 +56,11 @@ void Monitor::note_site() {
         m_root_ins.offset < 0)
         return;
     if (m_seg.sites->size() >= kMaxBreakSites) return;
-    // Too large is about the whole call, not one instruction: it stays eager.
-    if (!m_cap.breaks().empty() && m_cap.breaks().front().reason_id == breaks::kTooLarge) return;
+    // Too large is about the whole call, not one instruction: it stays eager; so does a
+    // generator left inside its cleanup (the segment before it would hold it).
+    if (!m_cap.breaks().empty() && (m_cap.breaks().front().reason_id == breaks::kTooLarge ||
+                                    m_cap.breaks().front().reason_id == breaks::kGeneratorCleanup))
+        return;
     for (const BreakSite& s : *m_seg.sites)
         if (s.offset == m_root_ins.offset && s.callee == m_root_callee) return;
     BreakSite site;
@@ -74,6 +77,7 @@ void Monitor::note_site() {
 bool Monitor::break_here(ShadowFrame& f, const py::Instruction& ins) {
     if (!m_seg.sites || m_cont || m_ending || m_cap.internal() || m_cap.breaks().empty() ||
         m_cap.breaks().front().reason_id == breaks::kTooLarge ||
+        m_cap.breaks().front().reason_id == breaks::kGeneratorCleanup ||
         m_seg.sites->size() >= kMaxBreakSites || m_fullgraph)
         return false;
     BreakSite site;

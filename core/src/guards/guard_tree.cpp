@@ -37,6 +37,26 @@ int GuardTree::add_accessor(AccessKind kind, int parent, int index, PyObject* ke
 
 PyObject* tensor_hook_keys(PyObject* t) {
     static PyObject* name = PyUnicode_InternFromString("_backward_hooks");
+    if (!is_tensor(t)) {  // a module: its parameters', its submodules' in turn
+        PyObject** dict = _PyObject_GetDictPtr(t);
+        PyObject* params = dict && *dict ? PyDict_GetItemString(*dict, "_parameters") : nullptr;
+        PyObject* children = dict && *dict ? PyDict_GetItemString(*dict, "_modules") : nullptr;
+        if (!params || !children || !PyDict_Check(params) || !PyDict_Check(children)) {
+            PyErr_SetString(PyExc_TypeError, "not a tensor or an nn.Module");
+            return nullptr;
+        }
+        py::Ref out = py::Ref::steal(PyList_New(0));
+        for (PyObject* d : {params, children}) {
+            PyObject *k, *v;
+            Py_ssize_t pos = 0;
+            while (out && PyDict_Next(d, &pos, &k, &v)) {
+                if (v == Py_None) continue;
+                py::Ref keys = py::Ref::steal(tensor_hook_keys(v));
+                if (!keys || PyList_Append(out.get(), keys.get()) < 0) return nullptr;
+            }
+        }
+        return out ? PyList_AsTuple(out.get()) : nullptr;
+    }
     py::Ref hooks = py::Ref::steal(PyObject_GetAttr(t, name));
     if (!hooks) return nullptr;
     if (hooks.get() == Py_None) return PyTuple_New(0);

@@ -66,7 +66,8 @@ enum class CheckKind : uint8_t {
     NoInstanceAttr,  // `key` is not in the object's __dict__ (would shadow a class attribute)
     NoAttr,     // the object has no attribute `key` (hasattr() was False, getattr's default)
     NoHooks,    // an nn.Module whose own hook dicts (forward, forward pre, backward) are empty
-    TensorHooks,  // a tensor whose backward hooks are those `value` names (tensor_hook_keys)
+    TensorHooks,  // a tensor (or a module's parameters) whose backward hooks are those
+                  // `value` names (tensor_hook_keys)
     CodeIs,     // a Python function with this code and these globals (a nested function or
                 // lambda, made again by every call of its maker: [Note: functions by code])
 };
@@ -159,8 +160,9 @@ private:
 std::string describe_check(const Check& c, const std::string& source);
 bool tensor_meta_of(PyObject* t, TensorMeta& out, bool with_strides);  // false: not a tensor
 bool module_has_no_hooks(PyObject* m);  // CheckKind::NoHooks
-// The keys (handle ids) of a tensor's backward hooks, as a new tuple (empty: none); null with
-// an error set if they cannot be read. CheckKind::TensorHooks
+// The keys (handle ids) of a tensor's backward hooks, as a new tuple (empty: none); of an
+// nn.Module, a tuple of those of its parameters and submodules in turn; null with an error set
+// if they cannot be read. CheckKind::TensorHooks
 PyObject* tensor_hook_keys(PyObject* t);
 bool is_tensor(PyObject* o);
 // `v` is the constant `expected` as far as a program can tell: floats by their bits (-0.0 is

@@ -247,16 +247,18 @@ inline int jump_target(const Instruction& ins) {
     }
 }
 
-// The names a code object's own instructions store or delete as globals (`global n; n += 1`).
-inline std::vector<PyObject*> code_global_stores(PyCodeObject* co) {
+// The names a code object's own instructions store or delete: as globals (`global n; n += 1`),
+// or with `attrs`, as attributes (`Stats.n += 1`).
+inline std::vector<PyObject*> code_stored_names(PyCodeObject* co, bool attrs) {
     PyObject* holder;
     const _Py_CODEUNIT* code = code_units(co, holder);
     Py_ssize_t n = Py_SIZE(co);
     std::vector<PyObject*> names;
     for (int i = 0; i < n;) {
         Instruction ins = decode_at(code, n, i);
-        if ((ins.opcode == STORE_GLOBAL || ins.opcode == DELETE_GLOBAL) &&
-            ins.oparg < PyTuple_GET_SIZE(co->co_names))
+        bool store = attrs ? ins.opcode == STORE_ATTR || ins.opcode == DELETE_ATTR
+                           : ins.opcode == STORE_GLOBAL || ins.opcode == DELETE_GLOBAL;
+        if (store && ins.oparg < PyTuple_GET_SIZE(co->co_names))
             names.push_back(PyTuple_GET_ITEM(co->co_names, ins.oparg));
         i = ins.offset + 1 + instruction_caches(ins.raw);
     }
