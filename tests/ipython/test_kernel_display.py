@@ -172,6 +172,21 @@ def test_long_cell_updates_are_throttled(kernel):
     assert elapsed == sorted(elapsed) and elapsed[-1] > 1.0
 
 
+def test_live_view_shows_a_break_and_a_graph_while_the_cell_still_runs(kernel):
+    # an audit: the counts appeared only in the final update
+    msgs, reply = kernel.execute("%%magpy\ny = (x * 2).relu()\nif y.sum() > 0:\n"
+                                 "    y = y + 1\ntime.sleep(1.0)\ny.sum()")
+    assert reply["content"]["status"] == "ok"
+    progress = progress_messages(msgs)
+    while_running = [m["content"]["data"][PROGRESS] for m in progress[:-1]
+                     if m["content"]["data"][PROGRESS]["phase"] in ("capturing", "running")]
+    seen = [d for d in while_running if d.get("breaks_seen") == 1 and d.get("graphs_seen") == 1]
+    assert seen and seen[0]["elapsed_s"] < 0.9, while_running
+    assert "so far 1 graph, 4 ops, 1 break" in progress[-2]["content"]["data"]["text/plain"]
+    final = progress[-1]["content"]["data"][PROGRESS]
+    assert final["phase"] == "done" and final["breaks"] == 1 and final["graphs"] == 1
+
+
 def test_error_gives_a_final_update_and_a_normal_error_reply(kernel):
     msgs, reply = kernel.execute("%%magpy\ny = x * 2\nz = y / 0\nq = 1 / 0\nz")
     content = reply["content"]

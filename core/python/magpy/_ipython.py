@@ -588,16 +588,34 @@ class MagpyMagics(Magics):
             s["elapsed_s"] = time.perf_counter() - t0
             return _views.progress_view(s)
 
+        # What captures still running found so far (graph_found, break_found): one frame per
+        # capture (they nest: a compiled callee, a resumed segment), replaced by the capture's
+        # own totals when it ends
+        running = []
+
+        def seen(key, n):
+            state[key] = state.get(key, 0) + n
+            if running:
+                running[-1][key] = running[-1].get(key, 0) + n
+
         def on_progress(event, info):
             # The engine's progress hook: called as it captures and compiles (any compiled
             # function the cell runs), outside tracing.
             if event == "capture":
                 state["phase"] = "capturing"
                 state["captures_seen"] = state.get("captures_seen", 0) + 1
+                running.append({})
+            elif event == "break_found":
+                seen("breaks_seen", int(info.get("breaks", 1)))
+            elif event == "graph_found":
+                seen("graphs_seen", 1)
+                seen("ops_seen", int(info.get("ops", 0)))
             elif event == "captured":
+                provisional = running.pop() if running else {}
                 for key, field in (("graphs_seen", "ok"), ("ops_seen", "ops"),
                                    ("breaks_seen", "breaks")):
-                    state[key] = state.get(key, 0) + int(info.get(field, 0))
+                    state[key] = (state.get(key, 0) - provisional.get(key, 0) +
+                                  int(info.get(field, 0)))
             elif event == "compile":
                 state["phase"] = "compiling"
             elif event == "compiled":

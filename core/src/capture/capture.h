@@ -320,6 +320,7 @@ public:
         return m_breaks.back();
     }
     size_t step_count() const { return m_plan->steps().size(); }
+    size_t graph_op_count() const { return m_graph_ops; }
     std::string break_message() const;  // the first break, formatted for an exception
     py::Ref raise_graph_break() const;  // sets GraphBreakError for the first break; returns it
 

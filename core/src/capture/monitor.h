@@ -8,6 +8,7 @@
 #include "capture/capture.h"
 #include "replay/resume.h"
 
+#include <functional>
 #include <memory>
 
 #include <unordered_map>
@@ -22,6 +23,9 @@ struct SegmentOptions {
     PyCodeObject* origin = nullptr;
     int shift = 0;  // the root code's offset minus the origin's (a resume code's prologue)
     const std::vector<bool>* dynamic_args = nullptr;  // resume codes: see Value::dyn_scalar
+    // Tells the progress hook what the capture finds as it goes (the notebook's live view):
+    // ("break_found", 1) at a break, ("graph_found", its ops) when a segment ends.
+    std::function<void(const char* event, long long n)> progress;
 };
 
 class Monitor {

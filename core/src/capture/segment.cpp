@@ -69,6 +69,7 @@ void Monitor::note_site() {
     if (!m_cap.breaks().empty()) site.info = m_cap.breaks().front();
     m_seg.sites->push_back(std::move(site));
     m_found_site = true;
+    if (m_seg.progress) m_seg.progress("break_found", 1);
 }
 
 // The capture failed at the root frame's instruction `ins` before it ran (a branch on tensor
@@ -560,6 +561,10 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     if (!m_cap.escape_arg(m_live, built) || m_cap.failed())
         return refuse("its state cannot be rebuilt");
     m_cont = std::move(cont);
+    if (m_seg.progress) {
+        m_seg.progress("break_found", 1);
+        m_seg.progress("graph_found", static_cast<long long>(m_cap.graph_op_count()));
+    }
 }
 
 }  // namespace magpy

@@ -12,6 +12,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace magpy {
 
@@ -188,6 +189,10 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     seg.origin = cc.shift ? cc.origin : py::frame_code(frame);  // a resume code continues origin
     seg.shift = cc.shift;
     seg.dynamic_args = &cc.dynamic_args;
+    seg.progress = [&st](const char* event, long long n) {
+        const char* key = std::string_view(event) == "graph_found" ? "ops" : "breaks";
+        progress(event, st, {{key, n}});
+    };
     Monitor mon(cap, py::frame_code(frame), st.options.fullgraph, seg);
     mon.install();
     PyObject* result = evaluate(ts, frame);
