@@ -15,6 +15,7 @@ import getpass
 import io
 import os
 import platform
+import signal
 import sys
 
 import _magpy_kernel as _k
@@ -97,26 +98,33 @@ def install_streams(fds_captured):
 
 # --- stdin -------------------------------------------------------------------------------------
 
-def _no_stdin_error():
+def _no_stdin_error(called):
     from IPython.core.error import StdinNotImplementedError
     return StdinNotImplementedError(
-        "input() was called, but this frontend does not support input requests "
+        f"{called} was called, but this frontend does not support input requests "
         "(the execute request had allow_stdin=False). Give the value another way, "
         "for example as a variable in the cell.")
+
+
+def _prompt_text(prompt):
+    # What the frontend shows: str(prompt), with characters JSON cannot carry (lone
+    # surrogates) as U+FFFD, as ipykernel sends them
+    text = str(prompt)
+    return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
 
 
 def kernel_input(prompt=""):
     """builtins.input: asks the frontend over the stdin channel."""
     if not _k.stdin_allowed():
-        raise _no_stdin_error()
-    return _k.request_input(str(prompt), False)
+        raise _no_stdin_error("input()")
+    return _k.request_input(_prompt_text(prompt), False)
 
 
 def kernel_getpass(prompt="Password: ", stream=None):
     """getpass.getpass: like input(), with the frontend told to hide what is typed."""
     if not _k.stdin_allowed():
-        raise _no_stdin_error()
-    return _k.request_input(str(prompt), True)
+        raise _no_stdin_error("getpass()")
+    return _k.request_input(_prompt_text(prompt), True)
 
 
 # --- comms -------------------------------------------------------------------------------------
@@ -488,6 +496,17 @@ def _batch_history_writes(shell):
     shell.events.register("pre_run_cell", lambda *a: _writeout_if_history_magic(shell, *a))
 
 
+def _write_history_and_terminate(signum, frame):
+    # A restart while a cell runs (jupyter_client: shutdown_request, which waits for the cell,
+    # then SIGTERM): the batched inputs are written before the kernel goes.
+    try:
+        _shell.history_manager.writeout_cache()
+    except Exception:
+        pass
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 def _writeout_if_history_magic(shell, info=None):
     cell = getattr(info, "raw_cell", "") or ""
     if "%hist" in cell or "%rerun" in cell or "%recall" in cell:
@@ -501,6 +520,7 @@ def start():
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     _shell = _make_shell()
     _batch_history_writes(_shell)
+    signal.signal(signal.SIGTERM, _write_history_and_terminate)
     try:  # tqdm.auto and others look for this key to know they run in a kernel
         _shell.config.setdefault("IPKernelApp", {})
     except Exception:

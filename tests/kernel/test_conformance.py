@@ -37,12 +37,15 @@ class MagpyKernelTests(jupyter_kernel_test.KernelTests):
         {"code": "from IPython.display import Math, display; display(Math('\\\\frac{1}{2}'))",
          "mime": "text/latex"},
         # jupyter_kernel_test wants the MIME type in *every* display_data of a sample, and a
-        # %%magpy cell shows seven different ones; the real views are checked in
+        # %%magpy cell shows seven different ones: one real view (the guards of a function
+        # compiled and called in the kernel); all of them are checked in
         # tests/ipython/test_kernel_display.py and test_notebooks.py
-        {"code": "from IPython.display import display\n"
-                 "display({'application/vnd.magpy.test+json': {'ok': 1}, 'text/plain': 'ok'},"
-                 " raw=True)",
-         "mime": "application/vnd.magpy.test+json"},
+        {"code": "import json, magpy, torch\nfrom magpy import _views\n"
+                 "from IPython.display import display\n"
+                 "cf = magpy.compile(lambda x: x * 2); cf(torch.ones(2))\n"
+                 "display(_views.build_view('guards', json.loads(magpy.explain(cf).to_json()),"
+                 " {}), raw=True)",
+         "mime": "application/vnd.magpy.guards+json"},
     ]
 
     code_history_pattern = "1?2*"

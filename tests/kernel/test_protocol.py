@@ -232,13 +232,22 @@ def test_getpass_round_trip(k):
     assert k.outputs(msgs)[0][1]["data"]["text/plain"] == "6"
 
 
+def test_input_prompt_that_json_cannot_carry(k):
+    # an audit: a lone surrogate in the prompt gave pybind11's TypeError
+    msg_id = k.kc.execute("answer = input('a\\udc80b? ')", allow_stdin=True)
+    assert _answer_input(k, "ok", False) == "a\ufffdb? "
+    assert k.reply(msg_id)["content"]["status"] == "ok"
+
+
 def test_input_without_allow_stdin_is_a_clear_error(k):
     t0 = time.time()
     reply, _ = k.execute("input('x? ')", allow_stdin=False)
     assert time.time() - t0 < 5
     assert reply["status"] == "error"
     assert reply["ename"] == "StdinNotImplementedError"
-    assert "allow_stdin" in reply["evalue"]
+    assert "allow_stdin" in reply["evalue"] and "input()" in reply["evalue"]
+    reply, _ = k.execute("import getpass; getpass.getpass()", allow_stdin=False)
+    assert reply["ename"] == "StdinNotImplementedError" and "getpass()" in reply["evalue"]
 
 
 def test_input_from_a_thread_is_a_clear_error(k):
@@ -609,6 +618,27 @@ def test_shutdown_reply_and_exit():
         kernel.kc.stop_channels()
         if kernel.km.is_alive():
             kernel.km.shutdown_kernel(now=True)
+
+
+def test_restart_during_a_cell_that_ignores_interrupts_keeps_the_history():
+    # an audit: the shutdown_request waits for the cell, jupyter_client then sends SIGTERM,
+    # and the inputs still batched for the history database were lost
+    kernel = Kernel()
+    tag = "kept_%d" % os.getpid()
+    try:
+        for i in range(4):
+            kernel.execute("%s_%d = %d" % (tag, i, i))
+        kernel.kc.execute("import time\nwhile True:\n    try:\n        time.sleep(0.1)\n"
+                          "    except KeyboardInterrupt:\n        pass")
+        time.sleep(0.5)
+        kernel.km.restart_kernel(now=False)
+        kernel.kc.wait_for_ready(timeout=60)
+        kernel.drain()
+        msg_id = kernel.kc.history(hist_access_type="search", pattern=tag + "*", n=20, raw=True)
+        found = kernel.reply(msg_id)["content"]["history"]
+        assert len(found) == 4, found
+    finally:
+        kernel.close()
 
 
 def test_header_dates_have_six_digit_microseconds(k):
