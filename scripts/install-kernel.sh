@@ -4,6 +4,9 @@
 # `jupyter console --kernel magpy`, `jupyter notebook` and nbclient find it. Builds the kernel
 # (build/kernel/magpy-kernel) and the magpy module first if needed, and installs magpy.pth so
 # that %%magpy can import magpy. Run as root or with sudo. Idempotent.
+# MAGPY_KERNEL_PREFIX=DIR installs the kernelspec under DIR/share/jupyter instead (no root
+# needed, nothing else touched; Jupyter finds it with JUPYTER_PATH=DIR/share/jupyter, and
+# %%magpy needs magpy on PYTHONPATH): what the tests do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${MAGPY_PYTHON:-/usr/bin/python3}"
@@ -22,15 +25,23 @@ if [ ! -x "$BUILD/kernel/magpy-kernel" ] || [ ! -f "$SPEC/kernel.json" ]; then
     exit 1
 fi
 
-# %%magpy imports magpy: the same .pth file as scripts/main-job.sh.
-SITE="$("$PYTHON" -c 'import site; print(site.getsitepackages()[0])')"
-$SUDO mkdir -p "$SITE"
-$SUDO cp "$BUILD/magpy.pth" "$SITE/magpy.pth"
+PREFIX="${MAGPY_KERNEL_PREFIX:-}"
+if [ -n "$PREFIX" ]; then
+    SUDO=""
+    export JUPYTER_PATH="$PREFIX/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}"
+else
+    # %%magpy imports magpy: the same .pth file as scripts/main-job.sh.
+    SITE="$("$PYTHON" -c 'import site; print(site.getsitepackages()[0])')"
+    $SUDO mkdir -p "$SITE"
+    $SUDO cp "$BUILD/magpy.pth" "$SITE/magpy.pth"
+fi
 
-$SUDO "$PYTHON" - "$SPEC" <<'PY'
+$SUDO "$PYTHON" - "$SPEC" "$PREFIX" <<'PY'
 import sys
 from jupyter_client.kernelspec import KernelSpecManager
-path = KernelSpecManager().install_kernel_spec(sys.argv[1], kernel_name="magpy", user=False)
+prefix = sys.argv[2] or None
+path = KernelSpecManager().install_kernel_spec(sys.argv[1], kernel_name="magpy", user=False,
+                                               prefix=prefix)
 print("install-kernel: installed the kernelspec at", path)
 PY
 # Check that Jupyter now finds it, with the binary it names.

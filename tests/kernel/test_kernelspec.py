@@ -27,8 +27,16 @@ JUPYTER = [sys.executable, "-m"]
 def jupyter_env(tmp_path_factory):
     """An environment whose Jupyter sees only the installed magpy spec (and Debian's own)."""
     prefix = tmp_path_factory.mktemp("prefix")
-    installed = KernelSpecManager().install_kernel_spec(BUILT_SPEC, kernel_name="magpy",
-                                                        prefix=str(prefix))
+    # installed by the README's own command, into a prefix (an audit: no test ran it)
+    build = os.path.dirname(os.path.dirname(BINARY))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run = subprocess.run([os.path.join(root, "scripts", "install-kernel.sh")],
+                         env={**os.environ, "MAGPY_KERNEL_PREFIX": str(prefix),
+                              "MAGPY_BUILD_DIR": build},
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "jupyter finds kernel 'magpy'" in run.stdout, run.stdout
+    installed = os.path.join(str(prefix), "share", "jupyter", "kernels", "magpy")
     env = dict(os.environ)
     env["JUPYTER_PATH"] = os.path.join(str(prefix), "share", "jupyter")
     for key, sub in (("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTER_CONFIG_DIR", "config"),
