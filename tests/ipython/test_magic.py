@@ -49,6 +49,11 @@ CELLS = [
      "n: int = 3\nlabel: str\nvals = [(v := k * 2) for k in range(n)]\nclass C:\n    s = 1\n"
      "with torch.no_grad():\n    g = x * C.s\ntry:\n    1 / 0\nexcept ZeroDivisionError as err:\n"
      "    caught = str(err)\n(vals, v, g, caught)", ["n", "vals", "v", "C", "g", "caught"]),
+    # exec/eval/locals() in the cell's own scope act on the notebook's globals (an audit:
+    # a name exec() made was a NameError on the next line under %%magpy)
+    ("x = torch.ones(3)",
+     "exec('made = x * 5')\nseen = eval('made.sum()')\nkeys = sorted(k for k in locals() "
+     "if k in ('made', 'seen'))\n(made, seen, keys)", ["made", "seen", "keys"]),
 ]
 
 

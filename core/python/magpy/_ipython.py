@@ -217,6 +217,7 @@ def build_cell_function(python_source, filename, line_offset, user_ns, display_l
             raise _syntax_error("%%magpy cannot run `from __future__ import`; run it in a cell "
                                 "of its own, without %%magpy", filename, node, display_lines)
     names = cell_bindings(tree)
+    _module_scope_calls(tree)
     body = []
     for stmt in tree.body:
         if isinstance(stmt, ast.Global):
@@ -242,6 +243,20 @@ def build_cell_function(python_source, filename, line_offset, user_ns, display_l
     code = compile(module, filename, "exec", dont_inherit=True)
     fcode = next(c for c in code.co_consts if hasattr(c, "co_code"))
     return types.FunctionType(fcode, user_ns, "<module>")
+
+
+def _module_scope_calls(tree):
+    """In a cell's own scope, locals are the notebook's globals: `exec(src)` and `eval(src)`
+    (which would write to the function's locals and lose new names), `locals()` and `vars()`
+    get `globals()` made explicit. (An audit: `exec('y = 1')` then `y` was a NameError.)"""
+    for node in _top_level_nodes(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)) or node.keywords:
+            continue
+        here = ast.Call(func=ast.Name(id="globals", ctx=ast.Load()), args=[], keywords=[])
+        if node.func.id in ("exec", "eval") and len(node.args) == 1:
+            node.args.append(ast.copy_location(here, node))
+        elif node.func.id in ("locals", "vars") and not node.args:
+            node.func = ast.copy_location(ast.Name(id="globals", ctx=ast.Load()), node.func)
 
 
 class CellProgram:
