@@ -205,6 +205,15 @@ def test_fd_level_output_of_subprocesses(k):
     assert "from-a-subprocess\n" in k.stdout(msgs)
 
 
+def test_fd_output_written_before_the_value_comes_before_it(k):
+    # an audit: the reader thread could still hold the bytes when the execute_result went out
+    for i in range(40):
+        reply, msgs = k.execute("import os\nos.write(1, b'fd-%d\\n')\n%d" % (i, i))
+        kinds = [t for t, c in msgs if t in ("stream", "execute_result")]
+        assert kinds == ["stream", "execute_result"], (i, kinds)
+        assert k.stdout(msgs) == "fd-%d\n" % i
+
+
 # --- stdin -------------------------------------------------------------------------------------
 
 def _answer_input(k, value, expect_password):
