@@ -599,13 +599,15 @@ def test_every_wrapper_of_a_function_lists_its_breaks():
     # a review probe: a second magpy.compile of the same function found the break site cached
     # on the code and listed no breaks
     def g(x):
-        (x * x).sum().backward()
-        return x.grad * 2
+        y = (x * x).sum()
+        if y > 0:  # MB001
+            y = y * 2
+        return y
 
     for backend in ("eager", "eager", "fx"):
-        x = torch.randn(3, requires_grad=True)
+        x = torch.randn(3) + 0.5
         cf = magpy.compile(g, backend=backend)
         for _ in range(4):
             cf(x)
         r = magpy.explain(cf)
-        assert [b.reason_id for b in r.breaks] == ["MB007"], (backend, r.breaks)
+        assert [b.reason_id for b in r.breaks] == ["MB001"], (backend, r.breaks)

@@ -586,3 +586,61 @@ def test_hooks_registered_and_removed_in_each_call_do_not_recompile():
         x = torch.full((2, 3), float(i))
         assert torch.equal(se(x), cf(x)), i
     assert magpy.explain(cf).cache_hits >= 6
+
+
+# `p.grad` read by hand (clipping, norms, accumulation checks): an input before anything in
+# the call changes gradients, read at replay after (it was a break, MB007, and the whole step
+# ran eagerly)
+def _grad_step(kind):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+    def step(x):
+        had = [p.grad is not None for p in m.parameters()]
+        if kind == "set to none":
+            for p in m.parameters():
+                p.grad = None
+        else:
+            opt.zero_grad()
+        loss = m(x).square().mean()
+        loss.backward()
+        norm = torch.stack([p.grad.norm() for p in m.parameters()]).norm()
+        for p in m.parameters():
+            if p.grad is not None:
+                p.grad.clamp_(-0.5, 0.5)
+        opt.step()
+        return loss.detach(), norm, had
+    return m, step
+
+
+@pytest.mark.parametrize("kind", ["zero_grad", "set to none"])
+def test_gradients_read_by_hand_in_a_training_step(kind):
+    (me, se), (mc, sc) = _grad_step(kind), _grad_step(kind)
+    cf = magpy.compile(sc)
+    for i in range(6):
+        x = torch.randn(3, 4) * (i + 1)
+        (le, ne, he), (lc, nc, hc) = se(x), cf(x)
+        assert torch.equal(le, lc) and torch.equal(ne, nc) and he == hc, i
+        assert all(torch.equal(a, b) for a, b in zip(me.parameters(), mc.parameters())), i
+        assert all(torch.equal(a.grad, b.grad) for a, b in zip(me.parameters(), mc.parameters()))
+    r = magpy.explain(cf)
+    # (two: the first call finds no gradients yet, the next ones find them)
+    assert r.graph_count == 2 and not r.breaks and r.cache_hits >= 4, r
+
+
+def test_a_gradient_that_is_none_after_backward_breaks_and_is_correct():
+    def make():
+        torch.manual_seed(0)
+        a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)  # b is not in the loss
+
+        def step(x):
+            a(x).sum().backward()
+            return [p.grad is None for p in list(a.parameters()) + list(b.parameters())]
+        return step
+
+    se, sc = make(), make()
+    cf = magpy.compile(sc)
+    for i in range(4):
+        x = torch.randn(1, 2)
+        assert se(x) == cf(x), i

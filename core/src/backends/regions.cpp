@@ -12,15 +12,17 @@ namespace {
 // A tensor op that can be part of a graph: no effect, or an in-place change of a tensor the
 // region itself made (checked by the caller: `t = a + b; t += c` is fine, `x += 1` on an input
 // is not; see [Note: torchscript backend] for views).
-// `t.data` gives a tensor the tracer does not follow: it would be baked into the graph as a
-// constant (the storage at trace time), so it stays in the plan.
-bool reads_data(const Step& s) {
+// `t.data` and `p.grad` give tensors the tracer does not follow: they would be baked into the
+// graph as constants (the tensors at trace time), so they stay in the plan (a review probe:
+// gradients clipped by hand were clipped on the trace's copy of the gradient).
+bool untraced_attribute(const Step& s) {
     return s.kind == StepKind::GetAttr && s.name &&
-           PyUnicode_CompareWithASCIIString(s.name.get(), "data") == 0;
+           (PyUnicode_CompareWithASCIIString(s.name.get(), "data") == 0 ||
+            PyUnicode_CompareWithASCIIString(s.name.get(), "grad") == 0);
 }
 
 bool graph_step(const Step& s) {
-    return s.graph_op && !reads_data(s) && (!s.effect || s.mutates >= 0) && !s.draws &&
+    return s.graph_op && !untraced_attribute(s) && (!s.effect || s.mutates >= 0) && !s.draws &&
            s.out >= 0 && s.result_kind != 0 &&
            (s.kind == StepKind::Call || s.kind == StepKind::CallEx ||
             s.kind == StepKind::Binary || s.kind == StepKind::Unary ||
@@ -31,7 +33,7 @@ bool graph_step(const Step& s) {
 // Python glue between ops that may live inside a graph's trace as long as its result does not
 // leave the region: building the list for torch.cat, picking an item of a chunk() result.
 bool helper(const Step& s) {
-    return !s.graph_op && !s.effect && s.out >= 0 && !reads_data(s) &&
+    return !s.graph_op && !s.effect && s.out >= 0 && !untraced_attribute(s) &&
            (s.kind == StepKind::BuildList || s.kind == StepKind::BuildTuple ||
             s.kind == StepKind::BuildSlice || s.kind == StepKind::GetItem ||
             s.kind == StepKind::GetAttr);

@@ -4383,8 +4383,10 @@ void Monitor::store_attr(int obj, PyObject* name, int val) {
                           "setting `" + o.label + "." + str(name) + "` runs a property "
                           "setter or a custom __setattr__",
                           "set the underlying attribute");
-    // `p.data = t` on a tensor passed in (EMA updates) swaps its storage: a write
-    bool data_swap = o.tensor && str(name) == "data";
+    // `p.data = t` on a tensor passed in (EMA updates) swaps its storage, `p.grad = None`
+    // drops its gradient: writes
+    bool data_swap = o.tensor && (str(name) == "data" || str(name) == "grad");
+    if (o.tensor && str(name) == "grad") m_grads_changed = true;
     if (o.kind != ValueKind::Input || (o.tensor && !data_swap))
         return m_cap.fail(breaks::kUnsupportedAttribute,
                           "attribute `" + str(name) + "` is set on " + o.label,
@@ -4393,7 +4395,8 @@ void Monitor::store_attr(int obj, PyObject* name, int val) {
     s.kind = StepKind::SetAttr;
     s.name = py::Ref::borrow(name);
     m_cap.record_effect(std::move(s), {obj, val});
-    m_cap.overlay()[{obj, str(name)}] = val;
+    // (a gradient is what backward() leaves there next, not what was written: read it then)
+    if (!(o.tensor && str(name) == "grad")) m_cap.overlay()[{obj, str(name)}] = val;
 }
 
 // Whether module `callable` would run hooks when called: 1 yes, 0 no (guarded so: its own hook
@@ -6135,6 +6138,7 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
             m_cap.guard_tensor_hooks();
         }
         std::string call = p.callee.op + "()";
+        if (runs_hidden_code(p.callee) || p.callee.op == "zero_grad") m_grads_changed = true;
         if (p.callee.changes_state) {
             for (int a : p.in) roots.push_back(m_cap.v(a).real.get());
             PyObject* fn = m_cap.v(p.callee_value).real.get();
@@ -6232,6 +6236,30 @@ bool Monitor::rank_may_change(const Pending& p) {
         }
     }
     return false;
+}
+
+// `p.grad` (clipping or measuring gradients by hand). Before anything in the call may have
+// changed gradients, the gradient of a tensor passed in is an input like its other attributes
+// (guarded: None, or a tensor of these sizes). After backward(), zero_grad() or an optimizer's
+// step (m_grads_changed), it is read at replay, where it is what the call made: a tensor then,
+// as it was here (None here is a break: whether it is None after those calls is not guarded).
+int Monitor::grad_of(int t, PyObject* name, PyObject* real) {
+    const Value& o = m_cap.v(t);
+    if (!m_grads_changed && o.kind == ValueKind::Input && o.node >= 0)
+        return m_cap.input_child(t, AccessKind::Attr, 0, name, ".grad", real);
+    if (!real || real == Py_None) {
+        m_cap.fail(breaks::kUnsupportedAttribute,
+                   "`" + o.label + ".grad` is read after a call that changes gradients, and is None",
+                   "test `.grad is None` before that call, or outside the compiled function");
+        return -1;
+    }
+    Step s;
+    s.kind = StepKind::GetAttr;
+    s.name = py::Ref::borrow(name);
+    Arg a;
+    if (!m_cap.arg_of(t, a)) return -1;
+    s.args = {a};
+    return m_cap.record(std::move(s), real, o.label + ".grad", false);
 }
 
 // A bound method passed in or read from an input: its function and self, both guarded.
@@ -7406,6 +7434,7 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
             s.args = {a};
             return m_cap.record(std::move(s), real, o.label + "." + n, op);
         }
+        if (n == "grad") return grad_of(obj, name, real);
         m_cap.fail(breaks::kUnsupportedAttribute, "tensor attribute `" + n + "` is read",
                    "read shape, dtype, device or call tensor methods");
         return -1;

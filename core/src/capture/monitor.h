@@ -137,6 +137,8 @@ private:
     std::vector<PyObject*> backward_hooks(const Pending& p, std::vector<py::Ref>& held);
     void forget_generators();
     bool rank_may_change(const Pending& p);
+    int grad_of(int t, PyObject* name, PyObject* real);
+    bool m_grads_changed = false;  // backward(), zero_grad(), a step or `p.grad = ` ran
     bool resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
     // [Note: map] map(f, xs) with f a Python function: each call the consumer's next() makes
     // is traced like a callee, its arguments the items of xs, its result collected.
