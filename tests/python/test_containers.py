@@ -1,6 +1,7 @@
 """Tuples, lists, dicts and sets: built in the function, passed in, indexed, returned."""
 
 import collections
+import copy
 
 import pytest
 import torch
@@ -810,3 +811,28 @@ def test_sets_passed_in_are_guarded_by_their_elements_types():
     fs = frozenset({3, 4})
     assert cf(torch.ones(1), fs)[1] == ["int", "int"]
     assert magpy.compile(lambda x, t: (x, t))(torch.ones(1), fs)[1] is fs
+
+
+@pytest.mark.parametrize("copy_of", [
+    lambda d: {**d}, lambda d: dict(d), lambda d: dict(**d), lambda d: {**d, "z": 1},
+    lambda d: copy.deepcopy(d), lambda d: collections.OrderedDict(d),
+], ids=["spread", "dict", "dict-kwargs", "spread-plus", "deepcopy", "OrderedDict"])
+def test_a_copy_of_a_dict_passed_in_keeps_its_key_order(copy_of):
+    # a review probe: the copy replayed the order of the keys at capture
+    def f(feats):
+        m = copy_of(feats)
+        return torch.cat([v for v in m.values() if isinstance(v, torch.Tensor)])
+
+    a, b = torch.zeros(2), torch.ones(2)
+    check(f, [({"a": a, "b": b},), ({"b": b, "a": a},), ({"a": a, "b": b},)])
+
+
+def test_keyword_arguments_spread_from_a_dict_passed_in_keep_its_order():
+    def head(**parts):
+        return torch.cat(list(parts.values()))
+
+    def f(feats):
+        return head(**feats)
+
+    a, b = torch.zeros(2), torch.ones(2)
+    check(f, [({"a": a, "b": b},), ({"b": b, "a": a},)])

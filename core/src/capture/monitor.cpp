@@ -1208,7 +1208,16 @@ bool Monitor::pairs_of(int dict, std::vector<int>& out) {
     if (d.kind == ValueKind::Input && PyDict_Check(d.real.get()) && !d.mutated) {
         if (stale_instance_dict(dict)) return false;
         PyObject* o = m_cap.v(dict).real.get();
-        m_cap.guard_len(dict, PyDict_GET_SIZE(o));
+        // its keys in order (a copy or `**d` keeps it: a review probe found `{**feats}`
+        // replaying the order of the capture)
+        py::Ref keys = py::Ref::steal(PyDict_Keys(o));
+        py::Ref order = keys ? py::Ref::steal(PyList_AsTuple(keys.get())) : py::Ref();
+        if (!order) {
+            PyErr_Clear();
+            return m_cap.internal_error("the keys of a dict"), false;
+        }
+        if (m_cap.input_child(dict, AccessKind::DictKeys, 0, nullptr, ".keys()", order.get()) < 0)
+            return false;
         Py_ssize_t pos = 0;
         PyObject *key, *val;
         out.clear();
@@ -6931,14 +6940,7 @@ void Monitor::pin_zip_inputs(const std::vector<int>& inner) {
 // the values read and the order of its keys are guarded).
 bool Monitor::dict_view(int dict, DictView view, std::vector<int>& out) {
     std::vector<int> pairs;
-    if (!pairs_of(dict, pairs)) return false;
-    const Value& d = m_cap.v(dict);
-    if (d.kind == ValueKind::Input && !d.mutated) {  // (pairs_of guarded a written one's)
-        int keys = m_cap.input_child(dict, AccessKind::DictKeys, 0, nullptr, ".keys()",
-                                     py::Ref::steal(PySequence_Tuple(py::Ref::steal(
-                                         PyDict_Keys(d.real.get())).get())).get());
-        if (keys < 0) return false;
-    }
+    if (!pairs_of(dict, pairs)) return false;  // (which guards the order of its keys)
     out.clear();
     for (size_t j = 0; j + 1 < pairs.size(); j += 2) {
         if (view != DictView::Values) out.push_back(pairs[j]);
