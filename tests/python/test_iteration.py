@@ -7,6 +7,7 @@ is guarded, and every result is compared with eager.
 import itertools
 import operator
 
+import pytest
 import torch
 
 import magpy
@@ -527,3 +528,25 @@ def test_enumerate_taken_whole_by_dict_unpacking_and_keyed_max():
 
     cf = check(f, [(torch.randn(2), [torch.randn(2), torch.randn(2)], ["a", "b"]) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda it, names: enumerate(zip(it, names)),
+    lambda it, names: zip(enumerate(it), names),
+    lambda it, names: enumerate(enumerate(zip(it, names))),
+], ids=["enumerate-zip", "zip-enumerate", "enumerate-enumerate-zip"])
+def test_an_iterator_passed_in_loses_its_item_to_a_zip_inside_another(wrap):
+    # a review probe: eager's zip took one more item from the iterator before it found the
+    # names exhausted; the replay took only the items yielded
+    def f(x, batches, names):
+        out = x
+        for item in wrap(batches, names):
+            out = out + 1
+        return out
+
+    cf = magpy.compile(f)
+    for call in range(4):
+        ia = iter([torch.full((2,), float(v)) for v in range(10)])
+        ib = iter([torch.full((2,), float(v)) for v in range(10)])
+        assert torch.equal(f(torch.zeros(2), ia, ["p", "q"]), cf(torch.zeros(2), ib, ["p", "q"]))
+        assert torch.equal(next(ia), next(ib)), call

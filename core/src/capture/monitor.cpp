@@ -6810,12 +6810,19 @@ void Monitor::iter_done(int it) {
     case IterKind::Enumerate: {
         // zip stops at its shortest input: pin the length of every input container.
         std::vector<int> inner = iter.items;
-        for (int sub : inner)
-            if (m_cap.v(sub).iter_advance >= 0)  // it lost an item to the zip ending: not known
+        // an iterator passed in, here or in a zip or enumerate inside (a review probe:
+        // enumerate(zip(it, names))): it lost an item to the zip ending, which the replay's
+        // next() calls do not take
+        std::vector<int> todo = inner;
+        for (size_t k = 0; k < todo.size() && k < 256; ++k) {
+            const Value& sv = m_cap.v(todo[k]);
+            if (sv.iter_advance >= 0)
                 return m_cap.fail(breaks::kUnsupportedOpcode,
-                                  "zip() ran out over " + m_cap.v(sub).label +
-                                      ", an iterator passed in",
+                                  "zip() ran out over " + sv.label + ", an iterator passed in",
                                   "zip lists or tuples, or loop over the iterator itself");
+            if (sv.iter_kind == IterKind::Zip || sv.iter_kind == IterKind::Enumerate)
+                todo.insert(todo.end(), sv.items.begin(), sv.items.end());
+        }
         if (!zip_ran_out(inner)) return;
         pin_zip_inputs(inner);
         for (int sub : inner) m_cap.v(sub).zipped_by = nullptr;  // its own again
