@@ -8,6 +8,8 @@ import re
 import warnings
 
 import pytest
+import copy
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -638,3 +640,51 @@ def test_a_leaf_made_by_requires_grad_alone_keeps_requiring_grad():
         (want, we), (got, ge) = attack(x), cf(x)
         assert ge.requires_grad and ge.is_leaf, i
         assert torch.allclose(got, want), i
+
+
+@pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze"])
+def test_outputs_made_of_constants_are_new_tensors_each_call(backend):
+    # a review probe: the executor folded them into one constant, and a caller that used one
+    # as an accumulator changed what later calls returned
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 3)
+
+    def f(x):
+        return x * 2, torch.zeros(3), torch.ones(3, 3).tril() + 1, lin.weight * 2
+
+    cf = magpy.compile(f, backend=backend)
+    with torch.no_grad():
+        for i in range(5):
+            want = f(torch.ones(3))
+            got = cf(torch.ones(3))
+            assert all(torch.equal(a, b) for a, b in zip(want, got)), i
+            for t in got[1:]:
+                t.add_(1.0)
+
+
+def test_a_frozen_weight_the_graph_returns_stays_the_callers():
+    # a review probe: the returned (transposed) weight was the frozen graph's own constant, so
+    # changing it changed every later output
+    torch.manual_seed(0)
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.lin(x), self.lin.weight.t().contiguous(), self.lin.bias.view(3)
+
+    me = M()
+    mc = copy.deepcopy(me)
+    cf = magpy.compile(mc, backend="torchscript-freeze")
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        for i in range(5):
+            (ye, wte, be), (yc, wtc, bc) = me(x), cf(x)
+            assert torch.allclose(ye, yc, atol=1e-5), i
+            wte.zero_()
+            wtc.zero_()
+            be.add_(1.0)  # a view of the bias: eager changes the model's bias
+            bc.add_(1.0)
+            assert torch.equal(me.lin.bias, mc.lin.bias), i

@@ -20,6 +20,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/passes/constant_pooling.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
@@ -303,6 +304,10 @@ struct Spec {
     // The traced run changed an input in place (an in-place op on a view of it): a failed
     // graph run cannot be repeated step by step, so its error is raised as it is.
     bool mutates_inputs = false;
+    // Per output: computed from constants alone, so the executor folds it into one tensor that
+    // every run returns; copied for the caller, who owns a new tensor in eager (see
+    // constant_outputs)
+    std::vector<bool> clone_out;
 
     bool matches(const Gathered& g) const {
         if (g.tensors.size() != tensors.size() || g.others.size() != others.size() ||
@@ -555,6 +560,24 @@ private:
 // in the graph's types, or (`x.detach().requires_grad_()`, which the tracer does not record)
 // as an output of the traced run (`outputs`, a tuple) that requires grad where its type in
 // the graph does not.
+// [Note: outputs made of constants] An output of the graph that depends on no graph input
+// (`torch.zeros(3)`, a causal mask from constant sizes, under freezing `lin.weight * 2`) is
+// folded by the executor into a constant: every run would hand the caller the same tensor,
+// which eager makes anew each call, so a caller that changes it (an accumulator) would change
+// the next call's result (a review probe). Those outputs are copied after each run.
+std::vector<bool> constant_outputs(const jit::Graph& graph) {
+    std::unordered_map<const jit::Value*, bool> from_input;
+    for (const jit::Value* in : graph.inputs()) from_input[in] = true;
+    for (const jit::Node* n : graph.nodes()) {
+        bool any = false;
+        for (const jit::Value* in : n->inputs()) any = any || from_input[in];
+        for (const jit::Value* out : n->outputs()) from_input[out] = any;
+    }
+    std::vector<bool> out;
+    for (const jit::Value* v : graph.outputs()) out.push_back(!from_input[v]);
+    return out;
+}
+
 bool makes_grad_leaf(const jit::Graph& graph, PyObject* outputs) {
     auto needs = [](const jit::Value* v) {
         c10::TensorTypePtr t = v->type()->cast<c10::TensorType>();
@@ -648,12 +671,14 @@ private:
         return r;
     }
 
-    PyObject* wrap_outputs(jit::Stack& stack) {
+    PyObject* wrap_outputs(jit::Stack& stack, const std::vector<bool>& clone_out) {
         py::Ref out = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(stack.size())));
         if (!out) return nullptr;
         for (size_t i = 0; i < stack.size(); ++i) {
             if (!stack[i].isTensor()) return nullptr;
-            PyObject* t = THPVariable_Wrap(stack[i].toTensor());
+            bool copy = i < clone_out.size() && clone_out[i];  // [Note: outputs made of constants]
+            PyObject* t = THPVariable_Wrap(copy ? stack[i].toTensor().clone()
+                                                : stack[i].toTensor());
             if (!t) return nullptr;
             PyTuple_SET_ITEM(out.get(), static_cast<Py_ssize_t>(i), t);
         }
@@ -682,7 +707,7 @@ private:
             error = e.what();
         }
         if (error.empty()) {
-            PyObject* r = wrap_outputs(stack);
+            PyObject* r = wrap_outputs(stack, s.clone_out);
             if (r) {
                 ++s.runs;
                 if (!warnings.size()) return r;
@@ -752,9 +777,16 @@ private:
     // LibTorch's passes for frozen graphs fold batch norms into convolutions, fuse conv-add-relu,
     // pre-transpose linear weights and move convolutions to oneDNN (MKLDNN). The spec then also
     // holds each folded tensor's identity, version counter and data pointer.
-    void optimize_for_inference(Spec& spec, const Gathered& g, const std::vector<bool>& keep) {
+    void optimize_for_inference(Spec& spec, const Gathered& g, std::vector<bool> keep) {
         jit::Graph& graph = *spec.graph;
         if (graph.inputs().size() != g.tensors.size()) return;
+        {  // a module tensor the graph returns, or a view of it (`lin.weight.t()`), stays the
+           // caller's tensor: frozen, the caller would get (and could change) the constant
+            jit::AliasDb aliases(spec.graph);
+            for (size_t i = 0; i < g.tensors.size(); ++i)
+                for (jit::Value* out : graph.outputs())
+                    if (aliases.mayContainAlias(graph.inputs()[i], out)) keep[i] = true;
+        }
         bool any = false;
         for (size_t i = g.tensors.size(); i-- > 0;) {
             if (!g.state[i] || keep[i]) continue;
@@ -902,6 +934,7 @@ private:
             for (size_t i = 0; i < g.tensors.size(); ++i) keep[i] = changed(i);
             optimize_for_inference(*spec, g, keep);
         }
+        spec->clone_out = constant_outputs(*spec->graph);
         try {
             spec->exec = std::make_unique<jit::GraphExecutor>(
                 spec->graph, "magpy_graph_" + std::to_string(m_number));
