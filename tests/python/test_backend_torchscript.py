@@ -3,13 +3,12 @@
 Every test compares against eager execution, and checks from the report that the graphs really
 ran (the backend summary counts graph runs and eager runs per graph)."""
 
+import copy
 import json
 import re
 import warnings
 
 import pytest
-import copy
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
