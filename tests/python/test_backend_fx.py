@@ -320,3 +320,22 @@ def test_the_signature_a_compiled_version_is_keyed_by():
     assert magpy._fx._pins_key(pins) != before
     lin.bias = nn.Parameter(torch.ones(2))
     assert magpy._fx._pins_key(pins) is None
+
+
+def test_a_graph_that_changed_an_input_and_then_failed_is_not_run_again():
+    # a review probe: the recorded steps ran again after the graph failed, and the caller's
+    # tensor was changed twice
+    def f(x, idx):
+        v = x[0:2]
+        v.mul_(2)
+        return (x[idx] * 3).sin()
+
+    cf = magpy.compile(f, backend="fx")
+    for _ in range(3):
+        cf(torch.ones(4, 3), torch.tensor([0, 1]))
+    xe, xc = torch.ones(4, 3), torch.ones(4, 3)
+    with pytest.raises(IndexError):
+        f(xe, torch.tensor([0, 9]))
+    with pytest.raises(IndexError):
+        cf(xc, torch.tensor([0, 9]))
+    assert torch.equal(xe, xc)

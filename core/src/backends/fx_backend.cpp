@@ -105,6 +105,11 @@ public:
         }
         if (!r && !PyErr_ExceptionMatches(PyExc_Exception))
             return nullptr;  // an interrupt (KeyboardInterrupt), not the graph's failure
+        // A graph that changes tensors in place (through views of its inputs) may have changed
+        // them before it failed: running the steps again would change them twice (a review
+        // probe), so its error stands; the graph runs Python's own ops, so it is the error
+        // the steps raise.
+        if (!r && changes_in_place()) return nullptr;
         std::string why = r ? "it returned no tuple" : py::fetch_error_string();
         Py_XDECREF(r);
         // The steps again: if they raise too, the error is the program's, and the graph stays.
@@ -189,6 +194,12 @@ private:
             return &m_specs.back();
         }
         return fail(r ? "an unexpected result" : py::fetch_error_string());
+    }
+
+    bool changes_in_place() const {
+        for (const Step& st : m_sub.steps())
+            if (st.effect) return true;
+        return false;
     }
 
     Spec* fail(const std::string& why) {
