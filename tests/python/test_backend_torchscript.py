@@ -687,3 +687,28 @@ def test_a_frozen_weight_the_graph_returns_stays_the_callers():
             be.add_(1.0)  # a view of the bias: eager changes the model's bias
             bc.add_(1.0)
             assert torch.equal(me.lin.bias, mc.lin.bias), i
+
+
+@pytest.mark.parametrize("change", ["class", "numpy attribute"])
+def test_a_leaf_module_changed_between_calls_is_traced_again(change):
+    # a review probe: the trace key held leaf modules by identity only, and left out module
+    # attributes that are not plain Python numbers
+    import numpy as np
+
+    def make():
+        return nn.Sequential(nn.Linear(3, 3), nn.LeakyReLU(np.float64(0.01)), nn.Linear(3, 2))
+
+    torch.manual_seed(0)
+    me = make()
+    mc = copy.deepcopy(me)
+    cf = ts(mc)
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        for i in range(6):
+            if i == 3:
+                for m in (me, mc):
+                    if change == "class":
+                        m[1].__class__ = nn.Sigmoid
+                    else:
+                        m[1].negative_slope = np.float64(0.5)
+            assert torch.allclose(me(x), cf(x), atol=1e-6), i

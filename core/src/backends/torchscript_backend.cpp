@@ -177,6 +177,8 @@ bool same_name(PyObject* key, PyObject* name) {  // `name` is interned
 // the key. Other attributes (the hook and state-dict bookkeeping) do not affect forward.
 void gather_module(PyObject* m, Gathered& g) {
     add_other(m, false, g);
+    // and its class (parametrize swaps it: a review probe ran the old class's trace)
+    add_other(reinterpret_cast<PyObject*>(Py_TYPE(m)), false, g);
     struct Depth {
         int& d;
         ~Depth() { --d; }
@@ -210,8 +212,10 @@ void gather_module(PyObject* m, Gathered& g) {
             }
         }
         if (is_plain(value)) add_other(value, true, g);
-        else if (is_function_like(value)) add_other(value, false, g);
         else if (is_tensor(value)) add_tensor(value, g);
+        else add_other(value, false, g);  // functions, numpy scalars (eps), anything else: the
+                                          // same object (a review probe: np.float64 slopes
+                                          // changed between calls were left out of the key)
     }
 }
 
