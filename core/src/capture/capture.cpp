@@ -609,26 +609,18 @@ void Capture::entry_hooks_of_module(int id, const std::set<long>& made_in_call) 
     else PyErr_Clear();
 }
 
+// The hooks as the call found them (m_entry_hooks): hooks it registers itself, and removes
+// before it ends, are the plan's own (a review probe: a per-call hook failed this guard every
+// call). Tensors that require grad, and the leaf modules called (their parameters').
 void Capture::guard_tensor_hooks() {
     for (const Value& val : m_values) {
         PyObject* t = val.real.get();
         if (val.kind != ValueKind::Input || val.node < 0 || !t) continue;
-        if (!val.tensor) {  // a leaf module called in the call: its parameters' hooks
-            auto entry = m_entry_hooks.find(val.node);
-            if (entry == m_entry_hooks.end() || !m_hooks_guarded.insert(val.node).second) continue;
-            Check c;
-            c.kind = CheckKind::TensorHooks;
-            c.value = entry->second;
-            m_guards->add_check(val.node, std::move(c));
-            continue;
-        }
-        py::Ref grad = py::Ref::steal(PyObject_GetAttrString(t, "requires_grad"));
-        if (!grad || grad.get() != Py_True) {
+        if (val.tensor) {
+            py::Ref grad = py::Ref::steal(PyObject_GetAttrString(t, "requires_grad"));
             PyErr_Clear();
-            continue;
+            if (grad.get() != Py_True) continue;
         }
-        // as the call found them: hooks it registers itself (and removes before it ends) are
-        // the plan's own (a review probe: a per-call hook failed this guard every call)
         auto entry = m_entry_hooks.find(val.node);
         if (entry == m_entry_hooks.end() || !m_hooks_guarded.insert(val.node).second) continue;
         Check c;

@@ -6262,13 +6262,18 @@ int Monitor::grad_of(int t, PyObject* name, PyObject* real) {
                    "test `.grad is None` before that call, or outside the compiled function");
         return -1;
     }
+    return attr_at_replay(t, name, real, false);
+}
+
+// `obj.name`, read at replay from the replayed object (a step; `op`: part of the graph).
+int Monitor::attr_at_replay(int obj, PyObject* name, PyObject* real, bool op) {
     Step s;
     s.kind = StepKind::GetAttr;
     s.name = py::Ref::borrow(name);
     Arg a;
-    if (!m_cap.arg_of(t, a)) return -1;
+    if (!m_cap.arg_of(obj, a)) return -1;
     s.args = {a};
-    return m_cap.record(std::move(s), real, o.label + ".grad", false);
+    return m_cap.record(std::move(s), real, m_cap.v(obj).label + "." + str(name), op);
 }
 
 // A bound method passed in or read from an input: its function and self, both guarded.
@@ -7434,15 +7439,8 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
         // An op attribute (x.T, x.data), or `f = x.reshape` (then f(*shape)): the bound method
         // taken at replay from the replayed tensor, calling it being the op.
         bool op = is_op_attribute(cname);
-        if (op || (real && PyCFunction_Check(real) && PyCFunction_GET_SELF(real) == o.real.get())) {
-            Step s;
-            s.kind = StepKind::GetAttr;
-            s.name = py::Ref::borrow(name);
-            Arg a;
-            if (!m_cap.arg_of(obj, a)) return -1;
-            s.args = {a};
-            return m_cap.record(std::move(s), real, o.label + "." + n, op);
-        }
+        if (op || (real && PyCFunction_Check(real) && PyCFunction_GET_SELF(real) == o.real.get()))
+            return attr_at_replay(obj, name, real, op);
         if (n == "grad") return grad_of(obj, name, real);
         m_cap.fail(breaks::kUnsupportedAttribute, "tensor attribute `" + n + "` is read",
                    "read shape, dtype, device or call tensor methods");

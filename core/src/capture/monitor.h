@@ -138,6 +138,7 @@ private:
     void forget_generators();
     bool rank_may_change(const Pending& p);
     int grad_of(int t, PyObject* name, PyObject* real);
+    int attr_at_replay(int obj, PyObject* name, PyObject* real, bool op);
     bool m_grads_changed = false;  // backward(), zero_grad(), a step or `p.grad = ` ran
     bool resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
     // [Note: map] map(f, xs) with f a Python function: each call the consumer's next() makes
