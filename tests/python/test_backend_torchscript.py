@@ -712,3 +712,30 @@ def test_a_leaf_module_changed_between_calls_is_traced_again(change):
                     else:
                         m[1].negative_slope = np.float64(0.5)
             assert torch.allclose(me(x), cf(x), atol=1e-6), i
+
+
+@pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze"])
+def test_outputs_made_of_constants_keep_their_aliasing(backend):
+    # a review probe: each output made of constants was copied on its own, so a buffer and a
+    # view of it came back as two unrelated tensors
+    def f(x):
+        buf = torch.zeros(4)
+        head = buf[:2]
+        a = torch.arange(6.).view(2, 3)
+        filled = torch.zeros(4)
+        front = filled[:2]
+        front.copy_(x)  # filled from the input in place: not a constant
+        return buf, head, a, a[0], torch.ones(3).expand(2, 3), filled, front, x * 2
+
+    cf = magpy.compile(f, backend=backend)
+    with torch.no_grad():
+        for i in range(5):
+            x = torch.randn(2)
+            buf, head, a, a0, ex, filled, front, _ = cf(x)
+            buf.add_(100)
+            a.mul_(2)
+            filled.add_(100)
+            assert torch.equal(head, torch.full((2,), 100.0)), i
+            assert torch.equal(a0, torch.tensor([0.0, 2.0, 4.0])), i
+            assert ex.stride() == (0, 1), i
+            assert torch.equal(front, x + 100), i

@@ -644,3 +644,49 @@ def test_a_gradient_that_is_none_after_backward_breaks_and_is_correct():
     for i in range(4):
         x = torch.randn(1, 2)
         assert se(x) == cf(x), i
+
+
+def test_a_gradient_cleared_between_calls_outside_the_loss_is_read_afresh():
+    # a review probe: `p.grad is not None` after backward() replayed as True for a parameter
+    # outside this step's loss whose gradient the caller cleared between calls
+    def make():
+        torch.manual_seed(0)
+        a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+        b(torch.ones(1, 2)).sum().backward()  # b has gradients at first
+
+        def step(x):
+            a(x).sum().backward()
+            return [p.grad is not None for p in list(a.parameters()) + list(b.parameters())]
+        return b, step
+
+    (be, se), (bc, sc) = make(), make()
+    cf = magpy.compile(sc)
+    for i in range(5):
+        if i == 2:
+            for m in (be, bc):
+                for p in m.parameters():
+                    p.grad = None
+        x = torch.randn(1, 2)
+        assert se(x) == cf(x), i
+
+
+def test_gradients_of_a_loss_passed_in_are_read_afresh():
+    def make():
+        torch.manual_seed(0)
+        ha, hb = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+
+        def step(loss):
+            loss.backward()
+            return [p.grad is not None for p in list(ha.parameters()) + list(hb.parameters())]
+        return ha, hb, step
+
+    (ae, be, se), (ac, bc, sc) = make(), make()
+    cf = magpy.compile(sc)
+    for i in range(6):
+        x = torch.randn(3, 2)
+        for a, b in ((ae, be), (ac, bc)):
+            for p in list(a.parameters()) + list(b.parameters()):
+                p.grad = None
+        le = (ae(x).sum() + be(x).sum()) if i % 2 == 0 else be(x).sum()
+        lc = (ac(x).sum() + bc(x).sum()) if i % 2 == 0 else bc(x).sum()
+        assert se(le) == cf(lc), i

@@ -20,6 +20,7 @@ ends, the rich views of magpy._views follow (unless --quiet).
 """
 
 import ast
+import builtins
 import inspect
 import io
 import linecache
@@ -242,21 +243,39 @@ def build_cell_function(python_source, filename, line_offset, user_ns, display_l
     module = ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[]))
     code = compile(module, filename, "exec", dont_inherit=True)
     fcode = next(c for c in code.co_consts if hasattr(c, "co_code"))
+    user_ns.setdefault(SCOPE_CALL, module_scope_call)
     return types.FunctionType(fcode, user_ns, "<module>")
 
 
 def _module_scope_calls(tree):
-    """In a cell's own scope, locals are the notebook's globals: `exec(src)` and `eval(src)`
-    (which would write to the function's locals and lose new names), `locals()` and `vars()`
-    get `globals()` made explicit. (An audit: `exec('y = 1')` then `y` was a NameError.)"""
+    """In a cell's own scope, locals are the notebook's globals: `exec(src)`, `eval(src)`,
+    `locals()` and `vars()` become calls through `module_scope_call`, which gives the builtins
+    `globals()` explicitly (they would read and write the function's locals, and lose new
+    names) and calls anything else of that name as it is (a user's own `def eval(model)`).
+    An audit: `exec('y = 1')` then `y` was a NameError under %%magpy."""
     for node in _top_level_nodes(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)) or node.keywords:
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)) or \
+                node.func.id not in _MODULE_SCOPE_BUILTINS or node.keywords or \
+                any(isinstance(a, ast.Starred) for a in node.args):
             continue
         here = ast.Call(func=ast.Name(id="globals", ctx=ast.Load()), args=[], keywords=[])
-        if node.func.id in ("exec", "eval") and len(node.args) == 1:
-            node.args.append(ast.copy_location(here, node))
-        elif node.func.id in ("locals", "vars") and not node.args:
-            node.func = ast.copy_location(ast.Name(id="globals", ctx=ast.Load()), node.func)
+        node.args = [node.func, here] + node.args
+        node.func = ast.copy_location(ast.Name(id=SCOPE_CALL, ctx=ast.Load()), node.func)
+
+
+_MODULE_SCOPE_BUILTINS = {"exec": 1, "eval": 1, "locals": 0, "vars": 0}
+SCOPE_CALL = "__magpy_module_scope_call__"
+
+
+def module_scope_call(fn, here, *args):
+    """`fn(*args)` from a %%magpy cell's own scope (see _module_scope_calls)."""
+    name = getattr(fn, "__name__", None)
+    if fn is getattr(builtins, name or "", None) and \
+            len(args) == _MODULE_SCOPE_BUILTINS.get(name, -1):
+        if name in ("exec", "eval"):
+            return fn(args[0], here)
+        return here  # locals(), vars() at module level
+    return fn(*args)
 
 
 class CellProgram:

@@ -107,9 +107,10 @@ public:
             return nullptr;  // an interrupt (KeyboardInterrupt), not the graph's failure
         // A graph that changes tensors in place (through views of its inputs) may have changed
         // them before it failed: running the steps again would change them twice (a review
-        // probe), so its error stands; the graph runs Python's own ops, so it is the error
-        // the steps raise.
-        if (!r && changes_in_place()) return nullptr;
+        // probe), so its error stands. A plain fx graph runs Python's own ops, so it is the
+        // error the steps raise; a compiling backend's first call may fail compiling, before
+        // anything ran: then the steps run.
+        if (!r && changes_in_place() && (m_backend == "fx" || spec->runs > 0)) return nullptr;
         std::string why = r ? "it returned no tuple" : py::fetch_error_string();
         Py_XDECREF(r);
         // The steps again: if they raise too, the error is the program's, and the graph stays.

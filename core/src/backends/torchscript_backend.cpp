@@ -675,14 +675,46 @@ private:
         return r;
     }
 
+    // [Note: outputs made of constants]: each storage they live in is copied once, and they
+    // become views of the copy as they were of the original (a buffer and a view of it stay
+    // one tensor and its view: a review probe).
+    // A storage that an output computed from inputs lives in too (a buffer of zeros filled
+    // from the input in place, returned with a view of it) is not a constant's: left alone.
+    static void copy_constant_outputs(jit::Stack& stack, const std::vector<bool>& clone_out) {
+        auto storage_of = [&](size_t i) -> const void* {
+            return stack[i].isTensor() && stack[i].toTensor().has_storage()
+                       ? stack[i].toTensor().storage().unsafeGetStorageImpl()
+                       : nullptr;
+        };
+        std::vector<const void*> live;  // storages of outputs computed from inputs
+        for (size_t i = 0; i < stack.size(); ++i)
+            if (!(i < clone_out.size() && clone_out[i]) && storage_of(i)) live.push_back(storage_of(i));
+        std::vector<std::pair<const void*, at::Tensor>> copies;  // storage -> its copy
+        for (size_t i = 0; i < stack.size() && i < clone_out.size(); ++i) {
+            if (!clone_out[i] || !storage_of(i)) continue;
+            const void* storage = storage_of(i);
+            if (std::find(live.begin(), live.end(), storage) != live.end()) continue;
+            at::Tensor t = stack[i].toTensor();
+            at::Tensor* whole = nullptr;
+            for (auto& [s, c] : copies)
+                if (s == storage && c.scalar_type() == t.scalar_type()) whole = &c;
+            if (!whole) {
+                int64_t n = static_cast<int64_t>(t.storage().nbytes()) /
+                            static_cast<int64_t>(t.element_size());
+                copies.emplace_back(storage, t.as_strided({n}, {1}, 0).clone());
+                whole = &copies.back().second;
+            }
+            stack[i] = whole->as_strided(t.sizes(), t.strides(), t.storage_offset());
+        }
+    }
+
     PyObject* wrap_outputs(jit::Stack& stack, const std::vector<bool>& clone_out) {
         py::Ref out = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(stack.size())));
         if (!out) return nullptr;
+        copy_constant_outputs(stack, clone_out);
         for (size_t i = 0; i < stack.size(); ++i) {
             if (!stack[i].isTensor()) return nullptr;
-            bool copy = i < clone_out.size() && clone_out[i];  // [Note: outputs made of constants]
-            PyObject* t = THPVariable_Wrap(copy ? stack[i].toTensor().clone()
-                                                : stack[i].toTensor());
+            PyObject* t = THPVariable_Wrap(stack[i].toTensor());
             if (!t) return nullptr;
             PyTuple_SET_ITEM(out.get(), static_cast<Py_ssize_t>(i), t);
         }

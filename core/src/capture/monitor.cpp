@@ -1576,8 +1576,15 @@ std::vector<PyObject*> Monitor::backward_hooks(const Pending& p, std::vector<py:
     };
     std::vector<int> sources = p.in;
     if (p.callee.bound_self) sources.push_back(p.callee_value);
+    // backward() from tensors the call computed: which leaves it reaches (so gets a gradient)
+    // follows from the plan's ops ([Note: gradients read by hand] at grad_of)
+    bool computed = p.callee.op == "backward";
+    std::vector<PyObject*> leaves;
     for (int a : sources) {
         PyObject* t = m_cap.v(a).real.get();
+        if (t && !(is_tensor(t) && m_cap.v(a).kind == ValueKind::OpResult) &&
+            !(PyMethod_Check(t) || PyCFunction_Check(t)))
+            computed = false;  // (a list of tensors, a tensor passed in)
         if (!t) continue;
         if (PyMethod_Check(t) || PyCFunction_Check(t))
             t = PyMethod_Check(t) ? PyMethod_GET_SELF(t) : PyCFunction_GET_SELF(t);
@@ -1595,6 +1602,7 @@ std::vector<PyObject*> Monitor::backward_hooks(const Pending& p, std::vector<py:
         todo.pop_back();
         if (!seen.insert(node).second) continue;
         if (PyObject* leaf = attr(node, "variable"); leaf && is_tensor(leaf)) {
+            leaves.push_back(leaf);
             PyObject* hooks = attr(leaf, "_backward_hooks");
             if (hooks && PyDict_Check(hooks) && PyDict_GET_SIZE(hooks) > 0) roots.push_back(hooks);
         }
@@ -1606,6 +1614,8 @@ std::vector<PyObject*> Monitor::backward_hooks(const Pending& p, std::vector<py:
                 todo.push_back(PyTuple_GET_ITEM(pair, 0));
         }
     }
+    if (computed && todo.empty())  // (the whole graph walked)
+        for (PyObject* leaf : leaves) m_reached_leaves.emplace(leaf, py::Ref::borrow(leaf));
     return roots;
 }
 
@@ -4395,7 +4405,10 @@ void Monitor::store_attr(int obj, PyObject* name, int val) {
     // `p.data = t` on a tensor passed in (EMA updates) swaps its storage, `p.grad = None`
     // drops its gradient: writes
     bool data_swap = o.tensor && (str(name) == "data" || str(name) == "grad");
-    if (o.tensor && str(name) == "grad") m_grads_changed = true;
+    if (o.tensor && str(name) == "grad") {
+        m_grads_changed = true;
+        m_reached_leaves.erase(o.real.get());
+    }
     if (o.kind != ValueKind::Input || (o.tensor && !data_swap))
         return m_cap.fail(breaks::kUnsupportedAttribute,
                           "attribute `" + str(name) + "` is set on " + o.label,
@@ -6148,6 +6161,7 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
         }
         std::string call = p.callee.op + "()";
         if (runs_hidden_code(p.callee) || p.callee.op == "zero_grad") m_grads_changed = true;
+        if (p.callee.op == "zero_grad") m_reached_leaves.clear();  // (set_to_none or not)
         if (p.callee.changes_state) {
             for (int a : p.in) roots.push_back(m_cap.v(a).real.get());
             PyObject* fn = m_cap.v(p.callee_value).real.get();
@@ -6247,19 +6261,25 @@ bool Monitor::rank_may_change(const Pending& p) {
     return false;
 }
 
-// `p.grad` (clipping or measuring gradients by hand). Before anything in the call may have
-// changed gradients, the gradient of a tensor passed in is an input like its other attributes
-// (guarded: None, or a tensor of these sizes). After backward(), zero_grad() or an optimizer's
-// step (m_grads_changed), it is read at replay, where it is what the call made: a tensor then,
-// as it was here (None here is a break: whether it is None after those calls is not guarded).
+// [Note: gradients read by hand] `p.grad` (clipping or measuring gradients by hand). Before
+// anything in the call may have changed gradients, the gradient of a tensor passed in is an
+// input like its other attributes (guarded: None, or a tensor of these sizes). After
+// backward(), zero_grad() or an optimizer's step (m_grads_changed), it is read at replay: a
+// tensor there if a backward() from tensors the call computed reached `p` since the last
+// zero_grad() or `.grad =` (m_reached_leaves: the same ops reach the same leaves at replay).
+// Otherwise whether it is None is not known before the replay runs (a parameter outside this
+// step's loss, a loss passed in): a break (a review probe found `p.grad is not None` replayed
+// as True for a gradient cleared between calls).
 int Monitor::grad_of(int t, PyObject* name, PyObject* real) {
     const Value& o = m_cap.v(t);
     if (!m_grads_changed && o.kind == ValueKind::Input && o.node >= 0)
         return m_cap.input_child(t, AccessKind::Attr, 0, name, ".grad", real);
-    if (!real || real == Py_None) {
+    if (!real || real == Py_None || !m_reached_leaves.count(o.real.get())) {
         m_cap.fail(breaks::kUnsupportedAttribute,
-                   "`" + o.label + ".grad` is read after a call that changes gradients, and is None",
-                   "test `.grad is None` before that call, or outside the compiled function");
+                   "`" + o.label + ".grad` is read after a call that changes gradients, and "
+                   "whether it is None then is not known before it runs",
+                   "read gradients after a backward() of a loss computed in the function, or "
+                   "outside the compiled function");
         return -1;
     }
     return attr_at_replay(t, name, real, false);

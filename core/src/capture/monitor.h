@@ -140,6 +140,7 @@ private:
     int grad_of(int t, PyObject* name, PyObject* real);
     int attr_at_replay(int obj, PyObject* name, PyObject* real, bool op);
     bool m_grads_changed = false;  // backward(), zero_grad(), a step or `p.grad = ` ran
+    std::unordered_map<PyObject*, py::Ref> m_reached_leaves;  // see grad_of
     bool resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
     // [Note: map] map(f, xs) with f a Python function: each call the consumer's next() makes
     // is traced like a callee, its arguments the items of xs, its result collected.
