@@ -480,3 +480,14 @@ def test_sizes_become_dynamic_when_ranks_alternate():
     cf = check(f, [torch.randn(2 + i, 3) if i % 2 else torch.randn(2 + i, 3, 2)
                    for i in range(12)])
     assert magpy.explain(cf).cache_misses <= 4
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x * 2 if x.shape[-1] in (4, 6, 8) else x,
+    lambda x: x * 2 if x.shape[-1] not in (4, 6, 8) else x,
+    lambda x: x * (x.shape[0] - 2 in (0, 1)),
+], ids=["in", "not in", "derived in"])
+def test_a_symbolic_size_tested_with_in_stays_symbolic(fn):
+    # a review probe: `T in (100, 200)` guarded T by value and recompiled on every size
+    cf = check(fn, [torch.randn(n, n) for n in range(3, 15)])
+    assert magpy.explain(cf).cache_misses <= 4

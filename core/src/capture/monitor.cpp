@@ -3951,6 +3951,32 @@ void Monitor::complete(ShadowFrame& f) {
             if (environ_read(needle, tos, m_cap.const_value(tos)) >= 0) out(m_cap.const_value(tos));
             return;
         }
+        if (m_cap.v(needle).sym_number() && m_cap.v(hay).kind == ValueKind::Const &&
+            !m_cap.v(needle).tensor) {
+            // `T in (100, 200)` with T a size read at replay: computed there, a relation
+            // (checked at replay where Python branches on it), not T guarded by value
+            static PyObject* contains = PyObject_GetAttrString(PyImport_ImportModule("operator"), "contains");
+            static PyObject* not_ = PyObject_GetAttrString(PyImport_ImportModule("operator"), "not_");
+            auto call = [&](PyObject* fn, std::vector<int> args, PyObject* real) {
+                Step st;
+                st.kind = StepKind::Call;
+                st.args.push_back(Arg::value(fn));
+                for (int a : args) {
+                    Arg x;
+                    if (!m_cap.arg_of(a, x)) return -1;
+                    st.args.push_back(std::move(x));
+                }
+                int r = m_cap.record(std::move(st), real, "in", false);
+                if (r >= 0) number_from(r, {needle});
+                return r;
+            };
+            if (!contains || !not_) return m_cap.internal_error("the operator module");
+            bool found = (tos == Py_True) != (p.oparg == 1);
+            int r = call(contains, {hay, needle}, found ? Py_True : Py_False);
+            if (r >= 0 && p.oparg == 1) r = call(not_, {r}, tos);
+            if (r >= 0) out(r);
+            return;
+        }
         if (!known(needle)) {
             require_const({needle}, "an `in` test");
             return;
