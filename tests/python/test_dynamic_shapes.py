@@ -491,3 +491,43 @@ def test_a_symbolic_size_tested_with_in_stays_symbolic(fn):
     # a review probe: `T in (100, 200)` guarded T by value and recompiled on every size
     cf = check(fn, [torch.randn(n, n) for n in range(3, 15)])
     assert magpy.explain(cf).cache_misses <= 4
+
+
+# A tensor passed in whose shape the call changes in place has its sizes and rank read at
+# replay (a review probe: `if x.shape[0]:` after x.set_(...) was taken as true for size 0, a
+# dynamic size after x.unsqueeze_(0) came from the wrong dim, x.dim() after set_ was fixed)
+def _set_then_truth(x):
+    x.set_(x[2:].clone())
+    return 1 if x.shape[0] else 0
+
+
+def _unsqueeze_then_size(x):
+    x.unsqueeze_(0)
+    return x.shape[1], x.shape
+
+
+def _set_rank(x):
+    x.set_(x[2:].clone().squeeze())
+    return x.dim(), tuple(x.shape)
+
+
+def _rank_through_a_list(x):
+    y = x[2:].squeeze()
+    return torch.stack([y, y]).dim()
+
+
+@pytest.mark.parametrize("fn,shape", [(_set_then_truth, lambda n: (n, 3)),
+                                      (_unsqueeze_then_size, lambda n: (n,)),
+                                      (_set_rank, lambda n: (n, 1)),
+                                      (_rank_through_a_list, lambda n: (n, 1))],
+                         ids=["set-truth", "unsqueeze-size", "set-rank", "rank-list"])
+def test_sizes_of_a_tensor_reshaped_in_place(fn, shape):
+    check(fn, [torch.randn(*shape(n)) for n in (5, 8, 2, 3, 100, 3, 4)])
+
+
+def test_a_replay_check_that_raises_recaptures():
+    def f(x):
+        y = x[2:].squeeze()
+        return y.tolist()
+
+    check(f, [torch.randn(n, 1) for n in (5, 4, 3, 6, 3)])

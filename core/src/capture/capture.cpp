@@ -795,7 +795,7 @@ bool Capture::holds(int id, bool Value::*flag, int depth) {
 
 int Capture::size_of(int id, int dim, PyObject* real) {
     const Value& t = v(id);
-    bool input = t.kind == ValueKind::Input && t.node >= 0;
+    bool input = t.kind == ValueKind::Input && t.node >= 0 && !t.reshaped;
     uint64_t dims = input ? m_guards->dynamic_dims(t.node) : 0;
     uint64_t used = dim == kNumel ? dims : dim >= 0 && dim < 64 ? (dims & (uint64_t{1} << dim)) : 0;
     bool data = t.tensor && t.dyn_shape;  // [Note: numbers from tensor data]
@@ -943,6 +943,15 @@ bool Capture::read_rank(int id) {
     pin_all_dims();
     v(id).rank_checked = true;
     return true;
+}
+
+void Capture::reshaped_in_place(int id) {
+    Value& t = v(id);
+    if (!t.tensor) return;
+    t.reshaped = t.kind == ValueKind::Input;
+    t.sym = t.sym_all = true;  // its sizes are read at replay, and may be anything
+    t.sym_deps.clear();
+    t.rank_varies = true;
 }
 
 void Capture::pin_all_dims() {
@@ -1172,10 +1181,10 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
     // Python numbers are not shapes.
     bool data_shape = false;
     for (const Arg& a : step.args) data_shape = data_shape || arg_data_shaped(a);
-    bool rank_varies = false;  // [Note: ranks that may change]
+    bool rank_varies = false;  // [Note: ranks that may change] (inside lists too: stack([y]))
     for (const Arg& a : step.args) {
         int arg = slot_value(a);
-        rank_varies = rank_varies || (arg >= 0 && v(arg).rank_varies);
+        rank_varies = rank_varies || (arg >= 0 && holds(arg, &Value::rank_varies));
     }
     int id = new_value(ValueKind::OpResult, real_result, label);
     v(id).slot = step.out;

@@ -142,6 +142,9 @@ struct Value {
     // `rank_checked`: its rank is checked at replay (Capture::read_rank).
     bool rank_varies = false;
     bool rank_checked = false;
+    // An input whose shape the call changed in place (set_, resize_, unsqueeze_, out=, .data
+    // =): its sizes and rank are read at replay like an op result's, not from its guards
+    bool reshaped = false;
     // A symbolic size of a tensor passed in (or its numel): at least 2 at replay (the guards
     // hold symbolic dims to that), so its truth is known
     bool positive = false;
@@ -302,6 +305,9 @@ public:
     // Python reads the number of dims of tensor `value` (its shape, dim(), a negative dim):
     // checked at replay if it may change ([Note: ranks that may change]); false: failed.
     bool read_rank(int value);
+    // A tensor's shape was changed in place (x.set_(...), x.unsqueeze_(0), out=x): from here
+    // on its sizes and rank are read at replay, whatever the guards held (a review probe).
+    void reshaped_in_place(int value);
     bool add_replay_check(int value, PyObject* expected, CheckOp how,
                           std::shared_ptr<Speculation> guess = nullptr);
 

@@ -4431,6 +4431,7 @@ void Monitor::store_attr(int obj, PyObject* name, int val) {
     // `p.data = t` on a tensor passed in (EMA updates) swaps its storage, `p.grad = None`
     // drops its gradient: writes
     bool data_swap = o.tensor && (str(name) == "data" || str(name) == "grad");
+    if (o.tensor && str(name) == "data") m_cap.reshaped_in_place(obj);
     if (o.tensor && str(name) == "grad") {
         m_grads_changed = true;
         m_reached_leaves.erase(o.real.get());
@@ -6236,10 +6237,16 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
                             : p.callee.name + "(...)";
     int r = m_cap.record(std::move(s), result, label, graph_op);
     m_cap.v(r).dyn_shape = m_cap.v(r).dyn_shape || dyn_shape;
-    if (m_cap.v(r).tensor && rank_may_change(p)) {  // [Note: ranks that may change]
+    if (m_cap.v(r).tensor && rank_may_change(p))  // [Note: ranks that may change]
         m_cap.v(r).rank_varies = true;
-        if (p.callee.op == "squeeze_")  // the tensor itself changed rank
-            for (int a : p.in) if (m_cap.v(a).tensor) m_cap.v(a).rank_varies = true;
+    {  // a tensor whose shape this op changes in place
+        const std::string& op = p.callee.op;
+        bool reshapes = p.callee.kind == CallKind::TorchOp && !p.in.empty() &&
+                        (op == "set_" || op == "resize_" || op == "resize_as_" ||
+                         op == "as_strided_" || op == "unsqueeze_" || op == "squeeze_" ||
+                         op == "t_" || op == "transpose_" || op == "swapdims_" ||
+                         op == "swapaxes_");
+        if (reshapes) m_cap.reshaped_in_place(p.in[0]);
     }
     // `out=t` resizes t to the result: its sizes are the result's from here on (symbolic or
     // data-dependent alike), not the ones it was made with.
@@ -6247,8 +6254,12 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
     for (size_t k = 0; k < nkw; ++k) {
         int out = p.in[p.in.size() - nkw + k];
         if (str(PyTuple_GET_ITEM(p.kwnames, static_cast<Py_ssize_t>(k))) != "out" ||
-            !m_cap.v(out).tensor || m_cap.v(out).kind == ValueKind::Input)
+            !m_cap.v(out).tensor)
             continue;
+        if (m_cap.v(out).kind == ValueKind::Input) {  // resized to the result
+            m_cap.reshaped_in_place(out);
+            continue;
+        }
         const Value& res = m_cap.v(r);
         bool sym = res.sym, sym_all = res.sym_all, dyn = res.dyn_shape;
         auto deps = res.sym_deps;

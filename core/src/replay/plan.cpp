@@ -550,6 +550,10 @@ PyObject* Plan::run(PyObject* const* inputs, Declined& declined) const {
             } else {
                 same = PyObject_RichCompareBool(x, get(s.args[1]), Py_EQ);
             }
+            if (same < 0 && PyErr_ExceptionMatches(PyExc_Exception)) {
+                PyErr_Clear();  // (len() of what is now a 0-d tensor): not what was seen
+                same = 0;
+            }
             if (same < 0) return fail(s);
             if (!same) {
                 if (s.speculation) s.speculation->failed = true;
