@@ -3958,15 +3958,7 @@ void Monitor::complete(ShadowFrame& f) {
             static PyObject* contains = PyObject_GetAttrString(PyImport_ImportModule("operator"), "contains");
             static PyObject* not_ = PyObject_GetAttrString(PyImport_ImportModule("operator"), "not_");
             auto call = [&](PyObject* fn, std::vector<int> args, PyObject* real) {
-                Step st;
-                st.kind = StepKind::Call;
-                st.args.push_back(Arg::value(fn));
-                for (int a : args) {
-                    Arg x;
-                    if (!m_cap.arg_of(a, x)) return -1;
-                    st.args.push_back(std::move(x));
-                }
-                int r = m_cap.record(std::move(st), real, "in", false);
+                int r = call_at_replay(fn, args, real, "in");
                 if (r >= 0) number_from(r, {needle});
                 return r;
             };
@@ -6038,17 +6030,23 @@ bool Monitor::formatted_at_replay(int id) {
 // A call replayed as it is (a torch op, a leaf module, a pure builtin on tensors).
 // FORMAT_VALUE (conversion, then format() with the spec) and BUILD_STRING ("".join) as steps
 // run at replay; `real` is the string the instruction made (may be null at a break).
+// `fn(*args)` (a function of Python's own), called at replay on the replayed values.
+int Monitor::call_at_replay(PyObject* fn, const std::vector<int>& args, PyObject* real,
+                            const std::string& label) {
+    Step s;
+    s.kind = StepKind::Call;
+    s.args.push_back(Arg::value(fn));
+    for (int a : args) {
+        Arg x;
+        if (!m_cap.arg_of(a, x)) return -1;
+        s.args.push_back(std::move(x));
+    }
+    return m_cap.record(std::move(s), real, label, false);
+}
+
 int Monitor::format_step(int opcode, int oparg, const std::vector<int>& in, PyObject* real) {
     auto call = [&](PyObject* fn, std::vector<int> args) {
-        Step s;
-        s.kind = StepKind::Call;
-        s.args.push_back(Arg::value(fn));
-        for (int a : args) {
-            Arg x;
-            if (!m_cap.arg_of(a, x)) return -1;
-            s.args.push_back(std::move(x));
-        }
-        return m_cap.record(std::move(s), real, "str", false);
+        return call_at_replay(fn, args, real, "str");
     };
     PyObject* builtins = PyEval_GetBuiltins();
     if (opcode == BUILD_STRING) {

@@ -139,6 +139,8 @@ private:
     bool rank_may_change(const Pending& p);
     int grad_of(int t, PyObject* name, PyObject* real);
     int attr_at_replay(int obj, PyObject* name, PyObject* real, bool op);
+    int call_at_replay(PyObject* fn, const std::vector<int>& args, PyObject* real,
+                       const std::string& label);
     bool m_grads_changed = false;  // backward(), zero_grad(), a step or `p.grad = ` ran
     std::unordered_map<PyObject*, py::Ref> m_reached_leaves;  // see grad_of
     bool resume_generator(PyFrameObject* fo, py::IFrame* f, PyCodeObject* co);
