@@ -531,3 +531,12 @@ def test_a_replay_check_that_raises_recaptures():
         return y.tolist()
 
     check(f, [torch.randn(n, 1) for n in (5, 4, 3, 6, 3)])
+
+
+def test_numel_of_a_symbolic_shape_stays_symbolic():
+    # a review probe: x.shape.numel() guarded every size by value and recompiled per size
+    def f(x):
+        return x.sum() * x.shape.numel(), x[0].shape.numel()
+
+    cf = check(f, [torch.randn(n, n + 1) for n in range(3, 12)])
+    assert magpy.explain(cf).cache_misses <= 2

@@ -7986,7 +7986,8 @@ bool Monitor::sym_number_call(const Pending& p, PyObject* result) {
     bool sym = false;
     std::vector<int> operands = p.in;
     const std::string& n = p.callee.name;
-    if ((n == "sum" || n == "min" || n == "max" || n == "prod") && p.in.size() == 1 &&
+    if ((n == "sum" || n == "min" || n == "max" || n == "prod" || n == "torch.Size.numel") &&
+        p.in.size() == 1 &&
         !p.kwnames &&
         (m_cap.v(p.in[0]).kind == ValueKind::FreshList ||
          m_cap.v(p.in[0]).kind == ValueKind::FreshTuple))
