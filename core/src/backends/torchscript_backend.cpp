@@ -681,6 +681,7 @@ private:
     // A storage that an output computed from inputs lives in too (a buffer of zeros filled
     // from the input in place, returned with a view of it) is not a constant's: left alone.
     static void copy_constant_outputs(jit::Stack& stack, const std::vector<bool>& clone_out) {
+        if (std::find(clone_out.begin(), clone_out.end(), true) == clone_out.end()) return;
         auto storage_of = [&](size_t i) -> const void* {
             return stack[i].isTensor() && stack[i].toTensor().has_storage()
                        ? stack[i].toTensor().storage().unsafeGetStorageImpl()

@@ -2196,26 +2196,6 @@ bool Monitor::drops_finalized(ShadowFrame& f, const py::Instruction& ins) {
     return true;
 }
 
-// A generator suspended inside a try or with block of its own, whose cleanup (finally, except,
-// __exit__) close() would run; `name` its function's. (3.12 wraps every generator body in a
-// handler that only turns StopIteration into RuntimeError: not cleanup.)
-static bool suspended_in_cleanup(PyObject* g, std::string& name) {
-    py::Ref suspended = py::Ref::steal(PyObject_GetAttrString(g, "gi_suspended"));
-    py::Ref frame = py::Ref::steal(PyObject_GetAttrString(g, "gi_frame"));
-    py::Ref lasti = frame && frame.get() != Py_None
-                        ? py::Ref::steal(PyObject_GetAttrString(frame.get(), "f_lasti"))
-                        : py::Ref();
-    py::Ref code = lasti ? py::Ref::steal(PyObject_GetAttrString(frame.get(), "f_code")) : py::Ref();
-    PyErr_Clear();
-    if (suspended.get() != Py_True || !lasti || !PyLong_Check(lasti.get()) || !code ||
-        !PyCode_Check(code.get()))
-        return false;
-    auto* co = reinterpret_cast<PyCodeObject*>(code.get());
-    name = str(co->co_qualname);
-    long offset = PyLong_AsLong(lasti.get()) / static_cast<long>(sizeof(_Py_CODEUNIT));
-    return py::code_yield_has_cleanup(co, static_cast<int>(offset));
-}
-
 // [Note: generators left inside cleanup] A generator made in the call and left before its end
 // while suspended inside a try or with block of its own (`for x in gen(): break`, a zip that
 // ran out on a shorter input, the yield under `with torch.no_grad()`) runs that block's
@@ -2244,8 +2224,8 @@ static bool iterator_holds(PyObject* o, PyObject* g) {
 }
 
 bool Monitor::generators_left_in_cleanup(bool at_return) {
-    bool any = false;
-    for (const GenRecord& r : m_gens) any = any || (r.started && !r.done && r.object);
+    bool any = false;  // (known at each yield: this is the usual, cheap answer)
+    for (const GenRecord& r : m_gens) any = any || (r.in_cleanup && !r.done && r.object);
     if (!any) return false;
     std::unordered_map<PyObject*, Py_ssize_t> held;  // references the capture's values hold
     for (int i = 0; i < m_cap.value_count(); ++i)
@@ -2258,8 +2238,8 @@ bool Monitor::generators_left_in_cleanup(bool at_return) {
     };
     for (const GenRecord& r : m_gens) {
         PyObject* g = r.object;
-        std::string name;
-        if (!r.started || r.done || !g || !suspended_in_cleanup(g, name)) continue;
+        if (!r.in_cleanup || r.done || !g) continue;
+        std::string name = str(r.code->co_qualname);
         std::vector<PyObject*> wrappers = iterators_over(g);
         Py_ssize_t program = Py_REFCNT(g) - held[g];
         for (PyObject* w : wrappers)
@@ -2654,6 +2634,8 @@ void Monitor::on_return(PyFrameObject* fo, PyObject* value) {
     if (done.gen >= 0) {  // a yield, or the generator's end ([Note: generators])
         GenRecord& g = m_gens[static_cast<size_t>(done.gen)];
         if (done.pending.opcode == YIELD_VALUE && done.pending.in.size() == 1) {
+            // [Note: generators left inside cleanup]: whether close() would run code now
+            g.in_cleanup = py::code_yield_has_cleanup(done.code, py::frame_offset(done.frame));
             g.yielded.push_back(done.pending.in[0]);
             done.pending = Pending{};
             g.frame = std::move(done);
@@ -7509,15 +7491,7 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
     }
     if (o.kind == ValueKind::Const) return m_cap.const_value(real);
     if (o.kind == ValueKind::FreshObject) return object_attr(obj, name, real, false);
-    if (o.kind == ValueKind::OpResult) {
-        Step s;
-        s.kind = StepKind::GetAttr;
-        s.name = py::Ref::borrow(name);
-        Arg a;
-        if (!m_cap.arg_of(obj, a)) return -1;
-        s.args = {a};
-        return m_cap.record(std::move(s), real, o.label + "." + n, true);
-    }
+    if (o.kind == ValueKind::OpResult) return attr_at_replay(obj, name, real, true);
     if (o.kind != ValueKind::Input) {
         m_cap.fail(breaks::kUnsupportedAttribute, "attribute `" + n + "` of " + o.label,
                    "read attributes of objects passed in");

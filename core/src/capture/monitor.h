@@ -117,6 +117,7 @@ private:
         int func_value = -1;
         bool started = false;
         bool done = false;
+        bool in_cleanup = false;  // its last yield is inside a try or with block of its own
         ShadowFrame frame;    // between yields
         std::vector<int> yielded;
         PyObject* object = nullptr;  // borrowed: its iterator value holds it for the capture
