@@ -739,3 +739,38 @@ def test_outputs_made_of_constants_keep_their_aliasing(backend):
             assert torch.equal(a0, torch.tensor([0.0, 2.0, 4.0])), i
             assert ex.stride() == (0, 1), i
             assert torch.equal(front, x + 100), i
+
+
+@pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze"])
+def test_changes_inside_leaf_modules_are_seen_on_every_call(backend):
+    # A module's part of the trace key is kept while the dicts it was read from are unchanged
+    # ([Note: module state by dict versions]); what changes without any of them changing (a
+    # list's items, a tensor in place or re-pointed, a hook dict filled) must still be seen.
+    # Each change comes after calls that ran the graph, so the kept parts are in use.
+    changes = [
+        lambda m: m[4].size.__setitem__(slice(None), [12, 9]),  # a list, in place
+        lambda m: m[1].running_mean.add_(1.0),
+        lambda m: setattr(m[1].running_var, "data", torch.arange(3.0) + 0.5),
+        lambda m: setattr(m[1], "eps", 0.25),
+        lambda m: setattr(m[3], "weight", nn.Parameter(torch.full((2, 3, 1, 1), 0.3))),
+        lambda m: m[3]._parameters.__setitem__("bias", nn.Parameter(torch.ones(2))),
+        lambda m: setattr(m[1], "__dict__", dict(m[1].__dict__, eps=0.5)),
+        lambda m: m[2].register_forward_hook(lambda mod, inp, out: out * 2),
+    ]
+    torch.manual_seed(0)
+    me = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect"),
+                       nn.BatchNorm2d(3), nn.ReLU(), nn.Conv2d(3, 2, 1),
+                       nn.Upsample(size=[10, 10])).eval()
+    mc = copy.deepcopy(me)
+    cf = magpy.compile(mc, backend=backend)
+    x = torch.randn(1, 2, 8, 8)
+    with torch.no_grad():
+        for c, change in enumerate([None] + changes):
+            if change:
+                change(me)
+                change(mc)
+            for i in range(4):
+                ye, yc = me(x), cf(x)
+                assert ye.shape == yc.shape and torch.allclose(ye, yc, atol=1e-5), (c, i)
+    g, e = runs(cf)
+    assert g >= 2 * len(changes) and e == 0, (g, e)  # the graphs ran between the changes

@@ -60,6 +60,15 @@ constexpr size_t kLinearSearch = 32;
 // `x.contiguous()`, which on a transposed `x` gives a result laid out unlike eager's.
 // A region's inputs are gathered into this form on every call.
 
+// A dict the gathering read, with its version; for a module's own __dict__, the module and its
+// class too ([Note: module state by dict versions]).
+struct DictStamp {
+    PyObject* dict;
+    uint64_t version;
+    PyObject* module = nullptr;
+    PyTypeObject* type = nullptr;
+};
+
 struct Gathered {
     std::vector<PyObject*> tensors;  // unique, in order of first appearance (borrowed)
     std::vector<bool> state;         // per tensor: a module's parameter, buffer or attribute
@@ -69,6 +78,10 @@ struct Gathered {
     std::vector<bool> by_value;      // per other: compared by value (else by identity)
     std::string untraceable;         // non-empty: these inputs cannot be traced (why)
     std::unordered_map<PyObject*, int> index;  // tensors -> position, once there are many
+    std::vector<DictStamp>* stamps = nullptr;  // where the dicts read are noted (if anywhere)
+    // Stretches [first, last) of `others` known to be the very objects the last matching key
+    // saw ([Note: module state by dict versions]): Spec::matches compares only lists there.
+    std::vector<std::pair<size_t, size_t>> known;
 
     void clear() {
         tensors.clear();
@@ -79,6 +92,7 @@ struct Gathered {
         by_value.clear();
         untraceable.clear();
         index.clear();
+        known.clear();
     }
 };
 
@@ -117,12 +131,8 @@ bool is_exact_tensor(PyObject* o) {
 
 void gather_value(PyObject* o, Gathered& g);
 
-void add_tensor(PyObject* o, Gathered& g) {
-    if (!is_exact_tensor(o)) {
-        // A subclass's __torch_function__ would run while tracing and never again.
-        g.untraceable = "an input is a tensor subclass (" + py::type_name(o) + ")";
-        return;
-    }
+// The position of tensor `o` in g.tensors, added there if it is new.
+int tensor_position(PyObject* o, Gathered& g) {
     // The same tensor twice is one graph input (the pattern is part of the key). A linear
     // search while there are few tensors; past that, a hash map (filled once, then kept up).
     int at = -1;
@@ -142,7 +152,16 @@ void add_tensor(PyObject* o, Gathered& g) {
         g.tensors.push_back(o);
         g.state.push_back(g.module_depth > 0);
     }
-    g.occurrences.push_back(at);
+    return at;
+}
+
+void add_tensor(PyObject* o, Gathered& g) {
+    if (!is_exact_tensor(o)) {
+        // A subclass's __torch_function__ would run while tracing and never again.
+        g.untraceable = "an input is a tensor subclass (" + py::type_name(o) + ")";
+        return;
+    }
+    g.occurrences.push_back(tensor_position(o, g));
 }
 
 void add_other(PyObject* o, bool by_value, Gathered& g) {
@@ -189,6 +208,7 @@ void gather_module(PyObject* m, Gathered& g) {
         g.untraceable = "a module without an instance dict (" + py::type_name(m) + ")";
         return;
     }
+    if (g.stamps) g.stamps->push_back({dict, py::dict_version(dict), m, Py_TYPE(m)});
     const ModuleNames& names = module_names();
     PyObject *key, *value;
     Py_ssize_t pos = 0;
@@ -198,6 +218,7 @@ void gather_module(PyObject* m, Gathered& g) {
             if (same_name(key, names.parameters) || same_name(key, names.buffers) ||
                 same_name(key, names.modules)) {
                 if (!PyDict_Check(value)) continue;
+                if (g.stamps) g.stamps->push_back({value, py::dict_version(value)});
                 PyObject *k2, *v2;
                 Py_ssize_t pos2 = 0;
                 while (PyDict_Next(value, &pos2, &k2, &v2)) gather_value(v2, g);
@@ -206,6 +227,8 @@ void gather_module(PyObject* m, Gathered& g) {
             bool hook = false;
             for (PyObject* h : names.hooks) hook = hook || same_name(key, h);
             if (hook) {
+                if (g.stamps && PyDict_Check(value))  // a hook added fills it in place
+                    g.stamps->push_back({value, py::dict_version(value)});
                 if (PyDict_Check(value) && PyDict_GET_SIZE(value) > 0)
                     g.untraceable = "module " + py::type_name(m) + " has " + py::str_of(key);
                 continue;
@@ -236,6 +259,71 @@ void gather_value(PyObject* o, Gathered& g) {
     }
 }
 
+// [Note: module state by dict versions] Most of a region's inputs are modules (a model's
+// layers), and gathering one walks its __dict__ and its parameter, buffer and submodule dicts:
+// thousands of Python objects for a model, on every call, most of them far from the cache
+// after the model's own run. A module's gathering is therefore kept (its part of the key)
+// together with the dicts it read and their versions (py::dict_version), and used again while
+// every one of those dicts is unchanged: their values are then the same objects, so the walk
+// would find what it found before. What can change without a dict changing is still read
+// afresh: each tensor's metadata and version (Spec::matches), the items of lists (compared
+// by value there), and whether a tensor's class is still torch's own (merge_part).
+// The dicts are checked in the order they were read, each reached from one checked before it
+// (the first from the module passed in, which is alive), so no freed dict is ever read; a dict
+// made later at a freed one's address has a version no dict had before.
+struct ModuleMemo {
+    PyObject* module = nullptr;  // compared only; null: nothing kept
+    uint64_t made = 0;           // how many times it was made (tells one making from another)
+    std::vector<DictStamp> stamps;
+    Gathered part;  // what gather_module(module) gathers, on its own
+
+    bool holds_for(PyObject* m) const {
+        if (m != module) return false;
+        for (const DictStamp& d : stamps) {
+            if (d.module) {
+                if (Py_TYPE(d.module) != d.type) return false;
+                PyObject** dictptr = _PyObject_GetDictPtr(d.module);
+                if (!dictptr || *dictptr != d.dict) return false;
+            }
+            if (py::dict_version(d.dict) != d.version) return false;
+        }
+        return true;
+    }
+
+    // Gathers module `m` afresh, noting the dicts read. False when its state cannot be
+    // traced (then nothing is kept, and `part.untraceable` says why).
+    bool remake(PyObject* m) {
+        module = nullptr;
+        ++made;
+        stamps.clear();
+        part.clear();
+        part.stamps = &stamps;
+        gather_module(m, part);
+        part.stamps = nullptr;
+        if (!part.untraceable.empty()) return false;
+        module = m;
+        return true;
+    }
+};
+
+// Appends a module's kept gathering to `g`, as gathering it there would have: its tensors take
+// their positions among g's (one seen before keeps its own), its other values follow g's.
+void merge_part(const Gathered& part, Gathered& g, std::vector<int>& positions) {
+    positions.resize(part.tensors.size());
+    ++g.module_depth;
+    for (size_t i = 0; i < part.tensors.size(); ++i) {
+        if (!is_exact_tensor(part.tensors[i])) {  // its class was set since
+            g.untraceable = "an input is a tensor subclass (" + py::type_name(part.tensors[i]) + ")";
+            break;
+        }
+        positions[i] = tensor_position(part.tensors[i], g);
+    }
+    --g.module_depth;
+    for (int at : part.occurrences) g.occurrences.push_back(at < 0 ? at : positions[static_cast<size_t>(at)]);
+    g.others.insert(g.others.end(), part.others.begin(), part.others.end());
+    g.by_value.insert(g.by_value.end(), part.by_value.begin(), part.by_value.end());
+}
+
 // The key one trace was made for. Values compared by value are copied (a list may change).
 struct TensorKey {
     c10::ScalarType dtype;
@@ -263,7 +351,25 @@ struct OtherKey {
     bool by_value = false;
 };
 
+bool holds_list(PyObject* o) {
+    if (PyList_CheckExact(o)) return true;
+    if (!PyTuple_CheckExact(o)) return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+        if (holds_list(PyTuple_GET_ITEM(o, i))) return true;
+    return false;
+}
+
+// A copy of a value compared by value that no later change to the original reaches: lists,
+// and tuples holding lists, are copied (the same object again would compare equal to itself).
 py::Ref snapshot(PyObject* o) {
+    if (PyTuple_CheckExact(o) && holds_list(o)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(o);
+        py::Ref copy = py::Ref::steal(PyTuple_New(n));
+        if (!copy) return {};
+        for (Py_ssize_t i = 0; i < n; ++i)
+            PyTuple_SET_ITEM(copy.get(), i, snapshot(PyTuple_GET_ITEM(o, i)).release());
+        return copy;
+    }
     if (!PyList_CheckExact(o)) return py::Ref::borrow(o);
     Py_ssize_t n = PyList_GET_SIZE(o);
     py::Ref copy = py::Ref::steal(PyList_New(n));
@@ -321,8 +427,15 @@ struct Spec {
             if (!tensors[i].matches(THPVariable_Unpack(g.tensors[i]))) return false;
         for (size_t i = 0, k = 0; i < frozen.size(); ++i)
             if (frozen[i] && !frozen_keys[k++].matches(g.tensors[i])) return false;
+        auto known = g.known.begin();
         for (size_t i = 0; i < others.size(); ++i) {
             const OtherKey& k = others[i];
+            while (known != g.known.end() && known->second <= i) ++known;
+            if (known != g.known.end() && known->first <= i) {
+                // the same object as when this key last matched: only a list's items (in a
+                // copy here, so never the same object) may differ
+                if (!k.by_value || k.value.get() == g.others[i]) continue;
+            }
             if (k.by_value != g.by_value[i]) return false;
             if (!k.by_value) {
                 if (k.object.get() != g.others[i]) return false;
@@ -621,13 +734,34 @@ public:
         // steps never call back into another compiled function.
         Gathered& g = m_gathered;
         g.clear();
-        for (size_t i = 0; i < m_sub_inputs; ++i) gather_value(args[i], g);
+        if (m_memos.size() != m_sub_inputs) m_memos.resize(m_sub_inputs);
+        const TorchApi& api = torch_api();
+        if (m_last_made.size() != m_sub_inputs) m_last_made.assign(m_sub_inputs, 0);
+        for (size_t i = 0; i < m_sub_inputs && g.untraceable.empty(); ++i) {
+            ModuleMemo& memo = m_memos[i];
+            if (!PyObject_TypeCheck(args[i], api.module_type)) {
+                gather_value(args[i], g);
+            } else if (memo.holds_for(args[i]) || memo.remake(args[i])) {
+                size_t first = g.others.size();
+                merge_part(memo.part, g, m_positions);
+                if (memo.made == m_last_made[i]) g.known.emplace_back(first, g.others.size());
+            } else {
+                g.untraceable = memo.part.untraceable;
+            }
+        }
         if (!g.untraceable.empty()) return run_eagerly(args, "inputs: " + g.untraceable);
         if (dispatch_mode_on())
             return run_eagerly(args, "autocast or inference mode is on (a trace would fix "
                                      "which kernels run)");
-        for (const std::unique_ptr<Spec>& s : m_specs)
-            if (s->matches(g)) return s->exec ? run_graph(*s, args, g) : run_eagerly(args, "");
+        Spec* found = m_last && m_last->matches(g) ? m_last : nullptr;
+        g.known.clear();  // they are the objects m_last saw, not any other key's
+        for (size_t i = 0; i < m_specs.size() && !found; ++i)
+            if (m_specs[i]->matches(g)) found = m_specs[i].get();
+        if (found) {
+            m_last = found;
+            for (size_t i = 0; i < m_sub_inputs; ++i) m_last_made[i] = m_memos[i].made;
+            return found->exec ? run_graph(*found, args, g) : run_eagerly(args, "");
+        }
         if (m_specs.size() >= kMaxSpecs)
             return run_eagerly(args, "more than " + std::to_string(kMaxSpecs) +
                                          " different input shapes or module states");
@@ -995,6 +1129,11 @@ private:
     int64_t m_trace_ns = 0;  // tracing and making graph executors (the steps' run included)
     OneDnnChoice m_onednn;  // of the latest trace
     Gathered m_gathered;
+    std::vector<ModuleMemo> m_memos;  // per input: the gathering of the module it was
+    std::vector<int> m_positions;     // scratch for merge_part
+    // The key that matched last, and the makings of the memos it matched (0: none)
+    Spec* m_last = nullptr;
+    std::vector<uint64_t> m_last_made;
 };
 
 // A region as a Python callable, so the rewritten plan calls it like any recorded op (and

@@ -600,4 +600,16 @@ inline void unlink_site_frame(PyThreadState* ts, PyObject* fo) {
     Py_DECREF(self);
 }
 
+// A number that changes whenever the dict `d` changes, and that no other dict has had (CPython's
+// ma_version_tag, PEP 509: every dict made or changed takes the next number of one counter; a
+// store of the value already there changes nothing). An attribute stored on an instance whose
+// dict has been read through _PyObject_GetDictPtr goes through that dict in 3.11 and 3.12.
+// PRECONDITION: `d` is a dict.
+inline uint64_t dict_version(PyObject* d) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    return reinterpret_cast<PyDictObject*>(d)->ma_version_tag;
+#pragma GCC diagnostic pop
+}
+
 }  // namespace magpy::py
