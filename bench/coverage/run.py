@@ -308,7 +308,7 @@ def _run_program(prog, opts, r, grad_ctx):
 
     _stage("compile")
     try:
-        cf = magpy.compile(fn_c)
+        cf = magpy.compile(fn_c, backend=opts.backend)
     except Exception as exc:
         r.update(status="magpy-error", stage="compile", error=_short_exc(exc),
                  error_where=_user_frame(exc))
@@ -810,6 +810,10 @@ def parse(argv):
     ap.add_argument("--vary-batch", action="store_true",
                     help="call each program with batch sizes B, B+1, B+2, B+1 (the first "
                          "dimension its input tensors share) instead of same-shape calls")
+    ap.add_argument("--backend", default="eager",
+                    help="magpy backend to compile with (default: eager, which replays the same "
+                         "kernels, so results are exact; others may differ within each "
+                         "program's tolerance)")
     ap.add_argument("--list", action="store_true", help="list the selected programs and exit")
     ap.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--worker-names", help=argparse.SUPPRESS)
@@ -841,6 +845,7 @@ def main(argv=None):
           f"{', filter ' + '|'.join(opts.filter) if opts.filter else ''}), "
           f"grad {'off (torch.no_grad)' if opts.no_grad else 'on'}, "
           f"{'batch sizes varied, ' if opts.vary_batch else ''}"
+          f"{'backend ' + opts.backend + ', ' if opts.backend != 'eager' else ''}"
           f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
           f"magpy {magpy.__version__}, {torch.get_num_threads()} threads, "
           f"{'in-process' if opts.in_process else 'worker subprocess'}")
@@ -878,6 +883,7 @@ def main(argv=None):
             argv_opts.append("--verbose")
         if opts.vary_batch:
             argv_opts.append("--vary-batch")
+        argv_opts += ["--backend", opts.backend]
         sup = Supervisor(opts, argv_opts, programs, on_result)
         sup.run([p.name for p in programs])
         if sup.kept_log:
@@ -895,7 +901,7 @@ def main(argv=None):
                     magpy=magpy.__version__, python=platform.python_version(),
                     threads=torch.get_num_threads(), quick=opts.quick, filter=opts.filter,
                     grad=not opts.no_grad, slow=opts.slow, corpora=opts.corpus, wall_s=wall,
-                    vary_batch=opts.vary_batch,
+                    vary_batch=opts.vary_batch, backend=opts.backend,
                     engine=engine,
                     date=time.strftime("%Y-%m-%d %H:%M:%S"))
         by_text = [dict(reason_id=i, reason=text, breaks=nb, programs=npg, examples=progs[:5])

@@ -774,3 +774,93 @@ def test_changes_inside_leaf_modules_are_seen_on_every_call(backend):
                 assert ye.shape == yc.shape and torch.allclose(ye, yc, atol=1e-5), (c, i)
     g, e = runs(cf)
     assert g >= 2 * len(changes) and e == 0, (g, e)  # the graphs ran between the changes
+
+
+@pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze"])
+def test_lists_in_leaf_modules_are_read_again_every_call(backend):
+    # review probes: a list of numpy ints compared by identity missed an item changed in
+    # place; once its items became plain ints, a kept key still compared it by identity; a
+    # list of tensors inside _buffers was kept with its old tensors (freed: a crash); a list
+    # holding itself recursed without end
+    import gc
+
+    import numpy as np
+    torch.manual_seed(0)
+
+    def make():
+        m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Upsample(size=[np.int64(6)]))
+        m[1].meta = [1]
+        m[1].meta.append(m[1].meta)
+        return m
+
+    me = make()
+    me[0].load_state_dict(make()[0].state_dict())
+    mc = copy.deepcopy(me)
+    mc[0]._buffers["extra"] = [torch.zeros(3)]
+    cf = magpy.compile(mc, backend=backend)
+    x = torch.randn(1, 3, 4)
+    with torch.no_grad():
+        for i in range(12):
+            if i == 3:
+                me[2].size[0] = mc[2].size[0] = np.int64(7)
+            if i == 6:
+                me[2].size[:] = mc[2].size[:] = [9]
+            if i >= 8:
+                mc[0]._buffers["extra"][0] = torch.zeros(i + 5, dtype=torch.float64)
+                gc.collect()
+            ye, yc = me(x), cf(x)
+            assert ye.shape == yc.shape and torch.allclose(ye, yc, atol=1e-6), i
+
+
+def test_parametrizations_of_the_users_own_class_follow_their_state():
+    # a review probe: a parametrization's forward runs inside the trace, and the state it
+    # read by identity (a dict changed in place) or from __slots__ went stale
+    import torch.nn.utils.parametrize as P
+
+    class ScaleDict(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cfg = {"s": 2.0}
+
+        def forward(self, w):
+            return w * self.cfg["s"]
+
+    class ScaleSlot(nn.Module):
+        __slots__ = ("k",)
+
+        def __init__(self):
+            super().__init__()
+            self.k = 2.0
+
+        def forward(self, w):
+            return w * self.k
+
+    class ScaleClass(nn.Module):
+        k = 2.0
+
+        def forward(self, w):
+            return w * type(self).k
+
+    def bump(p):
+        if isinstance(p, ScaleDict):
+            p.cfg["s"] = 5.0
+        elif isinstance(p, ScaleSlot):
+            p.k = 5.0
+        else:
+            ScaleClass.k += 1.0
+
+    for cls in (ScaleDict, ScaleSlot, ScaleClass):
+        torch.manual_seed(0)
+        me = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+        mc = copy.deepcopy(me)
+        for m in (me, mc):
+            P.register_parametrization(m[0], "weight", cls())
+        cf = ts(mc)
+        x = torch.randn(3, 4)
+        with torch.no_grad():
+            for i in range(6):
+                if i == 3:
+                    bump(me[0].parametrizations.weight[0])
+                    if cls is not ScaleClass:
+                        bump(mc[0].parametrizations.weight[0])
+                assert torch.allclose(me(x), cf(x), atol=1e-5), (cls.__name__, i)

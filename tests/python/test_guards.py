@@ -557,3 +557,59 @@ def test_is_between_singletons_and_between_values_of_other_types_needs_no_guard(
         want, got = f(x, t), cf(x, t)
         assert torch.equal(got[0], want[0]) and got[1:] == want[1:], i
     assert magpy.explain(cf).break_count == 0
+
+
+def test_changes_found_through_kept_lookups_are_seen():
+    # [Note: guard fetches by dict versions]: a node reached through dicts keeps its last
+    # lookup while those dicts are unchanged. Each change below comes after calls that used
+    # the kept lookups, and must be seen as eager sees it.
+    import collections
+    import types
+
+    helpers = types.ModuleType("helpers")
+    helpers.act = torch.relu
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3))
+            self.extra = nn.Linear(3, 3)
+            self.table = {"scale": torch.full((3,), 2.0)}
+
+        def forward(self, x):
+            y = helpers.act(self.body(x)) * self.table["scale"]
+            return self.extra(y)
+
+    def changes(m):
+        return [
+            lambda: m.body.__setitem__(1, nn.Sigmoid()),             # _modules item replaced
+            lambda: setattr(m, "extra", nn.Linear(3, 3)),            # _modules via setattr
+            lambda: m.body.register_forward_hook(lambda mod, i, o: o + 1),  # hook dict filled
+            lambda: setattr(m.body[2], "_forward_hooks",
+                            collections.OrderedDict(a=lambda mod, i, o: o * 3)),
+            lambda: m.table.__setitem__("scale", torch.full((3,), -1.0)),  # dict item replaced
+            lambda: setattr(m, "table", {"scale": torch.full((3,), 0.5)}),
+            lambda: setattr(helpers, "act", torch.sigmoid),          # a module-level name
+            lambda: m.body.train(),                                  # flags
+            lambda: m.body._modules.pop("2") and None,               # an entry removed
+        ]
+
+    torch.manual_seed(0)
+    me = Net()
+    torch.manual_seed(0)
+    mc = Net()
+    cf = magpy.compile(mc)
+    x = torch.randn(2, 3)
+    steps_e, steps_c = changes(me), changes(mc)
+    for k in range(len(steps_e) + 1):
+        if k:
+            torch.manual_seed(k)
+            steps_e[k - 1]()
+            torch.manual_seed(k)
+            steps_c[k - 1]()
+            if k == 7:  # both worlds share the helpers module: one change is both's
+                helpers.act = torch.sigmoid
+        for i in range(3):
+            ye, yc = me(x), cf(x)
+            assert torch.allclose(ye, yc, atol=1e-6), (k, i)
+    assert magpy.explain(cf).cache_hits >= 2 * len(steps_e)

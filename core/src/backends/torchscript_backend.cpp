@@ -82,6 +82,10 @@ struct Gathered {
     // Stretches [first, last) of `others` known to be the very objects the last matching key
     // saw ([Note: module state by dict versions]): Spec::matches compares only lists there.
     std::vector<std::pair<size_t, size_t>> known;
+    // While gathering into a memo: a list was met, whose items (and so how it is compared, and
+    // the tensors in it) can change with no dict changing; such a gathering is not kept.
+    bool saw_list = false;
+    std::vector<py::Ref> owned;  // values made for the key (class dict versions)
 
     void clear() {
         tensors.clear();
@@ -93,28 +97,67 @@ struct Gathered {
         untraceable.clear();
         index.clear();
         known.clear();
+        saw_list = false;
+        owned.clear();
     }
 };
 
-bool is_plain(PyObject* o) {
+// Containers nested deeper than this (a list that holds itself) are not plain, and are not
+// walked into.
+constexpr int kMaxNesting = 16;
+
+// numpy's scalar numbers and bools (immutable, compared by value like Python's), once numpy
+// has been imported; null before.
+PyTypeObject* numpy_scalar_type(int which /* 0: numpy.number, 1: numpy.bool_ */) {
+    static PyTypeObject* types[2] = {nullptr, nullptr};
+    if (!types[0]) {
+        static PyObject* name = PyUnicode_InternFromString("numpy");
+        PyObject* np = PyImport_GetModule(name);
+        if (!np) {
+            PyErr_Clear();
+            return nullptr;
+        }
+        PyObject* number = PyObject_GetAttrString(np, "number");
+        PyObject* boolean = PyObject_GetAttrString(np, "bool_");
+        Py_DECREF(np);
+        if (number && boolean && PyType_Check(number) && PyType_Check(boolean)) {
+            types[0] = reinterpret_cast<PyTypeObject*>(number);  // kept for the process
+            types[1] = reinterpret_cast<PyTypeObject*>(boolean);
+        } else {
+            Py_XDECREF(number);
+            Py_XDECREF(boolean);
+            PyErr_Clear();
+            return nullptr;
+        }
+    }
+    return types[which];
+}
+
+bool is_plain(PyObject* o, int depth = 0) {
     if (o == Py_None || o == Py_Ellipsis || PyBool_Check(o) || PyLong_CheckExact(o) ||
         PyFloat_CheckExact(o) || PyComplex_CheckExact(o) || PyUnicode_CheckExact(o) ||
         PyBytes_CheckExact(o))
         return true;
+    if (depth > kMaxNesting) return false;
     const TorchApi& api = torch_api();
     PyTypeObject* t = Py_TYPE(o);
     if (t == api.dtype_type || t == api.device_type || t == api.layout_type) return true;
     if (PySlice_Check(o)) {
         PySliceObject* s = reinterpret_cast<PySliceObject*>(o);
-        return is_plain(s->start) && is_plain(s->stop) && is_plain(s->step);
+        return is_plain(s->start, depth + 1) && is_plain(s->stop, depth + 1) &&
+               is_plain(s->step, depth + 1);
     }
     if (PyTuple_Check(o) || PyList_CheckExact(o)) {  // tuples include torch.Size
         Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
         for (Py_ssize_t i = 0; i < n; ++i)
-            if (!is_plain(PySequence_Fast_GET_ITEM(o, i))) return false;
+            if (!is_plain(PySequence_Fast_GET_ITEM(o, i), depth + 1)) return false;
         return true;
     }
-    return std::strcmp(t->tp_name, "torch.memory_format") == 0;
+    if (std::strcmp(t->tp_name, "torch.memory_format") == 0) return true;
+    // numpy scalars (np.float64 slopes, np.int64 sizes: a review probe changed the items of
+    // a list of them in place, and a list compared by identity missed it)
+    PyTypeObject* number = numpy_scalar_type(0);
+    return number && (PyObject_TypeCheck(o, number) || PyObject_TypeCheck(o, numpy_scalar_type(1)));
 }
 
 // Functions and types are compared by identity: what they do does not change.
@@ -129,7 +172,17 @@ bool is_exact_tensor(PyObject* o) {
     return Py_TYPE(o) == api.tensor_type || Py_TYPE(o) == api.parameter_type;
 }
 
-void gather_value(PyObject* o, Gathered& g);
+void gather_value(PyObject* o, Gathered& g, int depth = 0);
+
+// `o` is or holds a list (a list's items can change in place).
+bool holds_list(PyObject* o, int depth = 0) {
+    if (PyList_Check(o)) return true;
+    if (!PyTuple_Check(o)) return false;
+    if (depth > kMaxNesting) return true;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+        if (holds_list(PyTuple_GET_ITEM(o, i), depth + 1)) return true;
+    return false;
+}
 
 // The position of tensor `o` in g.tensors, added there if it is new.
 int tensor_position(PyObject* o, Gathered& g) {
@@ -191,9 +244,39 @@ bool same_name(PyObject* key, PyObject* name) {  // `name` is interned
            PyUnicode_Compare(key, name) == 0;
 }
 
+// A class of torch's own (nn.Linear, parametrize's ParametrizationList), as opposed to one a
+// user wrote.
+bool torch_class(PyTypeObject* t) {
+    PyObject* module = PyDict_GetItemString(t->tp_dict, "__module__");
+    if (!module || !PyUnicode_Check(module)) return false;
+    std::string name = py::str_of(module);
+    return name == "torch" || name.rfind("torch.", 0) == 0;
+}
+
+// The attributes every nn.Module has (the hook and state-dict bookkeeping), read once from a
+// bare nn.Module.
+bool module_bookkeeping(PyObject* name) {
+    static PyObject* names = [] {
+        PyObject* bare = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(torch_api().module_type));
+        PyObject** dictptr = bare ? _PyObject_GetDictPtr(bare) : nullptr;
+        PyObject* keys = dictptr && *dictptr ? PyFrozenSet_New(*dictptr) : nullptr;
+        Py_XDECREF(bare);
+        if (!keys) PyErr_Clear();
+        return keys;  // kept for the process
+    }();
+    if (!names) return false;
+    int in = PySet_Contains(names, name);
+    if (in < 0) PyErr_Clear();
+    return in == 1;
+}
+
 // A built-in module is called as one op: its parameters, buffers and submodules are read by its
 // forward, so they are inputs of the graph; its plain attributes (eps, training, p) are part of
 // the key. Other attributes (the hook and state-dict bookkeeping) do not affect forward.
+// A module of the user's own class met inside one (a parametrization, whose forward runs in
+// the trace) may read anything it holds: its attributes must be plain values, tensors or
+// modules (a review probe changed a dict attribute in place), it may keep nothing in
+// __slots__, and its classes' dicts are part of the key (class attributes).
 void gather_module(PyObject* m, Gathered& g) {
     add_other(m, false, g);
     // and its class (parametrize swaps it: a review probe ran the old class's trace)
@@ -209,6 +292,24 @@ void gather_module(PyObject* m, Gathered& g) {
         return;
     }
     if (g.stamps) g.stamps->push_back({dict, py::dict_version(dict), m, Py_TYPE(m)});
+    const TorchApi& api = torch_api();
+    const bool users = !torch_class(Py_TYPE(m));
+    if (users) {
+        if (Py_TYPE(m)->tp_basicsize != api.module_type->tp_basicsize) {
+            g.untraceable = "module " + py::type_name(m) + " keeps state in __slots__";
+            return;
+        }
+        PyObject* mro = Py_TYPE(m)->tp_mro;
+        for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+            auto* c = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+            if (c == api.module_type) break;
+            if (!c->tp_dict || !PyDict_Check(c->tp_dict)) continue;
+            py::Ref version = py::Ref::steal(PyLong_FromUnsignedLongLong(py::dict_version(c->tp_dict)));
+            g.owned.push_back(version);
+            add_other(version.get(), true, g);
+            if (g.stamps) g.stamps->push_back({c->tp_dict, py::dict_version(c->tp_dict)});
+        }
+    }
     const ModuleNames& names = module_names();
     PyObject *key, *value;
     Py_ssize_t pos = 0;
@@ -234,6 +335,12 @@ void gather_module(PyObject* m, Gathered& g) {
                 continue;
             }
         }
+        if (g.stamps && holds_list(value)) g.saw_list = true;
+        if (users && !is_plain(value) && !is_tensor(value) && !module_bookkeeping(key)) {
+            g.untraceable = "module " + py::type_name(m) + " holds `" + py::str_of(key) +
+                            "`, a " + py::type_name(value) + " whose changes the trace cannot see";
+            return;
+        }
         if (is_plain(value)) add_other(value, true, g);
         else if (is_tensor(value)) add_tensor(value, g);
         else add_other(value, false, g);  // functions, numpy scalars (eps), anything else: the
@@ -242,7 +349,7 @@ void gather_module(PyObject* m, Gathered& g) {
     }
 }
 
-void gather_value(PyObject* o, Gathered& g) {
+void gather_value(PyObject* o, Gathered& g, int depth) {
     const TorchApi& api = torch_api();
     if (is_tensor(o)) add_tensor(o, g);
     else if (PyObject_TypeCheck(o, api.module_type)) gather_module(o, g);
@@ -250,10 +357,16 @@ void gather_value(PyObject* o, Gathered& g) {
     else if (is_function_like(o)) add_other(o, false, g);
     else if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
         // A list of tensors (torch.cat's argument made outside the region).
+        if (depth > kMaxNesting) {
+            g.untraceable = "an input holds lists nested more than " +
+                            std::to_string(kMaxNesting) + " deep";
+            return;
+        }
+        if (g.stamps) g.saw_list = true;
         add_other(reinterpret_cast<PyObject*>(Py_TYPE(o)), false, g);
         Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
         g.occurrences.push_back(-1 - static_cast<int>(n));  // the length, in the pattern
-        for (Py_ssize_t i = 0; i < n; ++i) gather_value(PySequence_Fast_GET_ITEM(o, i), g);
+        for (Py_ssize_t i = 0; i < n; ++i) gather_value(PySequence_Fast_GET_ITEM(o, i), g, depth + 1);
     } else {
         g.untraceable = "an input is a " + py::type_name(o);
     }
@@ -301,7 +414,7 @@ struct ModuleMemo {
         gather_module(m, part);
         part.stamps = nullptr;
         if (!part.untraceable.empty()) return false;
-        module = m;
+        if (!part.saw_list) module = m;  // else gathered again next call
         return true;
     }
 };
@@ -351,18 +464,10 @@ struct OtherKey {
     bool by_value = false;
 };
 
-bool holds_list(PyObject* o) {
-    if (PyList_CheckExact(o)) return true;
-    if (!PyTuple_CheckExact(o)) return false;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
-        if (holds_list(PyTuple_GET_ITEM(o, i))) return true;
-    return false;
-}
-
 // A copy of a value compared by value that no later change to the original reaches: lists,
 // and tuples holding lists, are copied (the same object again would compare equal to itself).
 py::Ref snapshot(PyObject* o) {
-    if (PyTuple_CheckExact(o) && holds_list(o)) {
+    if (PyTuple_CheckExact(o) && holds_list(o)) {  // (plain: nested kMaxNesting at most)
         Py_ssize_t n = PyTuple_GET_SIZE(o);
         py::Ref copy = py::Ref::steal(PyTuple_New(n));
         if (!copy) return {};

@@ -65,14 +65,20 @@ PyObject* tensor_hook_keys(PyObject* t) {
 
 // One check instead of three nodes per module: its hook dicts, read from its __dict__.
 // (_backward_pre_hooks exists from torch 2.0 on.)
-bool module_has_no_hooks(PyObject* m) {
+static PyObject* const* hook_names() {
     static PyObject* names[4] = {PyUnicode_InternFromString("_forward_hooks"),
                                  PyUnicode_InternFromString("_forward_pre_hooks"),
                                  PyUnicode_InternFromString("_backward_hooks"),
                                  PyUnicode_InternFromString("_backward_pre_hooks")};
+    return names;
+}
+
+bool module_has_no_hooks(PyObject* m) {
+    PyObject* const* names = hook_names();
     PyObject** dict = _PyObject_GetDictPtr(m);
     if (!dict || !*dict) return false;
-    for (PyObject* n : names) {
+    for (int i = 0; i < 4; ++i) {
+        PyObject* n = names[i];
         PyObject* d = PyDict_GetItemWithError(*dict, n);
         if (!d) {
             if (PyErr_Occurred()) PyErr_Clear();
@@ -85,6 +91,35 @@ bool module_has_no_hooks(PyObject* m) {
             return false;
         }
     }
+    return true;
+}
+
+// NoHooks through the check's memo ([Note: guard fetches by dict versions]): while the
+// module's __dict__ keeps its version, its hook dicts are the ones found before, and only
+// their sizes are read.
+static bool no_hooks_kept(const Check& c, PyObject* m) {
+    PyObject** dictptr = _PyObject_GetDictPtr(m);
+    PyObject* d = dictptr ? *dictptr : nullptr;
+    if (d && d == c.memo_dict && PyDict_Check(d) && py::dict_version(d) == c.memo_version) {
+        for (PyObject* h : c.memo_hooks)
+            if (h && PyDict_GET_SIZE(h) != 0) return false;
+        return true;
+    }
+    c.memo_dict = nullptr;
+    if (!module_has_no_hooks(m)) return false;
+    if (!d || !PyDict_Check(d)) return true;
+    PyObject* const* names = hook_names();
+    for (int i = 0; i < 4; ++i) {
+        PyObject* h = PyDict_GetItemWithError(d, names[i]);
+        if (!h && PyErr_Occurred()) {
+            PyErr_Clear();
+            return true;  // nothing kept
+        }
+        if (h && !PyDict_Check(h)) return true;
+        c.memo_hooks[i] = h;  // (null: absent, as _backward_pre_hooks before torch 2.0)
+    }
+    c.memo_dict = d;
+    c.memo_version = py::dict_version(d);
     return true;
 }
 
@@ -158,6 +193,108 @@ static PyObject* module_attr(PyObject* obj, PyObject* name) {
         }
     }
     return PyObject_GetAttr(obj, name);
+}
+
+// [Note: guard fetches by dict versions] A model's guards walk its module tree on every call:
+// hundreds of lookups in module dicts, most of them far from the cache after the model's own
+// run. A node reached only through dicts (a module attribute, a dict item, the n-th value of a
+// module's _modules, a name in a Python module) keeps what its last fetch read: the parent
+// object, each dict consulted with its version (py::dict_version), and the value found. While
+// the parent is the same object and every one of those dicts keeps its version, the lookup
+// would find the same value, so it is taken from the memo. The dicts are checked in the order
+// they were read, each held by the one before it (the first by the parent, which is alive), so
+// no freed dict is read; a dict made at a freed one's address has a version no dict had before.
+// A value that is the object which last passed the node's checks has never left its dict since,
+// so IdIs holds without reading its weak reference; every other check runs as before. NoHooks
+// keeps the module's hook dicts the same way (no_hooks_kept).
+
+// The dicts fetch() read to find `v` for node `a` from `parent`, noted in a.memo; nothing when
+// the value came from anywhere else (getattr, a descriptor, a __getattr__).
+static void remember(const Accessor& a, PyObject* parent, PyObject* v) {
+    FetchMemo& m = a.memo;
+    m.count = 0;
+    m.passed = false;
+    auto note = [&](PyObject* d) {
+        m.dicts[m.count] = d;
+        m.versions[m.count] = py::dict_version(d);
+        ++m.count;
+    };
+    auto found = [&](PyObject* d, PyObject* key) {
+        PyObject* hit = PyDict_GetItemWithError(d, key);
+        if (!hit) PyErr_Clear();
+        return hit;
+    };
+    switch (a.kind) {
+    case AccessKind::ModuleAttr: {
+        PyObject** dictptr = _PyObject_GetDictPtr(parent);
+        PyObject* d = dictptr ? *dictptr : nullptr;
+        if (!d || !PyDict_Check(d)) return;
+        note(d);
+        if (PyObject* hit = found(d, a.key.get())) {
+            if (hit != v) m.count = 0;
+            break;
+        }
+        static PyObject* kStores[] = {PyUnicode_InternFromString("_parameters"),
+                                      PyUnicode_InternFromString("_buffers"),
+                                      PyUnicode_InternFromString("_modules")};
+        PyObject* hit = nullptr;
+        for (PyObject* store : kStores) {
+            PyObject* sd = found(d, store);
+            if (!sd || !PyDict_Check(sd)) continue;
+            note(sd);
+            if ((hit = found(sd, a.key.get()))) break;
+        }
+        if (hit != v) m.count = 0;  // (not found: it came from getattr)
+        break;
+    }
+    case AccessKind::Attr:
+        if (!PyModule_CheckExact(parent)) return;
+        note(PyModule_GetDict(parent));
+        if (found(m.dicts[0], a.key.get()) != v) m.count = 0;
+        break;
+    case AccessKind::DictItem:
+        if (!PyDict_Check(parent)) return;
+        note(parent);
+        if (found(parent, a.key.get()) != v) m.count = 0;
+        break;
+    case AccessKind::DictValueAt:
+        if (!PyDict_Check(parent)) return;
+        note(parent);
+        break;
+    default:
+        return;
+    }
+    if (m.count > 0) {
+        m.parent = parent;
+        m.value = v;
+    }
+}
+
+PyObject* GuardTree::fetch_kept(const Accessor& a, py::IFrame* frame, PyObject* parent,
+                                bool& same) const {
+    same = false;
+    FetchMemo& m = a.memo;
+    if (m.count > 0 && parent && parent == m.parent) {
+        PyObject* first = parent;  // DictItem, DictValueAt
+        if (a.kind == AccessKind::ModuleAttr) {
+            PyObject** dictptr = _PyObject_GetDictPtr(parent);
+            first = dictptr ? *dictptr : nullptr;
+        } else if (a.kind == AccessKind::Attr) {
+            first = PyModule_CheckExact(parent) ? PyModule_GetDict(parent) : nullptr;
+        }
+        bool hit = first && first == m.dicts[0] && PyDict_Check(first);
+        for (int i = 0; hit && i < m.count; ++i) hit = py::dict_version(m.dicts[i]) == m.versions[i];
+        if (hit) {
+            same = m.passed;
+            Py_INCREF(m.value);
+            return m.value;
+        }
+    }
+    m.count = 0;
+    m.passed = false;
+    PyObject* v = fetch(a, frame, parent);
+    if (v && parent) remember(a, parent, v);
+    return v;
 }
 
 PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* parent) const {
@@ -578,7 +715,7 @@ static std::string code_where(PyObject* code) {
 }
 
 bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* values,
-                           std::string* why) const {
+                           std::string* why, bool same_object) const {
     const std::vector<Check>& checks = a ? a->checks : m_root_checks;
     static const std::string kNone;
     const std::string& src = a ? a->source : kNone;
@@ -595,6 +732,7 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
             break;
         }
         case CheckKind::IdIs: {
+            if (same_object) break;  // the object that passed, never let go since
             PyObject* o = c.expected.get();
             ok = o == v;
             if (!ok && why)
@@ -680,7 +818,7 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
             break;
         }
         case CheckKind::NoHooks:
-            ok = module_has_no_hooks(v);
+            ok = no_hooks_kept(c, v);
             if (!ok && why) *why = "`" + src + "`: expected no hooks, found some";
             break;
         case CheckKind::TensorHooks: {
@@ -717,13 +855,15 @@ bool GuardTree::check(py::IFrame* frame, std::vector<PyObject*>& values) const {
         if (i + kAhead < m_nodes.size() && !m_nodes[i + kAhead].checks.empty())
             __builtin_prefetch(m_nodes[i + kAhead].checks.data());
         PyObject* parent = a.parent >= 0 ? values[static_cast<size_t>(a.parent)] : nullptr;
-        PyObject* v = fetch(a, frame, parent);
+        bool same = false;
+        PyObject* v = fetch_kept(a, frame, parent, same);
         if (!v) {
             if (PyErr_Occurred()) PyErr_Clear();
             return false;
         }
         values[i] = v;
-        if (!run_checks(&a, v, values.data(), nullptr)) return false;
+        if (!run_checks(&a, v, values.data(), nullptr, same)) return false;
+        if (a.memo.count > 0 && a.memo.value == v) a.memo.passed = true;
     }
     return distinct_ok(values.data(), nullptr);
 }

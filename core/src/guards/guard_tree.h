@@ -94,6 +94,24 @@ struct Check {
     py::Ref key;                // KeyIn, NoInstanceAttr, NoAttr
     TensorMeta tensor;          // TensorMatch
     uint32_t failures = 0;
+    // NoHooks, as it last passed: the module's __dict__ (its version) and the hook dicts found
+    // in it, whose sizes are then all that is read ([Note: guard fetches by dict versions])
+    mutable PyObject* memo_dict = nullptr;  // compared only
+    mutable uint64_t memo_version = 0;
+    mutable PyObject* memo_hooks[4] = {};   // held by memo_dict while its version holds
+};
+
+// What the last fetch of a node read, when it read only dicts: the value is found again
+// without a lookup while each of those dicts keeps its version ([Note: guard fetches by dict
+// versions]).
+struct FetchMemo {
+    static constexpr int kMaxDicts = 4;
+    PyObject* parent = nullptr;  // the parent value it was read from (compared only)
+    PyObject* dicts[kMaxDicts] = {};
+    uint64_t versions[kMaxDicts] = {};
+    int count = 0;               // 0: nothing kept
+    PyObject* value = nullptr;   // held by the last of `dicts` while the versions hold
+    bool passed = false;         // `value` passed the node's checks (IdIs need not run again)
 };
 
 struct Accessor {
@@ -103,6 +121,7 @@ struct Accessor {
     py::Ref key;         // name (str) or dict key
     std::string source;  // Python spelling, e.g. L['self'].linear.weight
     std::vector<Check> checks;
+    mutable FetchMemo memo;
 };
 
 class GuardTree {
@@ -149,8 +168,11 @@ public:
 
 private:
     PyObject* fetch(const Accessor& a, py::IFrame* frame, PyObject* parent) const;  // new ref
-    bool run_checks(const Accessor* a, PyObject* v, PyObject* const* values,
-                    std::string* why) const;
+    // fetch() through the node's memo: `same` tells whether the value is the object that last
+    // passed the node's checks
+    PyObject* fetch_kept(const Accessor& a, py::IFrame* frame, PyObject* parent, bool& same) const;
+    bool run_checks(const Accessor* a, PyObject* v, PyObject* const* values, std::string* why,
+                    bool same_object = false) const;
     bool distinct_ok(PyObject* const* values, std::string* why) const;
     std::vector<Accessor> m_nodes;
     std::vector<int> m_distinct;
