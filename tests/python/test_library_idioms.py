@@ -1063,3 +1063,57 @@ def test_lru_cache_rebound_or_bounded_follows_eager():
         got = cf(torch.ones(1))
         assert got[0].item() == fn(1) and got[1].item() == n + 1, i
     assert len(ticks) == 5
+
+
+def test_lru_cache_miss_runs_in_its_place_after_the_calls_earlier_writes():
+    # review probes: the guard asked the cached function again before the call's own writes,
+    # so after cache_clear() it ran on the old state, cached that answer, and ran its effects
+    # ahead of the call's other cached functions
+    state = {"mode": 1}
+    log = []
+
+    @functools.lru_cache(maxsize=None)
+    def factor(n):
+        log.append("factor")
+        return n * state["mode"]
+
+    @functools.lru_cache(maxsize=None)
+    def table(n):
+        log.append("table")
+        return torch.arange(n)
+
+    def f(x, mode):
+        state["mode"] = mode
+        return x + table(x.shape[0]) * factor(x.shape[0])
+
+    def run(fn):
+        out, logs = [], []
+        state["mode"] = 1
+        for mode in [1, 1, 2, 2, 3, 3, 3]:
+            factor.cache_clear()
+            table.cache_clear()
+            out.append(fn(torch.ones(2), mode).tolist())
+            logs.append(list(log))
+            log.clear()
+        return out, logs
+
+    want = run(f)
+    got = run(magpy.compile(f))
+    assert got == want
+
+
+def test_lru_cache_hits_keep_the_number_a_constant_of_the_graph():
+    @functools.lru_cache(maxsize=None)
+    def heads(d):
+        return d // 8
+
+    def f(x):
+        return x.reshape(x.shape[0], heads(x.shape[1]), -1).sum(-1)
+
+    cf = magpy.compile(f)
+    for _ in range(4):
+        x = torch.randn(2, 16)
+        assert torch.equal(cf(x), f(x))
+    e = magpy.explain(cf)
+    assert e.break_count == 0 and e.cache_hits == 3, (e.break_count, e.cache_hits)
+    assert any("heads(...)" in g for g in e.guards), e.guards

@@ -384,6 +384,61 @@ PyTypeObject* functools_partial_type() {
     return type;
 }
 
+// [Note: cached functions] The results of an unbounded functools.lru_cache wrapper live in a
+// dict it holds: of the objects it holds (tp_traverse), the one dict that is not its __dict__.
+// Keys are made as the C wrapper makes them for positional arguments (untyped): a lone int or
+// str argument is its own key, otherwise the tuple of arguments. Null when not exactly one
+// such dict is found (another implementation): the caller then does not use it.
+namespace {
+int collect_dict(PyObject* o, void* out) {
+    if (PyDict_Check(o)) static_cast<std::vector<PyObject*>*>(out)->push_back(o);
+    return 0;
+}
+
+PyObject* lru_cache_dict(PyObject* fn) {
+    traverseproc traverse = Py_TYPE(fn)->tp_traverse;
+    if (!traverse) return nullptr;
+    std::vector<PyObject*> dicts;
+    traverse(fn, collect_dict, &dicts);
+    PyObject** own = _PyObject_GetDictPtr(fn);
+    PyObject* found = nullptr;
+    for (PyObject* d : dicts) {
+        if (own && d == *own) continue;
+        if (found && found != d) return nullptr;
+        found = d;
+    }
+    return found;
+}
+
+PyObject* cached_result_call(PyObject* self, PyObject*) {
+    PyObject* fn = PyTuple_GET_ITEM(self, 0);
+    PyObject* key = PyTuple_GET_ITEM(self, 1);
+    PyObject* cache = lru_cache_dict(fn);
+    PyObject* v = cache ? PyDict_GetItemWithError(cache, key) : nullptr;
+    if (!v && !PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);  // not cached (now)
+    return Py_XNewRef(v);
+}
+
+PyMethodDef cached_result_def = {"cached_result", cached_result_call, METH_NOARGS,
+                                 "the result a functools.lru_cache wrapper holds for a key"};
+}  // namespace
+
+PyObject* cached_result_lookup(PyObject* fn, PyObject* args) {
+    PyObject* key = args;
+    if (PyTuple_GET_SIZE(args) == 1) {
+        PyObject* only = PyTuple_GET_ITEM(args, 0);
+        if (PyUnicode_CheckExact(only) || PyLong_CheckExact(only)) key = only;
+    }
+    PyObject* cache = lru_cache_dict(fn);
+    PyObject* held = cache ? PyDict_GetItemWithError(cache, key) : nullptr;
+    if (!held) {  // the call just made must be in it
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_LookupError, "no cache entry found");
+        return nullptr;
+    }
+    py::Ref self = py::Ref::steal(Py_BuildValue("(OO)", fn, key));
+    return self ? PyCFunction_New(&cached_result_def, self.get()) : nullptr;
+}
+
 int logger_level(const std::string& qualname) {
     static const std::pair<const char*, int> kLevels[] = {
         {"Logger.debug", 10}, {"Logger.info", 20},     {"Logger.warning", 30},

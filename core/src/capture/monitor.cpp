@@ -5742,30 +5742,34 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             if (r >= 0) m_cap.v(r).dyn_scalar = true;
             return push_out(r);
         }
-        if (args_known && result && !p.kwnames && unbounded &&
+        bool typed = params && PyDict_Check(params.get()) &&
+                     PyDict_GetItemString(params.get(), "typed") == Py_True;
+        if (args_known && result && !p.kwnames && unbounded && !typed &&
             (result == Py_None || is_number(result) || PyUnicode_CheckExact(result) ||
              PyBool_Check(result))) {
             // (the function itself is held by identity: another cached function rebound to
             // the same name must not answer for it)
             if (m_cap.v(p.callee_value).kind == ValueKind::Input)
                 m_cap.guard_identity(p.callee_value);
-            // A constant of the capture, guarded by calling it again on each call (a hit is
-            // a lookup): after cache_clear() it runs again, as in eager, and a different
-            // answer recompiles. A miss runs it at the guards, before the call's other effects.
-            py::Ref args = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(p.in.size() + 1)));
+            // A constant of the capture, guarded by looking it up in the function's cache on
+            // each call (cached_result): after cache_clear() the lookup fails and the call is
+            // captured again, where the function runs in its place, after the call's earlier
+            // effects, as in eager (a review probe: running it at the guards ran it before
+            // them, on state the call had not yet written, and put that answer in the cache).
             PyObject* fn = m_cap.v(p.callee_value).real.get();
+            py::Ref args = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(p.in.size())));
             if (!args) return m_cap.internal_error("out of memory");
-            PyTuple_SET_ITEM(args.get(), 0, py::Ref::borrow(fn).release());
             for (size_t i = 0; i < p.in.size(); ++i)
-                PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i + 1),
+                PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i),
                                  py::Ref::borrow(m_cap.v(p.in[i]).real.get()).release());
-            py::Ref again = py::Ref::steal(PyObject_Call(
-                reinterpret_cast<PyObject*>(functools_partial_type()), args.get(), nullptr));
-            if (!again) {
+            py::Ref lookup = py::Ref::steal(cached_result_lookup(fn, args.get()));
+            if (!lookup) {
                 PyErr_Clear();
-                return m_cap.internal_error("functools.partial of a cached function");
+                return m_cap.fail(breaks::kUnsupportedCallee,
+                                  "the cache of `" + name + "` cannot be looked into",
+                                  "return tensors from functions under functools.lru_cache");
             }
-            return push_out(m_cap.input_root(AccessKind::CallResult, 0, again.get(),
+            return push_out(m_cap.input_root(AccessKind::CallResult, 0, lookup.get(),
                                              name + "(...)", result));
         }
         return m_cap.fail(breaks::kUnsupportedCallee,
