@@ -886,3 +886,24 @@ def test_compiled_module_hands_out_its_other_methods_as_they_are():
     cm = magpy.compile(torch.nn.Linear(3, 2))
     assert list(inspect.signature(cm.forward).parameters) == ["input"]
     assert inspect.ismethod(cm.forward) and cm.forward.__name__ == "forward"
+
+
+def test_forward_set_on_the_instance_is_the_one_compiled():
+    # a review probe: `self.forward = self._fast` in __init__ (Module.__call__ finds the
+    # instance's own) left the class's placeholder as the target, and the model ran eagerly
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.forward = self._fast
+
+        def _fast(self, x):
+            return self.lin(x).relu() * 2
+
+    m = M()
+    cf = magpy.compile(m)
+    for _ in range(3):
+        x = torch.randn(2, 3)
+        assert torch.equal(cf(x), m(x))
+    e = magpy.explain(cf)
+    assert e.graph_count == 1 and e.cache_hits == 2, (e.graph_count, e.cache_hits)

@@ -170,12 +170,21 @@ CaptureTarget capture_target(PyObject* target) {
         func = PyMethod_GET_FUNCTION(target);
         t.self = PyMethod_GET_SELF(target);
     } else if (PyObject_TypeCheck(target, torch_api().module_type)) {
-        PyObject* fwd = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(target)),
-                                               "forward");
-        if (!fwd) PyErr_Clear();
-        if (fwd && PyFunction_Check(fwd)) func = fwd;  // the type keeps it alive
-        Py_XDECREF(fwd);
         t.self = target;
+        // `self.forward = self._fast` in __init__: Module.__call__ finds the instance's own
+        // (a review probe: the class's placeholder was taken, and the model ran eagerly)
+        PyObject** dict = _PyObject_GetDictPtr(target);
+        PyObject* own = dict && *dict ? PyDict_GetItemString(*dict, "forward") : nullptr;
+        if (own && PyMethod_Check(own) && PyMethod_GET_SELF(own) == target &&
+            PyFunction_Check(PyMethod_GET_FUNCTION(own))) {
+            func = PyMethod_GET_FUNCTION(own);  // the instance's dict keeps it alive
+        } else if (!own) {
+            PyObject* fwd = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(target)),
+                                                   "forward");
+            if (!fwd) PyErr_Clear();
+            if (fwd && PyFunction_Check(fwd)) func = fwd;  // the type keeps it alive
+            Py_XDECREF(fwd);
+        }
     }
     if (func && t.self) {
         PyObject* wrapped = PyObject_GetAttrString(func, "__wrapped__");
