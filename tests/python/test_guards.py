@@ -613,3 +613,37 @@ def test_changes_found_through_kept_lookups_are_seen():
             ye, yc = me(x), cf(x)
             assert torch.allclose(ye, yc, atol=1e-6), (k, i)
     assert magpy.explain(cf).cache_hits >= 2 * len(steps_e)
+
+
+def test_kept_lookups_follow_key_equality_and_ordered_dict_order():
+    # review probes: a key already in a dict began to compare equal to the one looked up (the
+    # dict unchanged), and move_to_end reordered a Sequential's children (its dict version
+    # unchanged; the guards read positions in storage order)
+    class Key:
+        equal = False
+
+        def __hash__(self):
+            return hash("a")
+
+        def __eq__(self, other):
+            return self.equal and other == "a"
+
+        __test__ = False
+
+    k = Key()
+    d = {k: 10.0}
+    d["a"] = 20.0
+
+    def f(x):
+        return x * d["a"]
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.ReLU(), nn.Linear(4, 4))
+    cf, cm = magpy.compile(f), magpy.compile(m)
+    x = torch.randn(2, 4)
+    for step in range(2):
+        for _ in range(3):
+            assert torch.equal(cf(x), f(x)), step
+            assert torch.allclose(cm(x), m(x)), step
+        k.equal = True
+        m._modules.move_to_end("0")

@@ -210,14 +210,27 @@ static PyObject* module_attr(PyObject* obj, PyObject* name) {
 
 // The dicts fetch() read to find `v` for node `a` from `parent`, noted in a.memo; nothing when
 // the value came from anywhere else (getattr, a descriptor, a __getattr__).
+// A dict whose lookups run no Python code: every key an exact str (a key of another type
+// could answer __eq__ differently later with the dict unchanged: a review probe).
+static bool str_keys_only(PyObject* d) {
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(d, &pos, &k, &v))
+        if (!PyUnicode_CheckExact(k)) return false;
+    return true;
+}
+
 static void remember(const Accessor& a, PyObject* parent, PyObject* v) {
     FetchMemo& m = a.memo;
     m.count = 0;
     m.passed = false;
+    m.ordered = false;
+    bool pure = true;
     auto note = [&](PyObject* d) {
         m.dicts[m.count] = d;
         m.versions[m.count] = py::dict_version(d);
         ++m.count;
+        pure = pure && str_keys_only(d);
     };
     auto found = [&](PyObject* d, PyObject* key) {
         PyObject* hit = PyDict_GetItemWithError(d, key);
@@ -228,7 +241,7 @@ static void remember(const Accessor& a, PyObject* parent, PyObject* v) {
     case AccessKind::ModuleAttr: {
         PyObject** dictptr = _PyObject_GetDictPtr(parent);
         PyObject* d = dictptr ? *dictptr : nullptr;
-        if (!d || !PyDict_Check(d)) return;
+        if (!d || !PyDict_Check(d) || !PyUnicode_CheckExact(a.key.get())) return;
         note(d);
         if (PyObject* hit = found(d, a.key.get())) {
             if (hit != v) m.count = 0;
@@ -248,22 +261,30 @@ static void remember(const Accessor& a, PyObject* parent, PyObject* v) {
         break;
     }
     case AccessKind::Attr:
-        if (!PyModule_CheckExact(parent)) return;
+        if (!PyModule_CheckExact(parent) || !PyUnicode_CheckExact(a.key.get())) return;
         note(PyModule_GetDict(parent));
         if (found(m.dicts[0], a.key.get()) != v) m.count = 0;
         break;
     case AccessKind::DictItem:
-        if (!PyDict_Check(parent)) return;
+        if (!PyDict_Check(parent) || !PyUnicode_CheckExact(a.key.get())) return;
         note(parent);
         if (found(parent, a.key.get()) != v) m.count = 0;
         break;
     case AccessKind::DictValueAt:
-        if (!PyDict_Check(parent)) return;
+        // an OrderedDict's own order changes with move_to_end, its version does not
+        if (PyODict_Check(parent)) {
+            if (!py::odict_state_known()) return;
+            m.ordered = true;
+            m.order = py::odict_state(parent);
+        } else if (!PyDict_CheckExact(parent)) {
+            return;
+        }
         note(parent);
         break;
     default:
         return;
     }
+    if (!pure) m.count = 0;
     if (m.count > 0) {
         m.parent = parent;
         m.value = v;
@@ -284,6 +305,7 @@ PyObject* GuardTree::fetch_kept(const Accessor& a, py::IFrame* frame, PyObject* 
         }
         bool hit = first && first == m.dicts[0] && PyDict_Check(first);
         for (int i = 0; hit && i < m.count; ++i) hit = py::dict_version(m.dicts[i]) == m.versions[i];
+        if (hit && m.ordered) hit = PyODict_Check(first) && py::odict_state(first) == m.order;
         if (hit) {
             same = m.passed;
             Py_INCREF(m.value);
@@ -401,6 +423,17 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
                    : nullptr;
     case AccessKind::DictValueAt: {
         if (!PyDict_Check(parent)) return nullptr;
+        if (PyODict_Check(parent)) {
+            // an OrderedDict's own order, which iterating it (a Sequential's children) follows
+            // and move_to_end changes (a review probe: storage order was read)
+            py::Ref it = py::Ref::steal(PyODict_Type.tp_iter(parent));
+            for (Py_ssize_t i = 0; it; ++i) {
+                py::Ref k = py::Ref::steal(PyIter_Next(it.get()));
+                if (!k) return nullptr;
+                if (i == a.index) return new_ref_or_null(PyDict_GetItemWithError(parent, k.get()));
+            }
+            return nullptr;
+        }
         Py_ssize_t pos = 0, i = 0;
         PyObject *k, *v;
         while (PyDict_Next(parent, &pos, &k, &v))

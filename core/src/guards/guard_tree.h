@@ -111,6 +111,8 @@ struct FetchMemo {
     uint64_t versions[kMaxDicts] = {};
     int count = 0;               // 0: nothing kept
     PyObject* value = nullptr;   // held by the last of `dicts` while the versions hold
+    bool ordered = false;        // an OrderedDict's n-th value: its own order kept too
+    size_t order = 0;            // (py::odict_state)
     bool passed = false;         // `value` passed the node's checks (IdIs need not run again)
 };
 

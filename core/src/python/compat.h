@@ -612,4 +612,27 @@ inline uint64_t dict_version(PyObject* d) {
 #pragma GCC diagnostic pop
 }
 
+// CPython's PyODictObject (Objects/odictobject.c; the same in 3.11 and 3.12): its od_state
+// changes whenever its own order does (move_to_end, insertions, deletions), which its dict
+// version does not follow. odict_state() is 0 and odict_state_known() false where the layout
+// does not match this one (checked by size once).
+struct ODictLayout {
+    PyDictObject od_dict;
+    void* od_first;
+    void* od_last;
+    void** od_fast_nodes;
+    Py_ssize_t od_fast_nodes_size;
+    size_t od_resize_sentinel;
+    size_t od_state;
+    PyObject* od_inst_dict;
+    PyObject* od_weakreflist;
+};
+inline bool odict_state_known() {
+    return PyODict_Type.tp_basicsize == static_cast<Py_ssize_t>(sizeof(ODictLayout));
+}
+// PRECONDITION: PyODict_Check(od).
+inline size_t odict_state(PyObject* od) {
+    return odict_state_known() ? reinterpret_cast<ODictLayout*>(od)->od_state : 0;
+}
+
 }  // namespace magpy::py
