@@ -69,6 +69,52 @@ struct DictStamp {
     PyTypeObject* type = nullptr;
 };
 
+// Objects -> positions, by open addressing over one flat array that is kept between calls:
+// clearing it is one fill, and nothing is allocated per entry (a std::unordered_map freed and
+// allocated a node per tensor on every call: most of a large model's gathering time).
+class PositionIndex {
+public:
+    bool empty() const { return m_used == 0; }
+    void clear() {
+        if (m_used == 0) return;
+        std::fill(m_slots.begin(), m_slots.end(), Slot{});
+        m_used = 0;
+    }
+    // The position of `key`, or -1 after adding it at `position`.
+    int find_or_add(PyObject* key, int position) {
+        if ((m_used + 1) * 2 > m_slots.size()) grow();
+        size_t mask = m_slots.size() - 1;
+        for (size_t i = hash(key) & mask;; i = (i + 1) & mask) {
+            if (m_slots[i].key == key) return m_slots[i].position;
+            if (!m_slots[i].key) {
+                m_slots[i] = {key, position};
+                ++m_used;
+                return -1;
+            }
+        }
+    }
+
+private:
+    struct Slot {
+        PyObject* key = nullptr;
+        int position = 0;
+    };
+    static size_t hash(PyObject* key) {
+        auto k = reinterpret_cast<uintptr_t>(key) >> 4;
+        return static_cast<size_t>(k * 0x9E3779B97F4A7C15ull >> 20);
+    }
+    void grow() {
+        std::vector<Slot> old;
+        old.swap(m_slots);
+        m_slots.assign(std::max<size_t>(64, old.size() * 2), Slot{});
+        m_used = 0;
+        for (const Slot& s : old)
+            if (s.key) find_or_add(s.key, s.position);
+    }
+    std::vector<Slot> m_slots;  // a power of two long, at most half full
+    size_t m_used = 0;
+};
+
 struct Gathered {
     std::vector<PyObject*> tensors;  // unique, in order of first appearance (borrowed)
     std::vector<bool> state;         // per tensor: a module's parameter, buffer or attribute
@@ -77,7 +123,7 @@ struct Gathered {
     std::vector<PyObject*> others;   // every other value, in order (borrowed)
     std::vector<bool> by_value;      // per other: compared by value (else by identity)
     std::string untraceable;         // non-empty: these inputs cannot be traced (why)
-    std::unordered_map<PyObject*, int> index;  // tensors -> position, once there are many
+    PositionIndex index;  // tensors -> position, once there are many
     std::vector<DictStamp>* stamps = nullptr;  // where the dicts read are noted (if anywhere)
     // Stretches [first, last) of `others` known to be the very objects the last matching key
     // saw ([Note: module state by dict versions]): Spec::matches compares only lists there.
@@ -195,10 +241,8 @@ int tensor_position(PyObject* o, Gathered& g) {
     } else {
         if (g.index.empty())
             for (size_t i = 0; i < g.tensors.size(); ++i)
-                g.index.emplace(g.tensors[i], static_cast<int>(i));
-        auto it = g.index.find(o);
-        if (it != g.index.end()) at = it->second;
-        else g.index.emplace(o, static_cast<int>(g.tensors.size()));
+                g.index.find_or_add(g.tensors[i], static_cast<int>(i));
+        at = g.index.find_or_add(o, static_cast<int>(g.tensors.size()));
     }
     if (at < 0) {
         at = static_cast<int>(g.tensors.size());
