@@ -647,3 +647,23 @@ def test_kept_lookups_follow_key_equality_and_ordered_dict_order():
             assert torch.allclose(cm(x), m(x)), step
         k.equal = True
         m._modules.move_to_end("0")
+
+
+def test_a_property_added_to_the_class_later_is_seen():
+    # a review probe: a property added to a module's class shadows the instance attribute the
+    # guards read from its __dict__
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 2.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    m = M()
+    cm = magpy.compile(m)
+    x = torch.ones(2)
+    for step in range(2):
+        for _ in range(3):
+            assert torch.equal(cm(x), m(x)), step
+        M.scale = property(lambda self: 10.0)

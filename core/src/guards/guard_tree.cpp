@@ -174,6 +174,10 @@ static PyObject* new_ref_or_null(PyObject* o) {
 // nn.Module attributes live in __dict__ or in the _parameters/_buffers/_modules dicts that
 // Module.__getattr__ searches; reading them directly skips a Python call per access.
 static PyObject* module_attr(PyObject* obj, PyObject* name) {
+    // a data descriptor of the class (a property) comes before the instance's dict, as in
+    // getattr (a review probe added one to the class after the capture)
+    PyObject* descr = _PyType_Lookup(Py_TYPE(obj), name);
+    if (descr && Py_TYPE(descr)->tp_descr_set) return PyObject_GetAttr(obj, name);
     PyObject** dictptr = _PyObject_GetDictPtr(obj);
     if (dictptr && *dictptr) {
         PyObject* d = *dictptr;
@@ -285,6 +289,14 @@ static void remember(const Accessor& a, PyObject* parent, PyObject* v) {
         return;
     }
     if (!pure) m.count = 0;
+    if (a.kind == AccessKind::ModuleAttr || a.kind == AccessKind::DictItem) {
+        PyTypeObject* t = Py_TYPE(parent);  // (its tag is valid: a lookup above assigned it)
+        if (!PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG)) m.count = 0;
+        m.type = t;
+        m.type_tag = t->tp_version_tag;
+    } else {
+        m.type = nullptr;
+    }
     if (m.count > 0) {
         m.parent = parent;
         m.value = v;
@@ -306,6 +318,10 @@ PyObject* GuardTree::fetch_kept(const Accessor& a, py::IFrame* frame, PyObject* 
         bool hit = first && first == m.dicts[0] && PyDict_Check(first);
         for (int i = 0; hit && i < m.count; ++i) hit = py::dict_version(m.dicts[i]) == m.versions[i];
         if (hit && m.ordered) hit = PyODict_Check(first) && py::odict_state(first) == m.order;
+        if (hit && m.type)
+            hit = Py_TYPE(parent) == m.type &&
+                  PyType_HasFeature(m.type, Py_TPFLAGS_VALID_VERSION_TAG) &&
+                  m.type->tp_version_tag == m.type_tag;
         if (hit) {
             same = m.passed;
             Py_INCREF(m.value);
@@ -364,7 +380,7 @@ PyObject* GuardTree::fetch(const Accessor& a, py::IFrame* frame, PyObject* paren
                        ? new_ref_or_null(PyTuple_GET_ITEM(parent, a.index))
                        : nullptr;
         return PySequence_GetItem(parent, a.index);
-    case AccessKind::DictItem:
+    case AccessKind::DictItem:  // dict's own item (a subclass's __getitem__ is traced)
         if (PyDict_Check(parent)) return new_ref_or_null(PyDict_GetItemWithError(parent, a.key.get()));
         return PyObject_GetItem(parent, a.key.get());
     case AccessKind::FuncGlobal:

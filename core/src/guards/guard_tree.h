@@ -111,6 +111,8 @@ struct FetchMemo {
     uint64_t versions[kMaxDicts] = {};
     int count = 0;               // 0: nothing kept
     PyObject* value = nullptr;   // held by the last of `dicts` while the versions hold
+    PyTypeObject* type = nullptr;  // the parent's class, whose version tag is kept too: a
+    unsigned int type_tag = 0;     // property or __getitem__ added to it changes what is read
     bool ordered = false;        // an OrderedDict's n-th value: its own order kept too
     size_t order = 0;            // (py::odict_state)
     bool passed = false;         // `value` passed the node's checks (IdIs need not run again)
