@@ -864,3 +864,25 @@ def test_parametrizations_of_the_users_own_class_follow_their_state():
                     if cls is not ScaleClass:
                         bump(mc[0].parametrizations.weight[0])
                 assert torch.allclose(me(x), cf(x), atol=1e-5), (cls.__name__, i)
+
+
+@pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze"])
+def test_torch_code_replaced_after_the_trace_is_run_as_replaced(backend):
+    # [Note: code a trace ran]: a review probe replaced F.relu (which nn.ReLU.forward calls)
+    # and nn.LayerNorm.forward after the capture, and the old trace ran on
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.LayerNorm(4))
+    cf = magpy.compile(m, backend=backend)
+    x = torch.randn(2, 4)
+    relu, ln_forward = F.relu, nn.LayerNorm.forward
+    try:
+        with torch.no_grad():
+            for step in range(3):
+                for _ in range(3):
+                    assert torch.allclose(cf(x), m(x), atol=1e-6), step
+                if step == 0:
+                    F.relu = lambda t, inplace=False: t * 100
+                else:
+                    nn.LayerNorm.forward = lambda self, t: t - 1
+    finally:
+        F.relu, nn.LayerNorm.forward = relu, ln_forward

@@ -567,8 +567,16 @@ struct Spec {
     // every run returns; copied for the caller, who owns a new tensor in eager (see
     // constant_outputs)
     std::vector<bool> clone_out;
+    // [Note: code a trace ran] The dicts the traced Python code was found through, with their
+    // versions: the globals of every Python function the trace ran (F.relu rebound in
+    // torch.nn.functional) and the class dicts of the modules it called (nn.ReLU.forward
+    // replaced). A trace holds only while they are unchanged (a review probe monkeypatched
+    // F.relu after the capture, and the old trace ran on).
+    std::vector<std::pair<py::Ref, uint64_t>> code_dicts;
 
     bool matches(const Gathered& g) const {
+        for (const auto& [d, version] : code_dicts)
+            if (py::dict_version(d.get()) != version) return false;
         if (g.tensors.size() != tensors.size() || g.others.size() != others.size() ||
             g.occurrences != occurrences || at::GradMode::is_enabled() != grad_mode)
             return false;
@@ -871,6 +879,61 @@ bool makes_grad_leaf(const jit::Graph& graph, PyObject* outputs) {
     return false;
 }
 
+// The globals dicts of the Python functions that run while it is alive ([Note: code a trace
+// ran]), by a profile function put in place of the thread's own for that time.
+class CodeWatch {
+public:
+    CodeWatch() {
+        PyThreadState* ts = PyThreadState_Get();
+        m_func = ts->c_profilefunc;
+        m_obj = py::Ref::borrow(ts->c_profileobj);
+        m_self = py::Ref::steal(PyCapsule_New(this, nullptr, nullptr));
+        if (m_self) PyEval_SetProfile(&CodeWatch::on_event, m_self.get());
+        else PyErr_Clear();
+    }
+    ~CodeWatch() {
+        if (m_self) PyEval_SetProfile(m_func, m_obj.get());
+    }
+    const std::vector<py::Ref>& dicts() const { return m_dicts; }
+
+private:
+    static int on_event(PyObject* self, PyFrameObject* frame, int what, PyObject*) {
+        if (what != PyTrace_CALL) return 0;
+        auto* w = static_cast<CodeWatch*>(PyCapsule_GetPointer(self, nullptr));
+        PyObject* globals = w ? PyFrame_GetGlobals(frame) : nullptr;  // new reference
+        if (!globals) {
+            PyErr_Clear();
+            return 0;
+        }
+        bool seen = false;
+        for (const py::Ref& d : w->m_dicts) seen = seen || d.get() == globals;
+        if (!seen && PyDict_Check(globals) && w->m_dicts.size() < 64)
+            w->m_dicts.push_back(py::Ref::borrow(globals));
+        Py_DECREF(globals);
+        return 0;
+    }
+    Py_tracefunc m_func = nullptr;
+    py::Ref m_obj, m_self;
+    std::vector<py::Ref> m_dicts;
+};
+
+// The class dicts of the modules among a key's values, their bases' up to nn.Module's.
+void note_module_classes(const Gathered& g, std::vector<std::pair<py::Ref, uint64_t>>& out) {
+    const TorchApi& api = torch_api();
+    for (PyObject* o : g.others) {
+        if (!PyType_Check(o) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(o), api.module_type))
+            continue;
+        PyObject* mro = reinterpret_cast<PyTypeObject*>(o)->tp_mro;
+        for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+            PyObject* d = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+            bool seen = false;
+            for (const auto& kept : out) seen = seen || kept.first.get() == d;
+            if (d && PyDict_Check(d) && !seen) out.emplace_back(py::Ref::borrow(d), py::dict_version(d));
+            if (PyTuple_GET_ITEM(mro, i) == reinterpret_cast<PyObject*>(api.module_type)) break;
+        }
+    }
+}
+
 class Region {
 public:
     Region(int number, Plan sub, size_t graph_ops, size_t steps, bool freeze)
@@ -1167,6 +1230,7 @@ private:
         bool step_failed = false;
         std::string error;
         std::shared_ptr<jit::tracer::TracingState> state;
+        CodeWatch watch;
         try {
             auto traced = jit::tracer::trace(
                 std::move(inputs),
@@ -1193,6 +1257,9 @@ private:
         } catch (const std::exception& e) {
             error = first_line(e.what());
         }
+        for (const py::Ref& d : watch.dicts())
+            spec->code_dicts.emplace_back(d, py::dict_version(d.get()));
+        note_module_classes(g, spec->code_dicts);
         std::vector<std::string> tracer_warnings = log.end();
         for (size_t i = 0; i < g.tensors.size(); ++i) any_changed = any_changed || changed(i);
         if (!state && step_failed && any_changed) {
