@@ -886,3 +886,61 @@ def test_torch_code_replaced_after_the_trace_is_run_as_replaced(backend):
                     nn.LayerNorm.forward = lambda self, t: t - 1
     finally:
         F.relu, nn.LayerNorm.forward = relu, ln_forward
+
+
+@pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze"])
+def test_state_of_a_users_parametrization_class_is_followed(backend):
+    # review probes: a class-level dict changed in place, and the class's bases reassigned,
+    # left a kept key (and its trace) in use; numpy -0.0 and 0.0 were one key
+    import numpy as np
+    import torch.nn.utils.parametrize as P
+
+    class BaseA(nn.Module):
+        k = 2.0
+
+    class BaseB(nn.Module):
+        k = 5.0
+
+    class Scale(BaseA):
+        def forward(self, w):
+            return w * self.k
+
+    class Table(nn.Module):
+        cfg = {"s": 2.0}
+
+        def forward(self, w):
+            return w * self.cfg["s"]
+
+    for cls, change in ((Scale, lambda: setattr(Scale, "__bases__", (BaseB,))),
+                        (Table, lambda: Table.cfg.__setitem__("s", 5.0))):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+        P.register_parametrization(m[0], "weight", cls())
+        cf = magpy.compile(m, backend=backend)
+        x = torch.randn(3, 4)
+        with torch.no_grad():
+            for i in range(6):
+                if i == 3:
+                    change()
+                assert torch.allclose(m(x), cf(x), atol=1e-5), (cls.__name__, i)
+
+    def f(x, s):
+        return x / s
+
+    cf = magpy.compile(f, backend=backend)
+    x = torch.ones(2)
+    with torch.no_grad():
+        for s in [np.float64(0.0)] * 3 + [np.float64(-0.0)] * 3 + [np.float32(-0.0)] * 2:
+            assert torch.equal(cf(x, s), f(x, s)), s
+
+
+def test_modules_that_hold_themselves_do_not_crash():
+    # a review probe: a module in its own _modules overflowed the stack (hook keys, keys)
+    for backend in ("eager", "torchscript"):
+        m = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+        m[1]._modules["me"] = m[1]
+        cf = magpy.compile(m, backend=backend)
+        x = torch.randn(2, 3)
+        with torch.no_grad():
+            for _ in range(3):
+                assert torch.equal(m(x), cf(x))

@@ -667,3 +667,31 @@ def test_a_property_added_to_the_class_later_is_seen():
         for _ in range(3):
             assert torch.equal(cm(x), m(x)), step
         M.scale = property(lambda self: 10.0)
+
+
+def test_a_property_read_is_never_kept():
+    # a review probe: a property that returned the object in the instance dict was kept as a
+    # dict lookup, and its later answers were never asked for
+    state = {"override": None}
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 2.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    def prop(self):
+        o = state["override"]
+        return self.__dict__["scale"] if o is None else o
+
+    m = M()
+    cf = magpy.compile(m)
+    x = torch.ones(3)
+    for i in range(8):
+        if i == 2:
+            M.scale = property(prop)
+        if i == 5:
+            state["override"] = 3.0
+        assert torch.equal(cf(x), m(x)), i

@@ -1117,3 +1117,29 @@ def test_lru_cache_hits_keep_the_number_a_constant_of_the_graph():
     e = magpy.explain(cf)
     assert e.break_count == 0 and e.cache_hits == 3, (e.break_count, e.cache_hits)
     assert any("heads(...)" in g for g in e.guards), e.guards
+
+
+def test_lru_cache_hits_are_counted_as_in_eager_and_typed_caches_fold():
+    # a review probe: the lookup at the guards no longer counted as a hit in cache_info()
+    def make():
+        @functools.lru_cache(maxsize=None)
+        def heads(d):
+            return d // 8
+
+        @functools.lru_cache(maxsize=None, typed=True)
+        def scale(d):
+            return d / 4
+
+        def f(x):
+            return x.reshape(x.shape[0], heads(x.shape[1]), -1).sum(-1) * scale(x.shape[1])
+
+        return f, heads, scale
+
+    (fe, he, se), (fc, hc, sc) = make(), make()
+    cf = magpy.compile(fc)
+    for _ in range(5):
+        x = torch.randn(2, 16)
+        assert torch.equal(cf(x), fe(x))
+    assert hc.cache_info() == he.cache_info() and sc.cache_info() == se.cache_info()
+    e = magpy.explain(cf)
+    assert e.break_count == 0 and e.cache_hits == 4, (e.break_count, e.cache_hits)

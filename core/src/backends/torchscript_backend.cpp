@@ -67,6 +67,7 @@ struct DictStamp {
     uint64_t version;
     PyObject* module = nullptr;
     PyTypeObject* type = nullptr;
+    unsigned int type_tag = 0;  // the class's version tag (its bases and their dicts)
 };
 
 // Objects -> positions, by open addressing over one flat array that is kept between calls:
@@ -297,18 +298,42 @@ bool torch_class(PyTypeObject* t) {
     return name == "torch" || name.rfind("torch.", 0) == 0;
 }
 
+// The name of a class attribute of a user's class that may change in place (a dict, a list,
+// any object that is not a plain value, function, descriptor or class); empty when none.
+// (a review probe changed a class-level dict a parametrization read)
+std::string class_state(PyTypeObject* c) {
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(c->tp_dict, &pos, &k, &v)) {
+        if (PyUnicode_Check(k) && (py::str_of(k) == "__annotations__" || py::str_of(k) == "__dict__" ||
+                                   py::str_of(k) == "__weakref__" || py::str_of(k) == "__slots__"))
+            continue;
+        if (is_plain(v) || PyFunction_Check(v) || PyCFunction_Check(v) || PyType_Check(v) ||
+            Py_TYPE(v)->tp_descr_get)  // methods, classmethod, staticmethod, property, slots
+            continue;
+        return PyUnicode_Check(k) ? py::str_of(k) : std::string("?");
+    }
+    return "";
+}
+
 // The attributes every nn.Module has (the hook and state-dict bookkeeping), read once from a
 // bare nn.Module.
 bool module_bookkeeping(PyObject* name) {
-    static PyObject* names = [] {
+    // (not a C++ static initializer: making the module runs Python, which may switch threads,
+    // and a second thread would wait on the initializer holding the GIL)
+    static PyObject* names = nullptr;  // kept for the process; guarded by the GIL
+    if (!names) {
         PyObject* bare = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(torch_api().module_type));
         PyObject** dictptr = bare ? _PyObject_GetDictPtr(bare) : nullptr;
         PyObject* keys = dictptr && *dictptr ? PyFrozenSet_New(*dictptr) : nullptr;
         Py_XDECREF(bare);
-        if (!keys) PyErr_Clear();
-        return keys;  // kept for the process
-    }();
-    if (!names) return false;
+        if (!keys) {
+            PyErr_Clear();
+            return false;
+        }
+        if (!names) names = keys;
+        else Py_DECREF(keys);
+    }
     int in = PySet_Contains(names, name);
     if (in < 0) PyErr_Clear();
     return in == 1;
@@ -329,13 +354,23 @@ void gather_module(PyObject* m, Gathered& g) {
         int& d;
         ~Depth() { --d; }
     } depth{++g.module_depth};
+    if (g.module_depth > 64) {  // a module that holds itself (a review probe: a crash)
+        g.untraceable = "modules nested more than 64 deep";
+        return;
+    }
     PyObject** dictptr = _PyObject_GetDictPtr(m);
     PyObject* dict = dictptr ? *dictptr : nullptr;
     if (!dict || !PyDict_Check(dict)) {
         g.untraceable = "a module without an instance dict (" + py::type_name(m) + ")";
         return;
     }
-    if (g.stamps) g.stamps->push_back({dict, py::dict_version(dict), m, Py_TYPE(m)});
+    if (g.stamps) {
+        PyTypeObject* t = Py_TYPE(m);
+        static PyObject* probe = PyUnicode_InternFromString("forward");
+        (void)_PyType_Lookup(t, probe);  // gives the class a valid version tag
+        if (!PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG)) g.saw_list = true;  // (not kept)
+        g.stamps->push_back({dict, py::dict_version(dict), m, t, t->tp_version_tag});
+    }
     const TorchApi& api = torch_api();
     const bool users = !torch_class(Py_TYPE(m));
     if (users) {
@@ -348,6 +383,12 @@ void gather_module(PyObject* m, Gathered& g) {
             auto* c = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
             if (c == api.module_type) break;
             if (!c->tp_dict || !PyDict_Check(c->tp_dict)) continue;
+            std::string held = class_state(c);
+            if (!held.empty()) {
+                g.untraceable = "class " + std::string(c->tp_name) + " holds `" + held +
+                                "`, whose changes the trace cannot see";
+                return;
+            }
             py::Ref version = py::Ref::steal(PyLong_FromUnsignedLongLong(py::dict_version(c->tp_dict)));
             g.owned.push_back(version);
             add_other(version.get(), true, g);
@@ -438,7 +479,10 @@ struct ModuleMemo {
         if (m != module) return false;
         for (const DictStamp& d : stamps) {
             if (d.module) {
-                if (Py_TYPE(d.module) != d.type) return false;
+                if (Py_TYPE(d.module) != d.type ||
+                    !PyType_HasFeature(d.type, Py_TPFLAGS_VALID_VERSION_TAG) ||
+                    d.type->tp_version_tag != d.type_tag)
+                    return false;  // (before any class dict: __bases__ may have changed)
                 PyObject** dictptr = _PyObject_GetDictPtr(d.module);
                 if (!dictptr || *dictptr != d.dict) return false;
             }

@@ -386,8 +386,9 @@ PyTypeObject* functools_partial_type() {
 
 // [Note: cached functions] The results of an unbounded functools.lru_cache wrapper live in a
 // dict it holds: of the objects it holds (tp_traverse), the one dict that is not its __dict__.
-// Keys are made as the C wrapper makes them for positional arguments (untyped): a lone int or
-// str argument is its own key, otherwise the tuple of arguments. Null when not exactly one
+// Keys are made as the C wrapper makes them for positional arguments: untyped, a lone int or
+// str argument is its own key, otherwise the tuple of arguments; typed, the arguments and then
+// their types. Null when not exactly one
 // such dict is found (another implementation): the caller then does not use it.
 namespace {
 int collect_dict(PyObject* o, void* out) {
@@ -410,22 +411,39 @@ PyObject* lru_cache_dict(PyObject* fn) {
     return found;
 }
 
+// What the wrapper holds for the key: asked of the wrapper itself once the key is known to be
+// in its cache, so that the call is a hit that cache_info() counts, as eager's call is (a
+// review probe: the hits seen no longer matched eager's), and runs nothing.
 PyObject* cached_result_call(PyObject* self, PyObject*) {
     PyObject* fn = PyTuple_GET_ITEM(self, 0);
     PyObject* key = PyTuple_GET_ITEM(self, 1);
     PyObject* cache = lru_cache_dict(fn);
     PyObject* v = cache ? PyDict_GetItemWithError(cache, key) : nullptr;
-    if (!v && !PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);  // not cached (now)
-    return Py_XNewRef(v);
+    if (!v) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);  // not cached (now)
+        return nullptr;
+    }
+    return PyObject_Call(fn, PyTuple_GET_ITEM(self, 2), nullptr);
 }
 
 PyMethodDef cached_result_def = {"cached_result", cached_result_call, METH_NOARGS,
                                  "the result a functools.lru_cache wrapper holds for a key"};
 }  // namespace
 
-PyObject* cached_result_lookup(PyObject* fn, PyObject* args) {
+PyObject* cached_result_lookup(PyObject* fn, PyObject* args, bool typed) {
+    py::Ref made;  // a typed key: the arguments, then their types
     PyObject* key = args;
-    if (PyTuple_GET_SIZE(args) == 1) {
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (typed) {
+        made = py::Ref::steal(PyTuple_New(2 * n));
+        if (!made) return nullptr;
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* a = PyTuple_GET_ITEM(args, i);
+            PyTuple_SET_ITEM(made.get(), i, Py_NewRef(a));
+            PyTuple_SET_ITEM(made.get(), n + i, Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(a))));
+        }
+        key = made.get();
+    } else if (n == 1) {
         PyObject* only = PyTuple_GET_ITEM(args, 0);
         if (PyUnicode_CheckExact(only) || PyLong_CheckExact(only)) key = only;
     }
@@ -435,7 +453,7 @@ PyObject* cached_result_lookup(PyObject* fn, PyObject* args) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_LookupError, "no cache entry found");
         return nullptr;
     }
-    py::Ref self = py::Ref::steal(Py_BuildValue("(OO)", fn, key));
+    py::Ref self = py::Ref::steal(Py_BuildValue("(OOO)", fn, key, args));
     return self ? PyCFunction_New(&cached_result_def, self.get()) : nullptr;
 }
 

@@ -95,10 +95,11 @@ struct CalleeInfo {
 // functools.partial (borrowed; null if functools cannot be imported). PRECONDITION: GIL held.
 PyTypeObject* functools_partial_type();
 // A callable of no arguments that returns what the unbounded functools.lru_cache wrapper `fn`
-// holds for positional arguments `args`, and raises KeyError when it holds nothing for them
+// holds for positional arguments `args` (a hit of the wrapper's: it counts in cache_info()),
+// and raises KeyError when it holds nothing for them
 // ([Note: cached functions]); null with an error set when its cache cannot be read, or holds
 // nothing for them now. PRECONDITION: GIL held; `args` a tuple.
-PyObject* cached_result_lookup(PyObject* fn, PyObject* args);
+PyObject* cached_result_lookup(PyObject* fn, PyObject* args, bool typed);
 
 // PRECONDITION: GIL held. `callable` borrowed.
 CalleeInfo classify_callee(PyObject* callable);

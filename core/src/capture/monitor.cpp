@@ -5744,7 +5744,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         }
         bool typed = params && PyDict_Check(params.get()) &&
                      PyDict_GetItemString(params.get(), "typed") == Py_True;
-        if (args_known && result && !p.kwnames && unbounded && !typed &&
+        if (args_known && result && !p.kwnames && unbounded &&
             (result == Py_None || is_number(result) || PyUnicode_CheckExact(result) ||
              PyBool_Check(result))) {
             // (the function itself is held by identity: another cached function rebound to
@@ -5762,7 +5762,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             for (size_t i = 0; i < p.in.size(); ++i)
                 PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i),
                                  py::Ref::borrow(m_cap.v(p.in[i]).real.get()).release());
-            py::Ref lookup = py::Ref::steal(cached_result_lookup(fn, args.get()));
+            py::Ref lookup = py::Ref::steal(cached_result_lookup(fn, args.get(), typed));
             if (!lookup) {
                 PyErr_Clear();
                 return m_cap.fail(breaks::kUnsupportedCallee,

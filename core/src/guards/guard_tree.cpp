@@ -35,9 +35,17 @@ int GuardTree::add_accessor(AccessKind kind, int parent, int index, PyObject* ke
     return static_cast<int>(m_nodes.size() - 1);
 }
 
-PyObject* tensor_hook_keys(PyObject* t) {
+static PyObject* hook_keys_at(PyObject* t, int depth);
+
+PyObject* tensor_hook_keys(PyObject* t) { return hook_keys_at(t, 0); }
+
+static PyObject* hook_keys_at(PyObject* t, int depth) {
     static PyObject* name = PyUnicode_InternFromString("_backward_hooks");
     if (!is_tensor(t)) {  // a module: its parameters', its submodules' in turn
+        if (depth > 64) {  // a module that holds itself (a review probe: the stack overflowed)
+            PyErr_SetString(PyExc_RecursionError, "modules nested more than 64 deep");
+            return nullptr;
+        }
         PyObject** dict = _PyObject_GetDictPtr(t);
         PyObject* params = dict && *dict ? PyDict_GetItemString(*dict, "_parameters") : nullptr;
         PyObject* children = dict && *dict ? PyDict_GetItemString(*dict, "_modules") : nullptr;
@@ -51,7 +59,7 @@ PyObject* tensor_hook_keys(PyObject* t) {
             Py_ssize_t pos = 0;
             while (out && PyDict_Next(d, &pos, &k, &v)) {
                 if (v == Py_None) continue;
-                py::Ref keys = py::Ref::steal(tensor_hook_keys(v));
+                py::Ref keys = py::Ref::steal(hook_keys_at(v, depth + 1));
                 if (!keys || PyList_Append(out.get(), keys.get()) < 0) return nullptr;
             }
         }
@@ -246,6 +254,8 @@ static void remember(const Accessor& a, PyObject* parent, PyObject* v) {
         PyObject** dictptr = _PyObject_GetDictPtr(parent);
         PyObject* d = dictptr ? *dictptr : nullptr;
         if (!d || !PyDict_Check(d) || !PyUnicode_CheckExact(a.key.get())) return;
+        PyObject* descr = _PyType_Lookup(Py_TYPE(parent), a.key.get());
+        if (descr && Py_TYPE(descr)->tp_descr_set) return;  // a property's answer may change
         note(d);
         if (PyObject* hit = found(d, a.key.get())) {
             if (hit != v) m.count = 0;
@@ -630,7 +640,16 @@ bool same_constant(PyObject* expected, PyObject* v) {
     if (Py_TYPE(expected) != Py_TYPE(v) &&
         !(PyFrozenSet_CheckExact(expected) && PySet_CheckExact(v)))
         return false;
-    if (PyFloat_CheckExact(v)) return same_bits(PyFloat_AS_DOUBLE(expected), PyFloat_AS_DOUBLE(v));
+    if (PyFloat_Check(v)) return same_bits(PyFloat_AS_DOUBLE(expected), PyFloat_AS_DOUBLE(v));
+    if (std::strncmp(Py_TYPE(v)->tp_name, "numpy.float", 11) == 0) {
+        // numpy's other floats (float32, float16): -0.0 is not 0.0, NaN is NaN, as for floats
+        double a = PyFloat_AsDouble(expected), b = PyFloat_AsDouble(v);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            return false;
+        }
+        return same_bits(a, b);
+    }
     if (PyComplex_CheckExact(v)) {
         Py_complex a = PyComplex_AsCComplex(expected), b = PyComplex_AsCComplex(v);
         return same_bits(a.real, b.real) && same_bits(a.imag, b.imag);
