@@ -944,3 +944,55 @@ def test_modules_that_hold_themselves_do_not_crash():
         with torch.no_grad():
             for _ in range(3):
                 assert torch.equal(m(x), cf(x))
+
+
+class _Halve(nn.Module):  # a parametrization of this (user) module, for the test below
+    def forward(self, w):
+        return w / 2
+
+
+def test_a_trace_outlives_changes_to_globals_that_are_not_torchs():
+    # review probes: a warning shown while tracing (the warnings module rebinds a global), and
+    # a parametrization defined in a module whose globals a loop rebinds, made every call
+    # retrace, and the region ran eagerly for good after eight traces
+    import torch.nn.utils.parametrize as P
+
+    m = nn.Sequential(nn.Linear(4, 4), nn.Softmax())  # Softmax() warns: no dim
+    P.register_parametrization(m[0], "weight", _Halve())
+    cf = ts(m)
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            for i in range(6):
+                globals()["_LOOP_VALUE"] = i  # as a loop at the top of a script does
+                assert torch.allclose(cf(x), m(x), atol=1e-6), i
+    assert runs(cf)[0] >= 3 and "1 traces" in report(cf)["graphs"][0]["backend_summary"]
+
+
+@pytest.mark.parametrize("backend", ["torchscript", "fx"])
+def test_tensor_methods_and_torch_functions_rebound_after_the_trace(backend):
+    # review probes: torch.Tensor.unflatten (which nn.Unflatten calls) and Tensor.__add__
+    # rebound after the trace ran the old trace; under fx, torch.relu rebound to a wrapper of
+    # the original made the generated code (which names torch.relu) apply the wrapper twice
+    m = nn.Sequential(nn.Linear(4, 4), nn.Unflatten(1, (2, 2)))
+
+    def f(x):
+        return torch.relu(m(x)) + 1
+
+    cf = magpy.compile(f, backend=backend)
+    x = torch.randn(3, 4)
+    unflatten, add, relu = torch.Tensor.unflatten, torch.Tensor.__add__, torch.relu
+    try:
+        with torch.no_grad():
+            for step in range(4):
+                for _ in range(3):
+                    assert torch.allclose(cf(x), f(x), atol=1e-6), step
+                if step == 0:
+                    torch.Tensor.unflatten = lambda t, d, s: unflatten(t, d, s) * 3
+                elif step == 1:
+                    torch.Tensor.__add__ = lambda a, b: add(add(a, b), 10)
+                elif step == 2:
+                    torch.relu = lambda t: relu(t) + 7
+    finally:
+        torch.Tensor.unflatten, torch.Tensor.__add__, torch.relu = unflatten, add, relu

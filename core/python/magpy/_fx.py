@@ -16,6 +16,7 @@ backends/fx_backend.cpp), with a note in explain().
 
 import copy
 import operator
+import sys
 
 import torch
 
@@ -36,6 +37,24 @@ _COMPARE = (operator.lt, operator.le, operator.eq, operator.ne, operator.gt, ope
 _UNARY = (operator.neg, operator.pos, operator.invert, operator.not_)
 
 BACKENDS = ("fx", "inductor", "cudagraphs")
+
+
+def _named_as_itself(fn):
+    """Whether the code fx generates for a call of `fn` calls `fn`: a torch function is spelled
+    by its qualified name (torch.relu), which the generated code looks up when it runs. A
+    review probe replaced torch.relu by a wrapper of the original: the capture called the
+    original, and the code called the wrapper."""
+    if not callable(fn) or isinstance(fn, torch.nn.Module):
+        return True
+    try:
+        name = torch.fx.node._get_qualified_name(fn)
+    except Exception:
+        return True  # not spelled by name
+    module, _, attr = name.rpartition(".")
+    target = sys.modules.get(module)
+    for part in ([] if target is not None else module.split(".")):
+        target = getattr(target, part, None) if target is not None else sys.modules.get(part)
+    return target is None or getattr(target, attr, fn) is fn
 
 
 class Unsupported(Exception):
@@ -135,6 +154,9 @@ def graph_module(steps, sample, flat=False):
     def call(fn, args, kwargs):
         if isinstance(fn, torch.fx.Node):
             raise Unsupported("a call of a computed callable")
+        if not _named_as_itself(fn):
+            raise Unsupported(f"{getattr(fn, '__name__', fn)} is no longer what its name in "
+                              f"torch means (the generated code would call that instead)")
         if isinstance(fn, torch.nn.Module):
             return g.call_module(module_name(fn), tuple(args), kwargs)
         if _is_tensor_method(fn) and args:

@@ -923,8 +923,18 @@ bool makes_grad_leaf(const jit::Graph& graph, PyObject* outputs) {
     return false;
 }
 
-// The globals dicts of the Python functions that run while it is alive ([Note: code a trace
-// ran]), by a profile function put in place of the thread's own for that time.
+// The globals of a module of torch's own. Only those are watched: a user's module rebinds its
+// globals all the time (a loop at the top of a script, every notebook cell), and so does the
+// warnings module while a warning is shown (review probes: every call retraced).
+bool torch_globals(PyObject* globals) {
+    PyObject* name = PyDict_GetItemString(globals, "__name__");
+    if (!name || !PyUnicode_Check(name)) return false;
+    std::string n = py::str_of(name);
+    return n == "torch" || n.rfind("torch.", 0) == 0;
+}
+
+// The globals dicts of the Python functions of torch that run while it is alive ([Note: code a
+// trace ran]), by a profile function put in place of the thread's own for that time.
 class CodeWatch {
 public:
     CodeWatch() {
@@ -951,7 +961,7 @@ private:
         }
         bool seen = false;
         for (const py::Ref& d : w->m_dicts) seen = seen || d.get() == globals;
-        if (!seen && PyDict_Check(globals) && w->m_dicts.size() < 64)
+        if (!seen && PyDict_Check(globals) && w->m_dicts.size() < 64 && torch_globals(globals))
             w->m_dicts.push_back(py::Ref::borrow(globals));
         Py_DECREF(globals);
         return 0;
@@ -961,9 +971,17 @@ private:
     std::vector<py::Ref> m_dicts;
 };
 
-// The class dicts of the modules among a key's values, their bases' up to nn.Module's.
+// The class dicts of the modules among a key's values, their bases' up to nn.Module's, and
+// torch.Tensor's (its Python methods, `Tensor.unflatten`, and operators a program may rebind:
+// a review probe).
 void note_module_classes(const Gathered& g, std::vector<std::pair<py::Ref, uint64_t>>& out) {
     const TorchApi& api = torch_api();
+    PyObject* tensor_mro = api.tensor_type->tp_mro;
+    for (Py_ssize_t i = 0; tensor_mro && i < PyTuple_GET_SIZE(tensor_mro); ++i) {
+        auto* c = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(tensor_mro, i));
+        if (c == &PyBaseObject_Type || !c->tp_dict || !PyDict_Check(c->tp_dict)) continue;
+        out.emplace_back(py::Ref::borrow(c->tp_dict), py::dict_version(c->tp_dict));
+    }
     for (PyObject* o : g.others) {
         if (!PyType_Check(o) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(o), api.module_type))
             continue;
