@@ -961,7 +961,7 @@ def test_a_trace_outlives_changes_to_globals_that_are_not_torchs():
     P.register_parametrization(m[0], "weight", _Halve())
     cf = ts(m)
     x = torch.randn(3, 4)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         with torch.no_grad():
             for i in range(6):
