@@ -907,3 +907,24 @@ def test_forward_set_on_the_instance_is_the_one_compiled():
         assert torch.equal(cf(x), m(x))
     e = magpy.explain(cf)
     assert e.graph_count == 1 and e.cache_hits == 2, (e.graph_count, e.cache_hits)
+
+
+def test_requires_grad_of_results_follows_the_leaf_modules_parameters():
+    # a review probe: parameters frozen between calls (fine-tuning, a notebook cell) left
+    # `if y.requires_grad:` on its old branch: the parameters of leaf modules were not guarded
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+
+    def f(x):
+        y = m(x)
+        if y.requires_grad:
+            y = y + 100
+        return y * 2 if y.is_leaf else y
+
+    cf = magpy.compile(f)
+    x = torch.randn(2, 3)
+    for flag in (True, False, True):
+        for p in m.parameters():
+            p.requires_grad_(flag)
+        for _ in range(3):
+            assert torch.equal(cf(x).detach(), f(x).detach()), flag

@@ -6204,6 +6204,10 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
         return -1;
     }
     if (p.callee.kind == CallKind::LeafModule) m_cap.entry_hooks_of_module(p.callee_value, m_hook_ids_made);
+    if (p.callee.kind == CallKind::LeafModule && grad_mode_enabled() &&
+        m_cap.v(p.callee_value).kind == ValueKind::Input &&
+        std::find(m_grad_leaves.begin(), m_grad_leaves.end(), p.callee_value) == m_grad_leaves.end())
+        m_grad_leaves.push_back(p.callee_value);
     if (p.callee.kind == CallKind::LeafModule && m_cap.v(p.callee_value).kind == ValueKind::Input &&
         written == m_cap.overlay().end() &&
         !leaf_module_ignores_training(m_cap.v(p.callee_value).real.get())) {
@@ -6328,6 +6332,24 @@ bool Monitor::split_method(int method, int& func, int& self) {
 }
 
 // [SECTION] module members -------------------------------------------------------------------
+
+// The parameters of the leaf modules called with autograd on (m_grad_leaves), guarded as
+// inputs (their requires_grad among their facts), once a program asks whether something it
+// computed requires grad. False with the capture failed.
+bool Monitor::guard_leaf_parameters() {
+    std::vector<int> leaves;
+    leaves.swap(m_grad_leaves);
+    for (int leaf : leaves) {
+        std::vector<PyObject*> memo;
+        std::vector<std::pair<std::string, int>> modules;
+        if (!walk_modules(leaf, "", memo, modules)) return false;
+        for (const auto& [name, module] : modules) {
+            std::vector<std::pair<PyObject*, int>> params;
+            if (!dict_entries(module, "_parameters", params)) return false;
+        }
+    }
+    return true;
+}
 
 // Module.named_modules(): each module once (by identity), depth first, with its dotted name.
 bool Monitor::walk_modules(int module, const std::string& prefix, std::vector<PyObject*>& memo,
@@ -7468,6 +7490,12 @@ int Monitor::load_attr(int obj, PyObject* name, PyObject* real) {
                 return m_cap.input_child(obj, AccessKind::Attr, 0, name, ".is_leaf", real);
             if (n == "shape" && (o.dyn_shape || m_cap.sym_tensor(obj))) return shape_of(obj, real);
             if ((n == "shape" || n == "ndim") && !m_cap.read_rank(obj)) return -1;
+            // whether an op result requires grad follows from its inputs', and the parameters
+            // of leaf modules are inputs the guards did not check until now (a review probe
+            // froze them between calls: `if y.requires_grad:` kept the old branch)
+            if ((n == "requires_grad" || n == "is_leaf") && o.kind != ValueKind::Input &&
+                !guard_leaf_parameters())
+                return -1;
             return m_cap.const_value(real);
         }
         // A tensor computed from constants is one of the capture ([Note: tensors of

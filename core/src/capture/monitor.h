@@ -139,6 +139,8 @@ private:
     void forget_generators();
     bool rank_may_change(const Pending& p);
     int grad_of(int t, PyObject* name, PyObject* real);
+    bool guard_leaf_parameters();
+    std::vector<int> m_grad_leaves;  // leaf modules called with autograd on (guard_leaf_parameters)
     int attr_at_replay(int obj, PyObject* name, PyObject* real, bool op);
     int call_at_replay(PyObject* fn, const std::vector<int>& args, PyObject* real,
                        const std::string& label);
