@@ -54,6 +54,8 @@ CELLS = [
     ("x = torch.ones(3)",
      "exec('made = x * 5')\nseen = eval('made.sum()')\nkeys = sorted(k for k in locals() "
      "if k in ('made', 'seen'))\n(made, seen, keys)", ["made", "seen", "keys"]),
+    # ... and dir() lists them (a review probe: it gave [])
+    ("x = torch.ones(3)", "found = 'x' in dir() and dir() == sorted(dir())\nfound", ["found"]),
     # ... but a user's own function named eval is called as it is (a review probe: it was
     # given the notebook's globals as a second argument)
     ("x = torch.ones(3)\ndef eval(m, loader=None):\n    return (m * 2, loader)",

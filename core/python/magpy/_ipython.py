@@ -249,7 +249,7 @@ def build_cell_function(python_source, filename, line_offset, user_ns, display_l
 
 def _module_scope_calls(tree):
     """In a cell's own scope, locals are the notebook's globals: `exec(src)`, `eval(src)`,
-    `locals()` and `vars()` become calls through `module_scope_call`, which gives the builtins
+    `locals()`, `vars()` and `dir()` become calls through `module_scope_call`, which gives the builtins
     `globals()` explicitly (they would read and write the function's locals, and lose new
     names) and calls anything else of that name as it is (a user's own `def eval(model)`).
     An audit: `exec('y = 1')` then `y` was a NameError under %%magpy."""
@@ -263,7 +263,7 @@ def _module_scope_calls(tree):
         node.func = ast.copy_location(ast.Name(id=SCOPE_CALL, ctx=ast.Load()), node.func)
 
 
-_MODULE_SCOPE_BUILTINS = {"exec": 1, "eval": 1, "locals": 0, "vars": 0}
+_MODULE_SCOPE_BUILTINS = {"exec": 1, "eval": 1, "locals": 0, "vars": 0, "dir": 0}
 SCOPE_CALL = "__magpy_module_scope_call__"
 
 
@@ -274,6 +274,8 @@ def module_scope_call(fn, here, *args):
             len(args) == _MODULE_SCOPE_BUILTINS.get(name, -1):
         if name in ("exec", "eval"):
             return fn(args[0], here)
+        if name == "dir":  # the names of the module's scope, sorted
+            return sorted(here)
         return here  # locals(), vars() at module level
     return fn(*args)
 
