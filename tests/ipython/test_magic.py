@@ -54,6 +54,8 @@ CELLS = [
     ("x = torch.ones(3)",
      "exec('made = x * 5')\nseen = eval('made.sum()')\nkeys = sorted(k for k in locals() "
      "if k in ('made', 'seen'))\n(made, seen, keys)", ["made", "seen", "keys"]),
+    # ... and a line magic that runs code binds in them (a review probe: `zz` was lost)
+    ("x = torch.ones(3)", "%time zz = x + 1\nw = zz * 2\nw", ["zz", "w"]),
     # ... and dir() lists them (a review probe: it gave [])
     ("x = torch.ones(3)", "found = 'x' in dir() and dir() == sorted(dir())\nfound", ["found"]),
     # ... but a user's own function named eval is called as it is (a review probe: it was

@@ -244,6 +244,7 @@ def build_cell_function(python_source, filename, line_offset, user_ns, display_l
     code = compile(module, filename, "exec", dont_inherit=True)
     fcode = next(c for c in code.co_consts if hasattr(c, "co_code"))
     user_ns.setdefault(SCOPE_CALL, module_scope_call)
+    user_ns.setdefault(SCOPE_MAGIC, module_scope_magic)
     return types.FunctionType(fcode, user_ns, "<module>")
 
 
@@ -254,6 +255,14 @@ def _module_scope_calls(tree):
     names) and calls anything else of that name as it is (a user's own `def eval(model)`).
     An audit: `exec('y = 1')` then `y` was a NameError under %%magpy."""
     for node in _top_level_nodes(tree):
+        if _is_line_magic_call(node):
+            # `%time y = f(x)`: a magic that runs code in its caller's scope (needs_local_scope)
+            # is run from the notebook's own (a review probe: `y` was bound in the cell
+            # function's frame and lost)
+            here = ast.Call(func=ast.Name(id="globals", ctx=ast.Load()), args=[], keywords=[])
+            node.args = [here] + node.args
+            node.func = ast.copy_location(ast.Name(id=SCOPE_MAGIC, ctx=ast.Load()), node.func)
+            continue
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)) or \
                 node.func.id not in _MODULE_SCOPE_BUILTINS or node.keywords or \
                 any(isinstance(a, ast.Starred) for a in node.args):
@@ -265,6 +274,25 @@ def _module_scope_calls(tree):
 
 _MODULE_SCOPE_BUILTINS = {"exec": 1, "eval": 1, "locals": 0, "vars": 0, "dir": 0}
 SCOPE_CALL = "__magpy_module_scope_call__"
+SCOPE_MAGIC = "__magpy_module_scope_magic__"
+
+
+def _is_line_magic_call(node):
+    """`get_ipython().run_line_magic('name', 'line')`, as IPython writes `%name line`."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and
+            node.func.attr == "run_line_magic" and isinstance(node.func.value, ast.Call) and
+            isinstance(node.func.value.func, ast.Name) and
+            node.func.value.func.id == "get_ipython" and len(node.args) == 2 and
+            not node.keywords and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                                      for a in node.args))
+
+
+def module_scope_magic(here, name, line):
+    """`%name line` from a %%magpy cell's own scope: run by a frame whose locals are the
+    notebook's globals, as at the top of a plain cell (IPython hands that frame's locals to
+    magics that run code, and expands $names from it)."""
+    code = compile(f"get_ipython().run_line_magic({name!r}, {line!r})", "<magic>", "eval")
+    return eval(code, here)
 
 
 def module_scope_call(fn, here, *args):
