@@ -479,3 +479,14 @@ def test_warnings_and_log_records_in_a_cell_name_the_cells_lines(ip, rec):
         assert torch.equal(got[2], eager[2])
     ex = run(ip, "%magpy_explain")
     assert ex.graph_count == 1 and ex.break_count == 0 and ex.cache_hits >= 1
+
+
+def test_annotations_at_the_top_of_a_cell_are_kept(ip, rec):
+    # a review probe: a bare `a: float` was dropped from the notebook's __annotations__
+    cell = "a: float\nb: int = 3\nc = b * 2"
+    seen = []
+    for magic in ("", "%%magpy\n", "%%magpy\n"):
+        ip.user_ns.pop("__annotations__", None)
+        run(ip, magic + cell)
+        seen.append((dict(ip.user_ns.get("__annotations__", {})), ip.user_ns["c"]))
+    assert seen[0] == ({"a": float, "b": int}, 6) and seen[1] == seen[0] == seen[2], seen

@@ -224,10 +224,24 @@ def build_cell_function(python_source, filename, line_offset, user_ns, display_l
         if isinstance(stmt, ast.Global):
             continue                      # declared once, below
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            # `x: int = 1` binds a global; a global cannot carry an annotation in a function
-            if stmt.value is None:
-                continue
-            stmt = ast.copy_location(ast.Assign(targets=[stmt.target], value=stmt.value), stmt)
+            # `x: int = 1` binds a global; a global cannot carry an annotation in a function,
+            # so the annotation is stored in the notebook's __annotations__ as at module level
+            # (a review probe: a bare `a: float` was dropped)
+            if stmt.value is not None:
+                body.append(ast.copy_location(
+                    ast.Assign(targets=[stmt.target], value=stmt.value), stmt))
+            if stmt.simple:
+                annotations = ast.Call(
+                    func=ast.Attribute(value=ast.Call(func=ast.Name(id="globals", ctx=ast.Load()),
+                                                      args=[], keywords=[]),
+                                       attr="setdefault", ctx=ast.Load()),
+                    args=[ast.Constant("__annotations__"), ast.Dict(keys=[], values=[])],
+                    keywords=[])
+                store = ast.Subscript(value=annotations, slice=ast.Constant(stmt.target.id),
+                                      ctx=ast.Store())
+                body.append(ast.copy_location(
+                    ast.Assign(targets=[store], value=stmt.annotation), stmt))
+            continue
         body.append(stmt)
     if body and isinstance(body[-1], ast.Expr) and not _ends_with_semicolon(python_source):
         body[-1] = ast.copy_location(ast.Return(value=body[-1].value), body[-1])
