@@ -385,3 +385,26 @@ def test_graph_break_error_carries_the_break_as_attributes():
     assert e.reason_id == "MB001" and "branch" in e.reason and e.hint
     assert e.filename == __file__ and e.lineno == f.__code__.co_firstlineno + 2
     assert e.reason in str(e) and e.hint in str(e)
+
+
+def test_a_tracer_the_program_sets_during_the_call_stays_set():
+    # a review probe: sys.settrace(t) in the compiled function (a break) was undone when the
+    # capture ended, where eager leaves `t` installed
+    import sys as _sys
+
+    def tracer(frame, event, arg):
+        return tracer
+
+    def f(x):
+        y = x * 2
+        _sys.settrace(tracer)
+        return y + 1
+
+    cf = magpy.compile(f)
+    try:
+        for _ in range(3):
+            cf(torch.ones(2))
+            assert _sys.gettrace() is tracer
+            _sys.settrace(None)
+    finally:
+        _sys.settrace(None)

@@ -553,6 +553,7 @@ inline void discard_unevaluated_frame(PyThreadState* ts, IFrame* f) { magpy_disc
 
 // True when some tracer (a debugger, coverage) is already installed on this thread.
 inline bool thread_has_tracer(PyThreadState* ts) { return ts->c_tracefunc != nullptr; }
+inline Py_tracefunc thread_tracer(PyThreadState* ts) { return ts->c_tracefunc; }
 
 // [Note: site frames] in replay/plan.cpp. A frame object with no locals that stands for a frame
 // of the user's code: its file, function name and module globals (as _PyTraceback_Add makes
