@@ -928,3 +928,22 @@ def test_requires_grad_of_results_follows_the_leaf_modules_parameters():
             p.requires_grad_(flag)
         for _ in range(3):
             assert torch.equal(cf(x).detach(), f(x).detach()), flag
+
+
+def test_a_sliced_sequential_that_leaves_the_call_is_a_sequential_with_its_keys():
+    # a review probe: torch.utils.checkpoint(seq[1:], x) raised on replay (the slice was made
+    # again as Sequential([modules]), which Sequential does not take)
+    import torch.utils.checkpoint as cp
+
+    seq = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 3))
+
+    def f(x):
+        part = seq[1:]
+        return part, cp.checkpoint(part, x, use_reentrant=True)
+
+    cf = magpy.compile(f)
+    for _ in range(3):
+        x = torch.randn(2, 3, requires_grad=True)
+        (pe, ye), (pc, yc) = f(x), cf(x)
+        assert type(pc) is nn.Sequential and list(pc._modules) == list(pe._modules) == ["1", "2"]
+        assert torch.equal(ye, yc)

@@ -1472,6 +1472,32 @@ static PyObject* make_object_function() {
     return fn;
 }
 
+// At replay, a Sequential made by slicing one, that escapes: `cls(OrderedDict(zip(keys,
+// items)))`, as Sequential.__getitem__ makes it (its own keys kept). Calling the class with the
+// list of modules, as for a ModuleList, raised (a review probe: a sliced Sequential given to
+// torch.utils.checkpoint).
+static PyObject* make_sequential(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (n != 3 || !PyType_Check(args[0]) || !PyTuple_Check(args[1]) || !PyList_Check(args[2]) ||
+        PyTuple_GET_SIZE(args[1]) != PyList_GET_SIZE(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "magpy: make_sequential(cls, keys, items)");
+        return nullptr;
+    }
+    static PyObject* odict = reinterpret_cast<PyObject*>(&PyODict_Type);
+    py::Ref d = py::Ref::steal(PyObject_CallNoArgs(odict));
+    for (Py_ssize_t i = 0; d && i < PyTuple_GET_SIZE(args[1]); ++i)
+        if (PyObject_SetItem(d.get(), PyTuple_GET_ITEM(args[1], i), PyList_GET_ITEM(args[2], i)) < 0)
+            return nullptr;
+    return d ? PyObject_CallOneArg(args[0], d.get()) : nullptr;
+}
+
+static PyObject* make_sequential_function() {
+    static PyMethodDef def = {"make_sequential", reinterpret_cast<PyCFunction>(
+                                                     reinterpret_cast<void (*)()>(make_sequential)),
+                              METH_FASTCALL, "magpy: a sliced Sequential, at replay"};
+    static PyObject* fn = c_function(&def);
+    return fn;
+}
+
 // A numpy array passed in and given to a step (`torch.from_numpy(a)`): the step reads its data
 // at replay, but what the step makes of it (dtype, shape, layout) follows from its metadata,
 // which an array keeps in attributes: guarded by value (`a.dtype.str`, `a.shape`, `a.strides`).
@@ -1579,7 +1605,9 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         }
         if (val.kind == ValueKind::FreshSet)  // set([...]) at replay
             s.name = py::Ref::borrow(reinterpret_cast<PyObject*>(&PySet_Type));
-        else if (((s.kind == StepKind::BuildDict && !PyDict_CheckExact(val.real.get())) ||
+        bool sequential = s.kind == StepKind::BuildList && val.real &&
+                          PyObject_TypeCheck(val.real.get(), torch_api().sequential_type);
+        if (!sequential && ((s.kind == StepKind::BuildDict && !PyDict_CheckExact(val.real.get())) ||
              (s.kind == StepKind::BuildList && !PyList_CheckExact(val.real.get()))) &&
             !object && val.real)  // an OrderedDict, a ModuleList made by slicing one
             s.name = py::Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(val.real.get())));
@@ -1593,6 +1621,25 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         s.out = m_plan->add_slot();
         out = Arg::slot(s.out);
         add_step(std::move(s));
+        if (sequential) {  // make_sequential(cls, keys, [items])
+            PyObject** dictptr = _PyObject_GetDictPtr(val.real.get());
+            PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
+            py::Ref keys = modules && PyDict_Check(modules)
+                               ? py::Ref::steal(PySequence_Tuple(modules)) : py::Ref();
+            if (!keys) {
+                PyErr_Clear();
+                internal_error("the keys of a sliced Sequential");
+                return false;
+            }
+            Step mk;
+            mk.kind = StepKind::Call;
+            mk.args = {Arg::value(make_sequential_function()),
+                       Arg::value(reinterpret_cast<PyObject*>(Py_TYPE(val.real.get()))),
+                       Arg::value(keys.get()), out};
+            mk.out = m_plan->add_slot();
+            out = Arg::slot(mk.out);
+            add_step(std::move(mk));
+        }
         if (factory >= 0) {  // defaultdict() then .default_factory = factory
             Step sf;
             sf.kind = StepKind::SetAttr;
