@@ -867,28 +867,6 @@ def test_parametrizations_of_the_users_own_class_follow_their_state():
 
 
 @pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze"])
-def test_torch_code_replaced_after_the_trace_is_run_as_replaced(backend):
-    # [Note: code a trace ran]: a review probe replaced F.relu (which nn.ReLU.forward calls)
-    # and nn.LayerNorm.forward after the capture, and the old trace ran on
-    torch.manual_seed(0)
-    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.LayerNorm(4))
-    cf = magpy.compile(m, backend=backend)
-    x = torch.randn(2, 4)
-    relu, ln_forward = F.relu, nn.LayerNorm.forward
-    try:
-        with torch.no_grad():
-            for step in range(3):
-                for _ in range(3):
-                    assert torch.allclose(cf(x), m(x), atol=1e-6), step
-                if step == 0:
-                    F.relu = lambda t, inplace=False: t * 100
-                else:
-                    nn.LayerNorm.forward = lambda self, t: t - 1
-    finally:
-        F.relu, nn.LayerNorm.forward = relu, ln_forward
-
-
-@pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze"])
 def test_state_of_a_users_parametrization_class_is_followed(backend):
     # review probes: a class-level dict changed in place, and the class's bases reassigned,
     # left a kept key (and its trace) in use; numpy -0.0 and 0.0 were one key
@@ -970,29 +948,34 @@ def test_a_trace_outlives_changes_to_globals_that_are_not_torchs():
     assert runs(cf)[0] >= 3 and "1 traces" in report(cf)["graphs"][0]["backend_summary"]
 
 
-@pytest.mark.parametrize("backend", ["torchscript", "fx"])
-def test_tensor_methods_and_torch_functions_rebound_after_the_trace(backend):
-    # review probes: torch.Tensor.unflatten (which nn.Unflatten calls) and Tensor.__add__
-    # rebound after the trace ran the old trace; under fx, torch.relu rebound to a wrapper of
-    # the original made the generated code (which names torch.relu) apply the wrapper twice
-    m = nn.Sequential(nn.Linear(4, 4), nn.Unflatten(1, (2, 2)))
+@pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze", "fx"])
+def test_torch_code_replaced_after_the_trace_is_run_as_replaced(backend):
+    # [Note: code a trace ran]: review probes replaced F.relu (which nn.ReLU.forward calls),
+    # nn.LayerNorm.forward, torch.Tensor.unflatten (which nn.Unflatten calls) and
+    # Tensor.__add__ after the capture, and the old trace ran on; under fx, torch.relu replaced
+    # by a wrapper of the original made the generated code (which names torch.relu) apply it twice
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.LayerNorm(4), nn.Unflatten(1, (2, 2)))
 
     def f(x):
         return torch.relu(m(x)) + 1
 
     cf = magpy.compile(f, backend=backend)
     x = torch.randn(3, 4)
-    unflatten, add, relu = torch.Tensor.unflatten, torch.Tensor.__add__, torch.relu
+    saved = [(F, "relu"), (nn.LayerNorm, "forward"), (torch.Tensor, "unflatten"),
+             (torch.Tensor, "__add__"), (torch, "relu")]
+    originals = [getattr(owner, name) for owner, name in saved]
+    unflatten, add, trelu = originals[2:]
+    replacements = [lambda t, inplace=False: t * 100, lambda self, t: t - 1,
+                    lambda t, d, s: unflatten(t, d, s) * 3, lambda a, b: add(add(a, b), 10),
+                    lambda t: trelu(t) + 7]
     try:
         with torch.no_grad():
-            for step in range(4):
+            for step in range(len(saved) + 1):
                 for _ in range(3):
                     assert torch.allclose(cf(x), f(x), atol=1e-6), step
-                if step == 0:
-                    torch.Tensor.unflatten = lambda t, d, s: unflatten(t, d, s) * 3
-                elif step == 1:
-                    torch.Tensor.__add__ = lambda a, b: add(add(a, b), 10)
-                elif step == 2:
-                    torch.relu = lambda t: relu(t) + 7
+                if step < len(saved):
+                    setattr(*saved[step], replacements[step])
     finally:
-        torch.Tensor.unflatten, torch.Tensor.__add__, torch.relu = unflatten, add, relu
+        for (owner, name), original in zip(saved, originals):
+            setattr(owner, name, original)

@@ -50,11 +50,12 @@ def _named_as_itself(fn):
         name = torch.fx.node._get_qualified_name(fn)
     except Exception:
         return True  # not spelled by name
-    module, _, attr = name.rpartition(".")
-    target = sys.modules.get(module)
-    for part in ([] if target is not None else module.split(".")):
-        target = getattr(target, part, None) if target is not None else sys.modules.get(part)
-    return target is None or getattr(target, attr, fn) is fn
+    # the owner by its dotted path: a module, or a class in one (torch._C._TensorBase)
+    package, *path = name.split(".")
+    owner = sys.modules.get(package)
+    for part in path[:-1]:
+        owner = getattr(owner, part, None)
+    return owner is None or not path or getattr(owner, path[-1], fn) is fn
 
 
 class Unsupported(Exception):

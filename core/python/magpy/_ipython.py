@@ -231,16 +231,12 @@ def build_cell_function(python_source, filename, line_offset, user_ns, display_l
                 body.append(ast.copy_location(
                     ast.Assign(targets=[stmt.target], value=stmt.value), stmt))
             if stmt.simple:
-                annotations = ast.Call(
-                    func=ast.Attribute(value=ast.Call(func=ast.Name(id="globals", ctx=ast.Load()),
-                                                      args=[], keywords=[]),
-                                       attr="setdefault", ctx=ast.Load()),
-                    args=[ast.Constant("__annotations__"), ast.Dict(keys=[], values=[])],
-                    keywords=[])
-                store = ast.Subscript(value=annotations, slice=ast.Constant(stmt.target.id),
-                                      ctx=ast.Store())
-                body.append(ast.copy_location(
-                    ast.Assign(targets=[store], value=stmt.annotation), stmt))
+                note = ast.parse("globals().setdefault('__annotations__', {})"
+                                 f"[{stmt.target.id!r}] = None").body[0]
+                for part in ast.walk(note):  # at the annotation's line, not the template's
+                    ast.copy_location(part, stmt)
+                note.value = stmt.annotation
+                body.append(note)
             continue
         body.append(stmt)
     if body and isinstance(body[-1], ast.Expr) and not _ends_with_semicolon(python_source):

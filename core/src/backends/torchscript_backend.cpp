@@ -292,10 +292,7 @@ bool same_name(PyObject* key, PyObject* name) {  // `name` is interned
 // A class of torch's own (nn.Linear, parametrize's ParametrizationList), as opposed to one a
 // user wrote.
 bool torch_class(PyTypeObject* t) {
-    PyObject* module = PyDict_GetItemString(t->tp_dict, "__module__");
-    if (!module || !PyUnicode_Check(module)) return false;
-    std::string name = py::str_of(module);
-    return name == "torch" || name.rfind("torch.", 0) == 0;
+    return names_torch_module(PyDict_GetItemString(t->tp_dict, "__module__"));
 }
 
 // The name of a class attribute of a user's class that may change in place (a dict, a list,
@@ -555,20 +552,17 @@ struct OtherKey {
 // A copy of a value compared by value that no later change to the original reaches: lists,
 // and tuples holding lists, are copied (the same object again would compare equal to itself).
 py::Ref snapshot(PyObject* o) {
-    if (PyTuple_CheckExact(o) && holds_list(o)) {  // (plain: nested kMaxNesting at most)
-        Py_ssize_t n = PyTuple_GET_SIZE(o);
-        py::Ref copy = py::Ref::steal(PyTuple_New(n));
-        if (!copy) return {};
-        for (Py_ssize_t i = 0; i < n; ++i)
-            PyTuple_SET_ITEM(copy.get(), i, snapshot(PyTuple_GET_ITEM(o, i)).release());
-        return copy;
-    }
-    if (!PyList_CheckExact(o)) return py::Ref::borrow(o);
-    Py_ssize_t n = PyList_GET_SIZE(o);
-    py::Ref copy = py::Ref::steal(PyList_New(n));
+    const bool list = PyList_CheckExact(o);
+    if (!list && !(PyTuple_CheckExact(o) && holds_list(o)))  // (plain: nested kMaxNesting at most)
+        return py::Ref::borrow(o);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    py::Ref copy = py::Ref::steal(list ? PyList_New(n) : PyTuple_New(n));
     if (!copy) return {};
-    for (Py_ssize_t i = 0; i < n; ++i)
-        PyList_SET_ITEM(copy.get(), i, snapshot(PyList_GET_ITEM(o, i)).release());
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* item = snapshot(PySequence_Fast_GET_ITEM(o, i)).release();
+        if (list) PyList_SET_ITEM(copy.get(), i, item);
+        else PyTuple_SET_ITEM(copy.get(), i, item);
+    }
     return copy;
 }
 
@@ -927,10 +921,7 @@ bool makes_grad_leaf(const jit::Graph& graph, PyObject* outputs) {
 // globals all the time (a loop at the top of a script, every notebook cell), and so does the
 // warnings module while a warning is shown (review probes: every call retraced).
 bool torch_globals(PyObject* globals) {
-    PyObject* name = PyDict_GetItemString(globals, "__name__");
-    if (!name || !PyUnicode_Check(name)) return false;
-    std::string n = py::str_of(name);
-    return n == "torch" || n.rfind("torch.", 0) == 0;
+    return names_torch_module(PyDict_GetItemString(globals, "__name__"));
 }
 
 // The globals dicts of the Python functions of torch that run while it is alive ([Note: code a

@@ -34,8 +34,6 @@ std::string cfunction_module(PyCFunctionObject* cf) {
     return {};
 }
 
-bool is_torch_module_name(const std::string& m) { return m == "torch" || starts_with(m, "torch."); }
-
 // TorchScript helpers that eager code calls: their answer is fixed when not scripting/tracing.
 bool is_eager_fact(const std::string& op) {
     return op == "is_scripting" || op == "is_tracing" || op == "_get_tracing_state" ||

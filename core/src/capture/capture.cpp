@@ -394,11 +394,7 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
             // and the module globals its code names (`STATS["n"] += 1`), unless it is torch's
             // own; those it stores (`global count`) are rebound
             PyObject* globals = PyFunction_GET_GLOBALS(o);
-            PyObject* module = PyDict_GetItemString(globals, "__name__");
-            bool torch_code = module && PyUnicode_Check(module) &&
-                              (py::str_of(module) == "torch" ||
-                               py::str_of(module).rfind("torch.", 0) == 0);
-            if (torch_code) continue;
+            if (names_torch_module(PyDict_GetItemString(globals, "__name__"))) continue;
             // ; the attributes its code stores are rebound on the classes and modules it names
             // (`Stats.n += 1`); `globals()[k] = v` may rebind any of them
             std::vector<PyCodeObject*> codes{reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(o))};

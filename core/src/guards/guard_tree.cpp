@@ -81,13 +81,16 @@ static PyObject* const* hook_names() {
     return names;
 }
 
-bool module_has_no_hooks(PyObject* m) {
+// module_has_no_hooks, which also hands back the hook containers it read (`found`, borrowed:
+// null where absent).
+static bool no_hooks_in(PyObject* m, PyObject* found[4]) {
     PyObject* const* names = hook_names();
     PyObject** dict = _PyObject_GetDictPtr(m);
     if (!dict || !*dict) return false;
     for (int i = 0; i < 4; ++i) {
         PyObject* n = names[i];
         PyObject* d = PyDict_GetItemWithError(*dict, n);
+        found[i] = d;
         if (!d) {
             if (PyErr_Occurred()) PyErr_Clear();
             else if (n == names[3]) continue;
@@ -102,6 +105,11 @@ bool module_has_no_hooks(PyObject* m) {
     return true;
 }
 
+bool module_has_no_hooks(PyObject* m) {
+    PyObject* found[4] = {};
+    return no_hooks_in(m, found);
+}
+
 // NoHooks through the check's memo ([Note: guard fetches by dict versions]): while the
 // module's __dict__ keeps its version, its hook dicts are the ones found before, and only
 // their sizes are read.
@@ -114,17 +122,12 @@ static bool no_hooks_kept(const Check& c, PyObject* m) {
         return true;
     }
     c.memo_dict = nullptr;
-    if (!module_has_no_hooks(m)) return false;
+    PyObject* found[4] = {};
+    if (!no_hooks_in(m, found)) return false;
     if (!d || !PyDict_Check(d)) return true;
-    PyObject* const* names = hook_names();
     for (int i = 0; i < 4; ++i) {
-        PyObject* h = PyDict_GetItemWithError(d, names[i]);
-        if (!h && PyErr_Occurred()) {
-            PyErr_Clear();
-            return true;  // nothing kept
-        }
-        if (h && !PyDict_Check(h)) return true;
-        c.memo_hooks[i] = h;  // (null: absent, as _backward_pre_hooks before torch 2.0)
+        if (found[i] && !PyDict_Check(found[i])) return true;  // nothing kept
+        c.memo_hooks[i] = found[i];  // (null: absent, as _backward_pre_hooks before torch 2.0)
     }
     c.memo_dict = d;
     c.memo_version = py::dict_version(d);

@@ -110,4 +110,12 @@ bool init_torch_api() {
 
 const TorchApi& torch_api() { return g_api; }
 
+bool is_torch_module_name(const std::string& name) {
+    return name == "torch" || name.rfind("torch.", 0) == 0;
+}
+
+bool names_torch_module(PyObject* name) {
+    return name && PyUnicode_Check(name) && is_torch_module_name(py::str_of(name));
+}
+
 }  // namespace magpy

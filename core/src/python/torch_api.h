@@ -62,4 +62,10 @@ struct TorchApi {
 bool init_torch_api();
 const TorchApi& torch_api();
 
+// A module of torch's own: "torch" or "torch.<anything>".
+bool is_torch_module_name(const std::string& name);
+// The same for a name held as a Python str (a module's __name__, a class's __module__); false
+// for null or anything else.
+bool names_torch_module(PyObject* name);
+
 }  // namespace magpy
