@@ -3,21 +3,23 @@
 #   run(command="tests/gpu/lease.sh", carry=[".devdeps"], timeout_s=600)
 # The first four stages' limits add up to 570 s (a call may run 600 s); the last stage gets what
 # is left, and what any stage wrote comes back even when the call is cut off.
-# 1. build core; 2. the fx backends' tests (inductor, cudagraphs) and the files that failed on
+# 1. build core (then the CUPTI check in the background); 2. the fx backends' tests (inductor, cudagraphs) and the files that failed on
 # the last run; 3. the whole suite, one pytest per file; 4. the backends bench (--quick, all
 # models, magpy's compiling backends beside torch.compile); 5. a few behaviour files with every
 # region compiled by inductor (breaks, resumed segments, compiled callees). Everything lands in
-# $OUT as a few files (the lease brings back only a few): build.log, pytest*/summary.txt and
-# failures.txt, gpu-bench.txt and .json. LEASE_STAGES picks stages
-# ("build focus suite bench inductor").
+# $OUT as seven files (the lease brings back at most eight): build.log, cupti.log, each test
+# stage's report.txt, gpu-bench.txt and .json. LEASE_STAGES picks stages
+# ("build cupti focus suite bench inductor").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export OUT=${OUT:-$PWD/gpu-out}
-stages=${LEASE_STAGES:-build focus suite bench inductor}
+stages=${LEASE_STAGES:-build cupti focus suite bench inductor}
 has() { [[ " $stages " == *" $1 "* ]]; }
 echo "lease start $(date +%T)"
 has build && MAGPY_BUILD_TIMEOUT=${LEASE_BUILD_S:-150} tests/gpu/run.sh build > /dev/null 2>&1
 ls build-gpu/python/_magpy* > /dev/null 2>&1 || { echo "no build: see $OUT/build.log"; tail -30 "$OUT/build.log"; exit 1; }
+# nvcc's compile of the CUPTI check overlaps the tests; its GPU work is a few milliseconds.
+has cupti && { timeout "${LEASE_CUPTI_S:-150}" tests/gpu/run.sh cupti > /dev/null 2>&1 & }
 if has focus; then
     OUT=$OUT/focus MAGPY_TEST_TIMEOUT=${LEASE_FOCUS_S:-100} MAGPY_TEST_PER=90 \
         MAGPY_TEST_FILES="${LEASE_FOCUS_FILES:-test_backend_fx.py test_library_idioms.py test_nn_modules.py test_resume.py test_backend_torchscript.py test_containers.py test_user_classes.py}" \
@@ -37,4 +39,6 @@ if has inductor; then
         MAGPY_TEST_FILES="${LEASE_INDUCTOR_FILES:-test_backend_fx.py test_callees_compiled.py test_resume.py test_breaks.py test_nn_modules.py test_inplace.py}" \
         tests/gpu/run.sh test
 fi
+wait
+has cupti && { echo "cupti: $(tail -1 "$OUT/cupti.log" 2>/dev/null)"; }
 echo "lease end $(date +%T)"

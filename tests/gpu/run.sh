@@ -88,14 +88,16 @@ test)
        sh -c 'timeout "$1" "$2" -m pytest -q -rfEs -p no:cacheprovider $3 ${MAGPY_TEST_ARGS:-} {} > "$4/{}.log" 2>&1; \
               rc=$?; echo "{}: rc $rc: $(tail -1 "$4/{}.log")"' _ \
        "${MAGPY_TEST_TIMEOUT:-300}" "$PY" "$per" "$logs" \
-     | sort | tee "$logs/summary.txt")
+     | sort > "$logs/report.txt")
+    cat "$logs/report.txt"
     grep -h -E "^(FAILED|ERROR)" "$logs"/*.log | cut -c1-200 | head -${MAGPY_TEST_SHOW:-60}
-    # The lease brings back only a few files: the failing files' reports go into one, and the
-    # per-file logs are dropped (MAGPY_TEST_KEEP_LOGS=1 keeps them).
+    # The lease brings back only a few files: the summary (one line per file) and the failing
+    # files' reports go into one, report.txt, and the per-file logs are dropped
+    # (MAGPY_TEST_KEEP_LOGS=1 keeps them).
     for f in "$logs"/*.py.log; do
         grep -q -E "^(FAILED|ERROR)|Fatal Python error|Segmentation" "$f" || continue
-        echo "##### $(basename "$f" .log)"; tail -c "${MAGPY_TEST_FAIL_BYTES:-20000}" "$f"
-    done > "$logs/failures.txt"
+        echo; echo "##### $(basename "$f" .log)"; tail -c "${MAGPY_TEST_FAIL_BYTES:-20000}" "$f"
+    done >> "$logs/report.txt"
     [ "${MAGPY_TEST_KEEP_LOGS:-0}" = 1 ] || rm -f "$logs"/*.py.log
     ;;
 bench)
