@@ -16,8 +16,9 @@ BENCH = os.path.join(ROOT, "bench", "backends.py")
 
 def test_quick_mlp_run(tmp_path):
     out = tmp_path / "backends.json"
+    import _magpy  # the build the tests run against (build/, or build-gpu/ on the device)
     env = dict(os.environ, PYTHONNOUSERSITE="1", PYTHONPATH=os.pathsep.join(
-        [os.path.join(ROOT, "core", "python"), os.path.join(ROOT, "build", "python")]))
+        [os.path.join(ROOT, "core", "python"), os.path.dirname(os.path.abspath(_magpy.__file__))]))
     # systems that build in a second anywhere (torch.compile and magpy-inductor compile C++ for
     # a minute on a CPU): the harness is what this checks
     proc = subprocess.run([sys.executable, BENCH, "--quick", "--filter", "mlp", "--systems",

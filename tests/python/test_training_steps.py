@@ -42,7 +42,7 @@ class Trainer:
 
 def state(t):
     return ([p.detach().clone() for p in t.model.parameters()], t.sched.last_epoch,
-            t.opt._step_count, t.step_no, list(t.lrs))
+            t.sched._step_count, t.step_no, list(t.lrs))  # (opt._step_count: torch < 2 only)
 
 
 def test_optimizer_and_scheduler_steps_run_once_and_their_writes_are_read_after_them():
@@ -106,7 +106,7 @@ def test_scheduler_state_returned_after_its_step():
     def step(opt, sched):
         opt.step()
         sched.step()
-        return opt.param_groups[0]["lr"], sched.last_epoch, opt._step_count
+        return opt.param_groups[0]["lr"], sched.last_epoch, sched._step_count
 
     (we, oe, se), (wc, oc, sc) = make(), make()
     cf = magpy.compile(step)

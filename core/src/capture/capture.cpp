@@ -688,12 +688,12 @@ void Capture::guard_absent(int id, CheckKind kind, PyObject* key, bool flag) {
     m_guards->add_check(v(id).node, std::move(c));
 }
 
-void Capture::guard_equals(int id) {
+void Capture::guard_equals(int id, PyObject* value) {
     Value& val = v(id);
     if (val.node < 0) return;
     Check c;
     c.kind = CheckKind::Equals;
-    c.value = val.real;
+    c.value = value ? py::Ref::borrow(value) : val.real;
     m_guards->add_check(val.node, std::move(c));
 }
 

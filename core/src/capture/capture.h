@@ -239,7 +239,7 @@ public:
     // --- guards -------------------------------------------------------------------------
     void guard_no_hooks(int id);  // an nn.Module passed in has no hooks of its own
     void guard_len(int value, Py_ssize_t n);
-    void guard_equals(int value);
+    void guard_equals(int value, PyObject* expected = nullptr);  // (its own real by default)
     // Whether values a and b (read from the inputs) are one object, guarded; false when one
     // of them is not an input read by a path.
     bool guard_same_object(int a, int b);

@@ -130,6 +130,19 @@ int Monitor::modules_dict(int container) {
 
 // The items of a sequence whose contents the capture knows: a fresh list or tuple, a constant
 // tuple, or an input list or tuple (its length and items are then guarded).
+// A set or frozenset of at most 256 constants and classes whose metaclass is type's own (they
+// hash and compare by identity): what it holds is fixed by comparing it with a frozen copy.
+static bool set_of_constants_or_classes(PyObject* o) {
+    if (!(PySet_CheckExact(o) || PyFrozenSet_CheckExact(o)) || PySet_GET_SIZE(o) > 256) return false;
+    Py_ssize_t pos = 0;
+    PyObject* key;
+    Py_hash_t hash;
+    while (_PySet_NextEntry(o, &pos, &key, &hash))
+        if (!is_constant_like(key) && !(PyType_Check(key) && Py_TYPE(key) == &PyType_Type))
+            return false;
+    return true;
+}
+
 bool Monitor::items_of(int seq, std::vector<int>& out) {
     if (generator_of(seq) || map_of(seq)) return lazy_items(seq, out);  // a, b = map(f, zs)
     seq = as_mapping(seq, "__iter__");  // its keys ([Note: objects made in the call])
@@ -3393,7 +3406,9 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         // `tgt_len if tgt_len is not None else src_len` with tgt_len symbolic
         bool number = t.real && (PyLong_CheckExact(t.real.get()) || PyFloat_CheckExact(t.real.get())) &&
                       (t.sym || t.dyn_scalar || t.data_size);
-        if (t.kind == ValueKind::OpResult && !t.tensor && !number)
+        // A result that follows from constants is as known as they are: torch 2's
+        // `F._canonical_mask(mask=None, ...)` in TransformerEncoderLayer.forward
+        if (t.kind == ValueKind::OpResult && !t.tensor && !number && !m_cap.folds(v))
             m_cap.fail(breaks::kTensorToPython, "a branch tests an op result against None",
                        "test the inputs instead");
         return;
@@ -3979,6 +3994,13 @@ void Monitor::complete(ShadowFrame& f) {
             return;
         }
         if (c.kind == ValueKind::Const || c.kind == ValueKind::FreshSet) {
+            out(m_cap.const_value(tos));
+            return;
+        }
+        if (c.kind == ValueKind::Input && set_of_constants_or_classes(c.real.get())) {
+            // `type(obj) in _ATOMIC_TYPES` (3.12's dataclasses.asdict): a set passed in, of
+            // constants and plain classes (which compare by identity), compared by value
+            guard_set_value(hay);
             out(m_cap.const_value(tos));
             return;
         }
@@ -6785,12 +6807,15 @@ int Monitor::next_item(int it, PyObject* real) {
             return m_cap.input_child(src, AccessKind::Item, pos, nullptr,
                                      "[" + std::to_string(pos) + "]", real);
         // The container's items as they are now: Python's list iterator sees changes.
+        // A row of dict items that LIST_EXTEND put in the list is a pair the dict view made,
+        // not the engine's (`(*a.items(), *b.items())` in torch 2's Module._call_impl).
         const std::vector<int>& items = m_cap.v(src).items;
         int item = pos < static_cast<int>(items.size()) ? items[static_cast<size_t>(pos)] : -1;
-        if (item < 0 || m_cap.v(item).real.get() != real) {
+        if (item < 0 || !stands_for(item, real)) {
             m_cap.internal_error("iteration over a container out of step");
             return -1;
         }
+        m_cap.v(item).real = py::Ref::borrow(real);
         return item;
     }
     case IterKind::ModuleSeq:
@@ -8032,6 +8057,16 @@ bool Monitor::number_operands(int a, int b) {
 
 // Determined by the guards: a constant, an identity-guarded object, or a container made here
 // of such values.
+void Monitor::guard_set_value(int id) {
+    py::Ref frozen = py::Ref::steal(PyFrozenSet_New(m_cap.v(id).real.get()));
+    if (!frozen) {
+        PyErr_Clear();
+        m_cap.internal_error("a frozen copy of a set");
+        return;
+    }
+    m_cap.guard_equals(id, frozen.get());
+}
+
 bool Monitor::known(int id, int depth) {
     const Value& v = m_cap.v(id);
     m_cap.concretize(id);  // a symbolic number: Python needs it

@@ -310,6 +310,7 @@ private:
     bool formatted_at_replay(int id);  // an f-string part made at replay
     int array_result(int r);
     bool known(int value, int depth = 0);
+    void guard_set_value(int value);  // a set passed in, compared with a frozen copy
     bool number_operands(int a, int b);
     // Dynamic shapes (capture.h, [Note: dynamic shapes]).
     int shape_of(int tensor, PyObject* real_size);
