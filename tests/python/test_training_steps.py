@@ -690,3 +690,67 @@ def test_gradients_of_a_loss_passed_in_are_read_afresh():
         le = (ae(x).sum() + be(x).sum()) if i % 2 == 0 else be(x).sum()
         lc = (ac(x).sum() + bc(x).sum()) if i % 2 == 0 else bc(x).sum()
         assert se(le) == cf(lc), i
+
+
+# torch.utils.checkpoint runs its block's Python inside one op: a review probe found that the
+# torchscript backend put it into a graph, whose failed trace ran the block again (dropout drew
+# twice, a counter in the block counted twice, reentrant checkpoint over BatchNorm raised
+# `unordered_map::at`), or whose trace inlined the block (backward no longer recomputed it, so
+# BatchNorm's statistics moved once where eager moves them twice).
+class _CountedBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8),
+                                        torch.nn.Dropout(0.3))
+        self.calls = 0  # forward and backward's recomputation
+
+    def forward(self, x):
+        self.calls += 1
+        return self.body(x)
+
+
+class _Checkpointed(torch.nn.Module):
+    def __init__(self, reentrant):
+        super().__init__()
+        # (a plain Sequential is what a trace could inline)
+        self.block = _CountedBlock() if reentrant else torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))
+        self.head = torch.nn.Linear(8, 3)
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        return self.head(checkpoint(self.block, x, use_reentrant=self.reentrant))
+
+
+@pytest.mark.parametrize("backend", ["eager", "torchscript", "fx"])
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpointed_block_runs_once_per_call_and_draws_as_eager(backend, reentrant):
+    def step(model, opt, x, y):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    torch.manual_seed(0)
+    me = _Checkpointed(reentrant)
+    mc = copy.deepcopy(me)
+    oe, oc = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (me, mc))
+    cstep = magpy.compile(step, backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (checkpoint's use_reentrant advice on newer torch)
+        for i in range(4):
+            torch.manual_seed(i)
+            x, y = torch.randn(8, 4, requires_grad=reentrant), torch.randint(0, 3, (8,))
+            torch.manual_seed(100 + i)
+            want = step(me, oe, x, y)
+            rng_e = torch.get_rng_state()
+            torch.manual_seed(100 + i)
+            got = cstep(mc, oc, x, y)
+            assert torch.equal(torch.get_rng_state(), rng_e), i
+            assert torch.allclose(got, want, atol=1e-6), i
+            for (k, a), b in zip(me.state_dict().items(), mc.state_dict().values()):
+                assert torch.allclose(a.double(), b.double(), atol=1e-6), (i, k)
+            if reentrant:
+                assert me.block.calls == mc.block.calls == 2 * (i + 1)  # (recomputed in backward)

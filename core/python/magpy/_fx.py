@@ -242,12 +242,16 @@ def _inductor(backend):
     has): the graph is run once eagerly to see."""
     from torch._inductor.compile_fx import compile_fx
 
+    # inductor draws random numbers its own way unless told to call eager's ops: dropout in a
+    # compiled graph must draw what eager draws
+    patches = {"fallback_random": True}
+
     def compile(gm, inputs):
         if backend == "cudagraphs" and inputs and all(t.is_cuda for t in inputs) and \
                 not _shares_memory(gm(*inputs), inputs):
-            patches = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
-            return compile_fx(gm, inputs, config_patches=patches), True
-        return compile_fx(gm, inputs), False
+            return compile_fx(gm, inputs, config_patches=dict(
+                patches, **{"triton.cudagraphs": True, "triton.cudagraph_trees": False})), True
+        return compile_fx(gm, inputs, config_patches=patches), False
     return compile
 
 

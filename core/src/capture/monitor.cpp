@@ -143,6 +143,21 @@ static bool set_of_constants_or_classes(PyObject* o) {
     return true;
 }
 
+// Whether a torch op's arguments hold a Python callable (a function, a bound method, a
+// functools.partial or a module) that the op will call: torch.utils.checkpoint(block, x),
+// torch.autograd.functional.jacobian(f, x).
+bool Monitor::runs_callable_argument(const std::vector<int>& args) {
+    for (int a : args) {
+        PyObject* o = m_cap.v(a).real.get();
+        if (!o || is_tensor(o)) continue;
+        if (PyFunction_Check(o) || PyMethod_Check(o) ||
+            PyObject_TypeCheck(o, functools_partial_type()) ||
+            PyObject_TypeCheck(o, torch_api().module_type))
+            return true;
+    }
+    return false;
+}
+
 bool Monitor::items_of(int seq, std::vector<int>& out) {
     if (generator_of(seq) || map_of(seq)) return lazy_items(seq, out);  // a, b = map(f, zs)
     seq = as_mapping(seq, "__iter__");  // its keys ([Note: objects made in the call])
@@ -4621,7 +4636,12 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         p.callee.kind = CallKind::ContextExit;
         p.callee.name = c.label;
     }
-    if (runs_hidden_code(p.callee)) watch_call(true);  // [Note: code that ran inside a call]
+    // [Note: code that ran inside a call]
+    // (`t.register_hook(f)` only keeps f, for backward() to call)
+    p.hidden_code = runs_hidden_code(p.callee) ||
+                    (p.callee.kind == CallKind::TorchOp && !starts_with(p.callee.op, "register_") &&
+                     runs_callable_argument(args));
+    if (p.hidden_code) watch_call(true);
     p.callee_value = callable;
     p.kwnames = kwnames;
     p.in = std::move(args);
@@ -6167,6 +6187,13 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
                                   kwvalues.data());
         s.draws = s.effect && op_draws(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
                                        kwvalues.data());
+        if (p.hidden_code && !runs_hidden_code(p.callee)) {
+            // torch.utils.checkpoint(block, x): the block's Python runs inside the op, with
+            // whatever it writes or draws; never part of a compiled graph (a trace of it ran
+            // the block twice, drawing twice)
+            s.effect = true;
+            graph_op = false;
+        }
         if (p.callee.kind == CallKind::TorchOp &&
             (p.callee.op == "register_hook" || p.callee.op == "register_prehook")) {
             for (int a : p.in)  // `y.register_hook(f)` in the call: backward() may run f
@@ -6182,7 +6209,7 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
         // optimizer's or scheduler's own step(), through its arguments
         std::vector<PyObject*> roots;
         std::vector<py::Ref> held;  // keeps what backward_hooks read alive
-        if (runs_hidden_code(p.callee)) {
+        if (p.hidden_code) {
             watch_call(false);
             if (m_ran_overflow) {
                 m_cap.fail(breaks::kMutatedThenRead,
@@ -6195,7 +6222,7 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
             m_cap.guard_tensor_hooks();
         }
         std::string call = p.callee.op + "()";
-        if (runs_hidden_code(p.callee) || p.callee.op == "zero_grad") m_grads_changed = true;
+        if (p.hidden_code || p.callee.op == "zero_grad") m_grads_changed = true;
         if (p.callee.op == "zero_grad") m_reached_leaves.clear();  // (set_to_none or not)
         if (p.callee.changes_state) {
             for (int a : p.in) roots.push_back(m_cap.v(a).real.get());

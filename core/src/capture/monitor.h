@@ -84,6 +84,8 @@ private:
         int had_key = -1;                 // d.setdefault(k, v): 1 if d held k before the call
         py::Ref dict_before;              // d.update(...) on a dict passed in: a copy of d
                                           // before the call
+        bool hidden_code = false;         // a recorded op that may run Python the capture does
+                                          // not trace (runs_hidden_code, or a callable argument)
     };
     struct ShadowFrame {
         py::IFrame* frame = nullptr;
@@ -237,6 +239,7 @@ private:
     void dispatch_call(ShadowFrame& f, int callable, std::vector<int> args, PyObject* kwnames);
     void complete_call(ShadowFrame& f, Pending& p, PyObject* result);
     int record_call(Pending& p, PyObject* result, bool dyn_shape, bool graph_op = true);
+    bool runs_callable_argument(const std::vector<int>& args);
     // A Python number computed from tensor data (t.item(), int(t), float(t), round(of one)):
     // read at replay, never guarded (Value::dyn_scalar, [Note: numbers from tensor data]).
     int number_from_data(Pending& p, PyObject* result);
