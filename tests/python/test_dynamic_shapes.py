@@ -540,3 +540,18 @@ def test_numel_of_a_symbolic_shape_stays_symbolic():
 
     cf = check(f, [torch.randn(n, n + 1) for n in range(3, 12)])
     assert magpy.explain(cf).cache_misses <= 2
+
+
+# A review probe: x.storage() is an object an op gives, not a tensor. Its size() (TypedStorage's
+# own method, reading the storage's bytes) was taken for a tensor's size query and kept as a
+# constant, and iterating it unrolled over the length seen at capture; with sizes symbolic (or
+# a view of a larger tensor) later calls got the first call's numbers or an IndexError.
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_storage_size_and_iteration_follow_each_call(dynamic):
+    def f(x):
+        n = x.storage().size()
+        return x.new_zeros(n) + 1, n, sum(1 for _ in x[:, :1].storage())
+
+    cf = check(f, [torch.randn(*s) for s in [(2, 3), (2, 5), (4, 4), (2, 3), (3, 7), (2, 2)]],
+               dynamic=dynamic)
+    assert magpy.explain(cf).cache_hits >= 1

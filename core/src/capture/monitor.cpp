@@ -5277,7 +5277,11 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                                       result));
             return;
         }
-        bool is_meta = p.callee.kind == CallKind::TorchOp && is_metadata_query(p.callee.op, nargs);
+        // (of a tensor: `x.storage().size()` is TypedStorage's, which reads the storage's
+        // bytes at replay, not a size the guards hold)
+        bool is_meta = p.callee.kind == CallKind::TorchOp && is_metadata_query(p.callee.op, nargs) &&
+                       (p.callee.bound_self || p.in.empty() || m_cap.v(p.in[0]).tensor ||
+                        p.callee.op == "is_tensor");
         if (is_meta) {
             int t = !p.in.empty() && !p.callee.bound_self && m_cap.v(p.in[0]).tensor ? p.in[0] : -1;
             if (dyn) {  // sizes become numbers read at replay ([Note: numbers from tensor data])
@@ -6786,7 +6790,10 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
             flat.push_back(iv);
         }
         kind = IterKind::Flat;
-    } else if (s.tensor || s.kind == ValueKind::OpResult) {
+    } else if (s.tensor || (s.kind == ValueKind::OpResult &&
+                            (PyTuple_Check(s.real.get()) || PyList_Check(s.real.get())))) {
+        // (an op's tuple or list: chunk(), split(); not another object an op gave, such as
+        // x.storage(), whose length nothing guards)
         std::string why_not;
         if (s.dyn_shape && !speculate_length(src, why_not)) {
             m_cap.fail(breaks::kDynamicShape,
