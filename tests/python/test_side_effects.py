@@ -6,12 +6,14 @@ the state each leaves behind.
 
 import copy
 import sys
+import warnings
 
 import pytest
 import torch
 import torch.nn as nn
 
 import helper_mod
+import magpy
 from conftest import assert_stats, break_ids, check, module_state, restore_module
 
 ACC = torch.zeros(3)
@@ -371,3 +373,87 @@ def test_writes_and_reads_through_an_instance_dict_are_not_mixed_up():
         assert len(break_ids(cf)) >= 1
     cf = check(read_only, [make(i) for i in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+# A review probe: code an op runs that the capture does not follow (a callable given to
+# jacobian or checkpoint, the forward of a custom autograd.Function, a hook backward() runs)
+# changed state the compiled function then read. The read kept the capture call's value.
+class _Counting:
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self, x):
+        self.n += 1
+        return x * 2
+
+
+class _Record(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, rec):
+        rec.n = float(x.mean())
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2, None
+
+
+@pytest.mark.parametrize("backend", ["eager", "torchscript", "fx"])
+@pytest.mark.parametrize("case", ["jacobian of a callable object", "checkpoint of a list",
+                                  "apply_ of a callable object", "autograd.Function forward",
+                                  "nonlocal in a checkpointed block", "nonlocal in a grad hook"])
+def test_state_changed_by_code_an_op_runs_is_read_after_it(backend, case):
+    import torch.autograd.functional as AF
+    from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+    def make():
+        obj = _Counting()
+        log = {"n": 0}
+
+        def step(t):
+            log["n"] += 1
+            return t + 1
+
+        if case == "jacobian of a callable object":
+            def f(x):
+                return AF.jacobian(obj, x).sum() + obj.n
+        elif case == "checkpoint of a list":
+            def f(x):
+                return checkpoint_sequential([step, step], 2, x).sum() + log["n"]
+        elif case == "apply_ of a callable object":
+            def f(x):
+                return x.detach().clone().apply_(obj).sum() + obj.n
+        elif case == "autograd.Function forward":
+            def f(x):
+                return _Record.apply(x, obj).sum() * 0 + obj.n
+        elif case == "nonlocal in a checkpointed block":
+            def f(x):
+                aux = 0.0
+
+                def block(t):
+                    nonlocal aux
+                    aux = aux + 1.5
+                    return t * 2
+                return checkpoint(block, x).sum() + aux
+        else:
+            def f(x):
+                gnorm = 0.0
+
+                def hook(g):
+                    nonlocal gnorm
+                    gnorm = float(g.norm())
+                y = x * 3
+                y.register_hook(hook)
+                y.sum().backward()
+                return gnorm
+        return f, obj, log
+
+    (fe, oe, le), (fc, oc, lc) = make(), make()
+    cf = magpy.compile(fc, backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (checkpoint's advice on inputs without grad)
+        for i in range(4):
+            x = torch.full((3,), float(i), requires_grad=True)
+            want, got = fe(x), cf(x.detach().requires_grad_())
+            assert (torch.equal(want, got) if isinstance(want, torch.Tensor) else want == got), i
+            assert (oe.n, le["n"]) == (oc.n, lc["n"]), i

@@ -566,6 +566,8 @@ bool Capture::read_after_change(PyObject* obj, const std::string& what) {
     return true;
 }
 
+void Capture::rebound(PyObject* obj) { m_changed.erase(obj); }
+
 bool Capture::global_changed(PyObject* globals, PyObject* name, const std::string& what) {
     if (!globals || !name || !PyUnicode_Check(name) || m_changed_globals.empty()) return false;
     auto it = m_changed_globals.find(std::make_pair(globals, py::str_of(name)));

@@ -220,6 +220,7 @@ public:
     bool global_changed(PyObject* globals, PyObject* name, const std::string& what);
     // A read of `obj` (spelled `what`) after such a call reached it: a break (true).
     bool read_after_change(PyObject* obj, const std::string& what);
+    void rebound(PyObject* obj);  // a write of the capture's own replaces what a call changed
     // [Note: code that ran inside a call] The hooks of every tensor passed in that requires
     // grad are those backward() ran: guarded as they are (a hook added later recompiles).
     void guard_tensor_hooks();

@@ -143,17 +143,29 @@ static bool set_of_constants_or_classes(PyObject* o) {
     return true;
 }
 
-// Whether a torch op's arguments hold a Python callable (a function, a bound method, a
-// functools.partial or a module) that the op will call: torch.utils.checkpoint(block, x),
-// torch.autograd.functional.jacobian(f, x).
+// Whether a torch op's arguments hold something callable that the op may call (a function, a
+// bound method, a module, an object with __call__; not a class), or a list or tuple of such:
+// torch.utils.checkpoint(block, x), checkpoint_sequential([f, g], 2, x),
+// torch.autograd.functional.jacobian(f, x), t.apply_(f).
 bool Monitor::runs_callable_argument(const std::vector<int>& args) {
-    for (int a : args) {
-        PyObject* o = m_cap.v(a).real.get();
-        if (!o || is_tensor(o)) continue;
+    auto callable = [](PyObject* o) {
+        if (!o || is_tensor(o) || PyType_Check(o) || !PyCallable_Check(o)) return false;
         if (PyFunction_Check(o) || PyMethod_Check(o) ||
-            PyObject_TypeCheck(o, functools_partial_type()) ||
             PyObject_TypeCheck(o, torch_api().module_type))
             return true;
+        // an object of a class of torch's own (torch.no_grad(), which is also a decorator)
+        // is not called by the op it is given to
+        py::Ref mod = py::Ref::steal(
+            PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__module__"));
+        PyErr_Clear();
+        return !names_torch_module(mod.get());
+    };
+    for (int a : args) {
+        PyObject* o = m_cap.v(a).real.get();
+        if (callable(o)) return true;
+        if (o && (PyList_Check(o) || PyTuple_Check(o)))
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+                if (callable(PySequence_Fast_GET_ITEM(o, i))) return true;
     }
     return false;
 }
@@ -3341,6 +3353,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
                               "a `nonlocal` variable of an enclosing function is assigned",
                               "return the new value instead of assigning it");
         int val = pop(f);
+        m_cap.rebound(cell);  // read as written from here on
         if (m_cap.cell_frozen_at(cell, val))  // [Note: functions made in the call]
             return m_cap.fail(breaks::kEscapingObject,
                               "`" + str(py::code_localsplus_name(f.code, ins.oparg)) +
@@ -4638,7 +4651,8 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     }
     // [Note: code that ran inside a call]
     // (`t.register_hook(f)` only keeps f, for backward() to call)
-    p.hidden_code = runs_hidden_code(p.callee) ||
+    // (a custom autograd.Function's forward is not looked into: [Note: autograd functions])
+    p.hidden_code = runs_hidden_code(p.callee) || p.callee.kind == CallKind::AutogradApply ||
                     (p.callee.kind == CallKind::TorchOp && !starts_with(p.callee.op, "register_") &&
                      runs_callable_argument(args));
     if (p.hidden_code) watch_call(true);
@@ -6223,6 +6237,8 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
             }
             for (const py::Ref& r : m_ran) roots.push_back(r.get());
             for (PyObject* h : backward_hooks(p, held)) roots.push_back(h);
+            // and what it was given (a callable object's own state: `self.n += 1` in __call__)
+            for (int a : p.in) roots.push_back(m_cap.v(a).real.get());
             m_cap.guard_tensor_hooks();
         }
         std::string call = p.callee.op + "()";
@@ -7457,6 +7473,9 @@ int Monitor::load_deref(ShadowFrame& f, int index) {
     PyObject* cell = py::frame_local(f.frame, index);
     auto it = m_cap.cells().find(cell);
     if (it != m_cap.cells().end()) {
+        // a cell of a frame of the call that a function run inside an op may have rebound
+        // (`nonlocal gnorm` in a gradient hook backward() ran, in a block checkpoint ran)
+        if (m_cap.read_after_change(cell, local_name(f.code, index))) return -1;
         if (it->second < 0) {
             // The real cell is empty too: the instruction raises NameError, as it does
             // without magpy. Otherwise the shadow lost track of it (an engine bug).
