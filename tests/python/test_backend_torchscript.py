@@ -979,3 +979,51 @@ def test_torch_code_replaced_after_the_trace_is_run_as_replaced(backend):
     finally:
         for (owner, name), original in zip(saved, originals):
             setattr(owner, name, original)
+
+
+# A review probe: tensors made under torch.inference_mode() (inputs, or a model's weights)
+# used by a call outside it aborted the process: the trace key read their version counters,
+# which inference tensors do not have (an uncaught c10::Error). Such regions run their steps.
+@pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze", "eager", "fx"])
+@pytest.mark.parametrize("made", ["inputs", "model", "constant"])
+def test_inference_tensors_used_outside_inference_mode(backend, made):
+    torch.manual_seed(0)
+    with torch.inference_mode(made == "model"):
+        m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+    with torch.inference_mode(made == "inputs"):
+        xs = [torch.randn(3, 4) for _ in range(3)]
+    with torch.inference_mode():
+        table = torch.arange(2.0)
+
+    def f(x):
+        return m(x) + table * 2  # (a tensor the capture may fold: made in inference mode)
+
+    cf = magpy.compile(f if made == "constant" else m, backend=backend)
+    with torch.no_grad():
+        for x in xs:
+            want = f(x) if made == "constant" else m(x)
+            assert torch.allclose(cf(x), want)
+    with torch.inference_mode():
+        table.add_(1)  # an in-place change no version counter records
+        x = torch.randn(3, 4)
+        assert torch.allclose(cf(x), f(x) if made == "constant" else m(x))
+
+
+# A review probe: freezing converted convolutions to MKLDNN, whose graph ends in to_dense: a
+# contiguous output where eager's convolutions keep a channels_last layout.
+@pytest.mark.parametrize("where", ["input", "model"])
+def test_freeze_keeps_channels_last_outputs(where):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3)).eval()
+    if where == "model":
+        m = m.to(memory_format=torch.channels_last)
+    cf = magpy.compile(m, backend="torchscript-freeze")
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(2, 3, 10, 10)
+            if where == "input":
+                x = x.to(memory_format=torch.channels_last)
+            want, got = m(x), cf(x)
+            assert torch.allclose(got, want, atol=1e-5)
+            assert got.stride() == want.stride()
+            assert got.is_contiguous(memory_format=torch.channels_last)

@@ -253,10 +253,21 @@ int tensor_position(PyObject* o, Gathered& g) {
     return at;
 }
 
+// Why tensor `o` cannot be part of a trace's key, or empty. A subclass's __torch_function__
+// would run while tracing and never again. An inference tensor (made under
+// torch.inference_mode) has no version counter to tell an in-place change by (reading it
+// throws), so the recorded steps run.
+std::string untraceable_tensor(PyObject* o) {
+    if (!is_exact_tensor(o)) return "an input is a tensor subclass (" + py::type_name(o) + ")";
+    if (THPVariable_Unpack(o).is_inference())
+        return "an input is an inference tensor (made under torch.inference_mode)";
+    return {};
+}
+
 void add_tensor(PyObject* o, Gathered& g) {
-    if (!is_exact_tensor(o)) {
-        // A subclass's __torch_function__ would run while tracing and never again.
-        g.untraceable = "an input is a tensor subclass (" + py::type_name(o) + ")";
+    std::string why = untraceable_tensor(o);
+    if (!why.empty()) {
+        g.untraceable = std::move(why);
         return;
     }
     g.occurrences.push_back(tensor_position(o, g));
@@ -510,8 +521,9 @@ void merge_part(const Gathered& part, Gathered& g, std::vector<int>& positions) 
     positions.resize(part.tensors.size());
     ++g.module_depth;
     for (size_t i = 0; i < part.tensors.size(); ++i) {
-        if (!is_exact_tensor(part.tensors[i])) {  // its class was set since
-            g.untraceable = "an input is a tensor subclass (" + py::type_name(part.tensors[i]) + ")";
+        std::string why = untraceable_tensor(part.tensors[i]);  // (its class was set since)
+        if (!why.empty()) {
+            g.untraceable = std::move(why);
             break;
         }
         positions[i] = tensor_position(part.tensors[i], g);
@@ -661,6 +673,17 @@ struct Spec {
 };
 
 // [SECTION] tracing ----------------------------------------------------------------------------
+
+// Whether a tensor of `ts` is in a channels-last layout (and not also plainly contiguous).
+bool any_channels_last(const std::vector<PyObject*>& ts) {
+    for (PyObject* o : ts) {
+        const at::Tensor& t = THPVariable_Unpack(o);
+        if ((t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast) && !t.is_contiguous()) ||
+            (t.dim() == 5 && t.is_contiguous(at::MemoryFormat::ChannelsLast3d) && !t.is_contiguous()))
+            return true;
+    }
+    return false;
+}
 
 uint32_t version_of(PyObject* t) {
     return THPVariable_Unpack(t).unsafeGetTensorImpl()->version_counter().current_version();
@@ -1248,7 +1271,10 @@ private:
             jit::ConstantPooling(spec.graph);
             jit::OptimizeFrozenGraph(spec.graph, /*optimize_numerics=*/true);
             jit::FuseFrozenConvAddRelu(spec.graph);
-            if (conv && at::hasMKLDNN()) jit::ConvertFrozenOpsToMKLDNN(spec.graph);
+            // (not where a tensor is channels_last: the MKLDNN graph's to_dense gives
+            // contiguous outputs where eager's convolutions keep that layout)
+            if (conv && at::hasMKLDNN() && !any_channels_last(g.tensors))
+                jit::ConvertFrozenOpsToMKLDNN(spec.graph);
             jit::FrozenLinearTranspose(spec.graph);
             jit::EliminateDeadCode(spec.graph);
         } catch (const std::exception& e) {

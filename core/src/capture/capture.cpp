@@ -1006,7 +1006,9 @@ bool Capture::folds(int id, int depth) {
     switch (x.kind) {
     case ValueKind::Const: return !x.tensor && !x.sym && !x.dyn_scalar;
     case ValueKind::OpResult:
-        return x.const_data && !x.sym && data_version(x.real.get()) == x.const_version;
+        // (-2: an inference tensor, which has no version to tell an in-place change by)
+        return x.const_data && !x.sym && x.const_version != -2 &&
+               data_version(x.real.get()) == x.const_version;
     case ValueKind::FreshSet:  // of constants
         return true;
     case ValueKind::FreshList:
