@@ -472,3 +472,29 @@ def test_a_warning_before_a_decline_is_given_once(backend, action):
     assert sum(len(s) for s in eager[::2]) == (5 if action == "always" else 1)
     cf = magpy.compile(warns_then_reads_in_try, backend=backend)
     assert given(cf) == eager
+
+
+# Fuzz seeds 970109, 970168, 970587, 970753, 971032 (fx): `torch.tensor(t)` warns from C++
+# ("To copy construct from a tensor ..."), and in an fx graph it warned from the generated code:
+# the warning named `<eval_with_key>`, not the user's line, so a filter or a log of the user's
+# file never saw it. A version of an fx graph whose ops warn now runs the region's steps.
+def copies_by_tensor(x):
+    y = (x * 2).relu() + 1
+    z = torch.tensor(y) * 3  # noqa: the line the warning must name
+    return z.sum(0) + y.mean()
+
+
+@pytest.mark.parametrize("backend", ["eager", "torchscript", "fx"])
+@pytest.mark.parametrize("mode", ["always", "default"])
+def test_a_warning_from_an_op_in_a_graph_names_the_users_line(backend, mode):
+    line = copies_by_tensor.__code__.co_firstlineno + 2
+    cf = magpy.compile(copies_by_tensor, backend=backend)
+    xs = [torch.randn(2, 3) for _ in range(4)]
+    outs = {}
+    for fn in (copies_by_tensor, cf):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter(mode)
+            outs[fn] = [fn(x) for x in xs]
+        assert [(w.filename, w.lineno) for w in got] == [(__file__, line)] * (
+            4 if mode == "always" else 1), fn
+    assert all(torch.equal(a, b) for a, b in zip(outs[copies_by_tensor], outs[cf]))

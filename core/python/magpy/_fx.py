@@ -17,6 +17,7 @@ backends/fx_backend.cpp), with a note in explain().
 import copy
 import operator
 import sys
+import warnings
 
 import torch
 
@@ -220,6 +221,32 @@ _MAX_SHAPES = 8  # compiled versions of one region (input shapes, strides, grad 
 # buffers), None once a dict holds another tensor under its key.
 _key = _magpy._fx_signature
 _pins_key = _magpy._fx_pins_signature
+
+
+def call_recording_warnings(fn, args):
+    """fn(*args) and the warnings it gave, as (category, message) pairs, shown to no one
+    ([Note: warnings from an fx graph] in fx_backend.cpp). Not through catch_warnings(), which
+    would reset every module's registry (a warning shown once per line would show again): an
+    "always" filter goes first in the filters list, in place, as TracerWarningLog's does."""
+    seen = []
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        seen.append((category, message))
+
+    always = ("always", None, Warning, None, 0)
+    show = warnings.showwarning
+    warnings.filters.insert(0, always)
+    warnings.showwarning = record
+    try:
+        out = fn(*args)
+    finally:
+        if warnings.showwarning is record:
+            warnings.showwarning = show
+        for i, f in enumerate(warnings.filters):
+            if f is always:
+                del warnings.filters[i]
+                break
+    return out, seen
 
 
 def _shares_memory(outs, args):

@@ -94,13 +94,19 @@ public:
             spec = build(args);
             if (!spec) return PyErr_Occurred() ? nullptr : run_steps(args);
         }
+        if (spec->warns) return run_steps(args);
         m_argv.clear();
         for (size_t i : spec->tensors) m_argv.push_back(args[i]);
         int64_t t0 = spec->runs == 0 ? now_ns() : 0;  // torch.compile compiles on the first call
-        PyObject* r = PyObject_Vectorcall(spec->compiled.get(), m_argv.data(), m_argv.size(), nullptr);
+        py::Ref warned;
+        PyObject* r = spec->runs == 0 && m_backend == "fx"
+                          ? first_run(spec->compiled.get(), warned)
+                          : PyObject_Vectorcall(spec->compiled.get(), m_argv.data(),
+                                                m_argv.size(), nullptr);
         if (spec->runs == 0) m_compile_ns += now_ns() - t0;
         if (r && PyTuple_Check(r)) {
             ++spec->runs;
+            if (warned && PyList_GET_SIZE(warned.get()) > 0) return warned_run(*spec, r, warned, args);
             return r;
         }
         if (!r && !PyErr_ExceptionMatches(PyExc_Exception))
@@ -144,6 +150,7 @@ private:
         py::Ref compiled;
         std::string text;
         uint64_t runs = 0;
+        bool warns = false;  // its ops give warnings: the steps run ([Note: warnings from an fx graph])
         bool matches(PyObject* const* args, const std::vector<bool>& is_tensor) const {
             for (size_t i = 0, k = 0; i < is_tensor.size(); ++i) {
                 if (is_tensor[i]) continue;
@@ -195,6 +202,56 @@ private:
             return &m_specs.back();
         }
         return fail(r ? "an unexpected result" : py::fetch_error_string());
+    }
+
+    // [Note: warnings from an fx graph] The ops of a plain fx graph run from its generated
+    // code, so a warning an op gives (`torch.tensor(t)`'s advice to clone) names that code, not
+    // the user's line, and a filter on the user's file never sees it. The first run of each
+    // version records the warnings its ops give (`call_recording_warnings`, shown to no one).
+    // A version whose ops warn runs the region's steps from then on, where each warning names
+    // its line under the user's filters: at once, instead of the graph's outputs, when the
+    // steps can run again (nothing in place, no draws); else the recorded warnings are given at
+    // the region's first line. (inductor's compiled code calls few ops that warn: not done.)
+    PyObject* first_run(PyObject* compiled, py::Ref& warned) {
+        py::Ref rec = fx_function("call_recording_warnings");
+        py::Ref argv = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(m_argv.size())));
+        for (size_t i = 0; argv && i < m_argv.size(); ++i)
+            PyTuple_SET_ITEM(argv.get(), static_cast<Py_ssize_t>(i), Py_NewRef(m_argv[i]));
+        if (!rec || !argv) return nullptr;
+        py::Ref pair = py::Ref::steal(PyObject_CallFunctionObjArgs(rec.get(), compiled, argv.get(),
+                                                                   nullptr));
+        if (!pair) return nullptr;
+        if (!PyTuple_Check(pair.get()) || PyTuple_GET_SIZE(pair.get()) != 2 ||
+            !PyList_Check(PyTuple_GET_ITEM(pair.get(), 1))) {
+            PyErr_SetString(PyExc_RuntimeError, "magpy: call_recording_warnings gave no pair");
+            return nullptr;
+        }
+        warned = py::Ref::borrow(PyTuple_GET_ITEM(pair.get(), 1));
+        return Py_NewRef(PyTuple_GET_ITEM(pair.get(), 0));
+    }
+
+    PyObject* warned_run(Spec& spec, PyObject* r, const py::Ref& warned, PyObject* const* args) {
+        spec.warns = true;
+        note(m_backend + " graph " + std::to_string(m_number) + " runs its recorded steps for "
+             "some inputs: an op in it gives a warning, which then names its line");
+        if (!changes_in_place()) {
+            Py_DECREF(r);
+            return run_steps(args);
+        }
+        const Step* first = nullptr;
+        for (const Step& st : m_sub.steps())
+            if (!first && st.site >= 0) first = &st;
+        SiteLink site(PyThreadState_Get(), m_sub.sites());
+        if (first) site.at(*first);
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(warned.get()); ++i) {
+            PyObject* w = PyList_GET_ITEM(warned.get(), i);  // (category, message)
+            py::Ref text = py::Ref::steal(PyObject_Str(PyTuple_GET_ITEM(w, 1)));
+            if (!text || PyErr_WarnEx(PyTuple_GET_ITEM(w, 0), PyUnicode_AsUTF8(text.get()), 1) < 0) {
+                Py_DECREF(r);  // an "error" filter made it an exception
+                return nullptr;
+            }
+        }
+        return r;
     }
 
     bool changes_in_place() const {
