@@ -550,3 +550,23 @@ def test_an_iterator_passed_in_loses_its_item_to_a_zip_inside_another(wrap):
         ib = iter([torch.full((2,), float(v)) for v in range(10)])
         assert torch.equal(f(torch.zeros(2), ia, ["p", "q"]), cf(torch.zeros(2), ib, ["p", "q"]))
         assert torch.equal(next(ia), next(ib)), call
+
+
+# A review probe (a repetition penalty over a set of seen tokens): a loop over a set that
+# breaks inside (a branch on tensor data) resumed from `iter(s).__setstate__(pos)`, which set
+# iterators do not have: the second call raised AttributeError.
+@pytest.mark.parametrize("made", ["passed in", "made in the call", "enumerate"])
+def test_loop_over_a_set_resumed_after_a_break(made):
+    def penalize(logits, seen, penalty=1.5):
+        tokens = set(seen) if made == "made in the call" else seen
+        it = (t for _, t in enumerate(tokens)) if made == "enumerate" else tokens
+        for t in it:
+            if logits[t] > 0:  # a branch on data: a break inside the loop
+                logits[t] = logits[t] / penalty
+            else:
+                logits[t] = logits[t] * penalty
+        return logits
+
+    seen = {1, 3, 4} if made != "made in the call" else [1, 3, 4]
+    cf = check(penalize, [(torch.randn(6), seen) for _ in range(4)])
+    assert magpy.explain(cf).cache_hits >= 2

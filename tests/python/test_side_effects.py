@@ -457,3 +457,76 @@ def test_state_changed_by_code_an_op_runs_is_read_after_it(backend, case):
             want, got = fe(x), cf(x.detach().requires_grad_())
             assert (torch.equal(want, got) if isinstance(want, torch.Tensor) else want == got), i
             assert (oe.n, le["n"]) == (oc.n, lc["n"]), i
+
+
+# A review of the above: code an op runs may change a set or dict that an `in` test reads
+# after it; the test's guard was taken from the object as the op left it.
+_SEEN = set()
+_D = {}
+
+
+def _toggle(t):
+    if int in _SEEN:
+        _SEEN.discard(int)
+    else:
+        _SEEN.add(int)
+    if "k" in _D:
+        del _D["k"]
+    else:
+        _D["k"] = 1
+    return t * 2
+
+
+@pytest.mark.parametrize("container", ["set", "dict"])
+def test_in_after_an_op_ran_code_that_changes_the_container(container):
+    from torch.utils.checkpoint import checkpoint
+
+    def f(x, seen, d):
+        y = checkpoint(_toggle, x)
+        if (int in seen) if container == "set" else ("k" in d):
+            return y + 1
+        return y - 1
+
+    cf = magpy.compile(f)
+    x = torch.ones(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, (s0, d0) in enumerate([({float, int}, {"k": 1}), ({float}, {}), ({float}, {})]):
+            got = []
+            for fn in (f, cf):
+                _SEEN.clear()
+                _SEEN.update(s0)
+                _D.clear()
+                _D.update(d0)
+                got.append((fn(x, _SEEN, _D), set(_SEEN), dict(_D)))
+            assert torch.equal(got[0][0], got[1][0]) and got[0][1:] == got[1][1:], i
+
+
+def test_a_torch_function_giving_none_from_state_is_not_a_constant():
+    import torch.utils.data._utils.worker as worker
+
+    def f(x):
+        if torch.utils.data.get_worker_info() is None:
+            return x + 1
+        return x + 100
+
+    cf = magpy.compile(f)
+    x = torch.ones(2)
+    assert torch.equal(cf(x), f(x))
+    try:  # as in a DataLoader worker process
+        worker._worker_info = worker.WorkerInfo(id=3, num_workers=4, seed=0, dataset=None)
+        assert torch.equal(cf(x), f(x))
+    finally:
+        worker._worker_info = None
+
+
+def test_a_closure_cell_an_op_reads_but_does_not_rebind_stays_in_the_graph():
+    from torch.utils.checkpoint import checkpoint
+
+    def f(x, s):
+        scale = s * 2
+        y = checkpoint(lambda t: t * scale, x)
+        return y * scale
+
+    cf = check(f, [(torch.randn(3, requires_grad=True), 2.0) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

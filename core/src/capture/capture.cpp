@@ -386,9 +386,23 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
         if (depth >= kMaxDepth) continue;
         if (PyFunction_Check(o)) {  // what its closure cells and defaults hold (an LBFGS
                                     // closure's state, `def hook(g, s=state)`)
+            // The cells its code rebinds (`nonlocal gnorm`) are changed themselves; of the
+            // others, only what they hold (`lambda t: t * scale` leaves `scale` as it was).
             PyObject* cells = PyFunction_GET_CLOSURE(o);
-            for (Py_ssize_t i = 0; cells && i < PyTuple_GET_SIZE(cells); ++i)
-                todo.emplace_back(PyTuple_GET_ITEM(cells, i), depth + 1);
+            auto* fco = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(o));
+            std::vector<PyObject*> rebound_names = py::code_stored_derefs(fco);
+            int first_free = py::code_nlocalsplus(fco) - fco->co_nfreevars;
+            for (Py_ssize_t i = 0; cells && i < PyTuple_GET_SIZE(cells); ++i) {
+                PyObject* cell = PyTuple_GET_ITEM(cells, i);
+                PyObject* name = i < fco->co_nfreevars
+                                     ? py::code_localsplus_name(fco, first_free + static_cast<int>(i))
+                                     : nullptr;
+                bool rebinds = !name;  // (unknown: as rebound)
+                for (PyObject* r : rebound_names)
+                    rebinds = rebinds || PyUnicode_Compare(r, name) == 0;
+                if (rebinds) todo.emplace_back(cell, depth + 1);
+                else if (PyCell_Check(cell) && PyCell_GET(cell)) todo.emplace_back(PyCell_GET(cell), depth + 1);
+            }
             todo.emplace_back(PyFunction_GET_DEFAULTS(o), depth + 1);
             todo.emplace_back(PyFunction_GET_KW_DEFAULTS(o), depth + 1);
             // and the module globals its code names (`STATS["n"] += 1`), unless it is torch's
@@ -682,7 +696,7 @@ bool Capture::guard_same_object(int a, int b) {
 }
 
 void Capture::guard_absent(int id, CheckKind kind, PyObject* key, bool flag) {
-    if (v(id).node < 0) return;
+    if (v(id).node < 0 || read_after_change(id)) return;
     Check c;
     c.kind = kind;
     c.key = py::Ref::borrow(key);
@@ -692,7 +706,7 @@ void Capture::guard_absent(int id, CheckKind kind, PyObject* key, bool flag) {
 
 void Capture::guard_equals(int id, PyObject* value) {
     Value& val = v(id);
-    if (val.node < 0) return;
+    if (val.node < 0 || read_after_change(id)) return;
     Check c;
     c.kind = CheckKind::Equals;
     c.value = value ? py::Ref::borrow(value) : val.real;

@@ -3434,9 +3434,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         // `tgt_len if tgt_len is not None else src_len` with tgt_len symbolic
         bool number = t.real && (PyLong_CheckExact(t.real.get()) || PyFloat_CheckExact(t.real.get())) &&
                       (t.sym || t.dyn_scalar || t.data_size);
-        // A result that follows from constants is as known as they are: torch 2's
-        // `F._canonical_mask(mask=None, ...)` in TransformerEncoderLayer.forward
-        if (t.kind == ValueKind::OpResult && !t.tensor && !number && !m_cap.folds(v))
+        if (t.kind == ValueKind::OpResult && !t.tensor && !number)
             m_cap.fail(breaks::kTensorToPython, "a branch tests an op result against None",
                        "test the inputs instead");
         return;
@@ -4001,6 +3999,10 @@ void Monitor::complete(ShadowFrame& f) {
             return;
         }
         Value& c = m_cap.v(hay);
+        // (what code an op ran may have changed: `in` would read it as it is now)
+        if ((c.kind == ValueKind::Input || c.kind == ValueKind::Const) &&
+            m_cap.read_after_change(c.real.get(), c.label))
+            return;
         if (c.kind == ValueKind::Input && PyDict_Check(c.real.get()) &&
             (!c.mutated || c.keyed_writes) && m_cap.v(needle).kind == ValueKind::Const) {
             if (stale_instance_dict(hay)) return;
@@ -5319,6 +5321,11 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
         if (result && p.callee.kind == CallKind::TorchOp && p.callee.op == "tolist" &&
             args_fold(p))
             return push_out(constant_of(result));  // [Note: tensors of constants]
+        if (result == Py_None && starts_with(p.callee.name, "F.") && args_fold(p))
+            // torch.nn.functional's helpers compute from their arguments alone: torch 2's
+            // `F._canonical_mask(mask=None, ...)` in TransformerEncoderLayer.forward is None
+            // for constants (not so a reader of torch's state, get_worker_info())
+            return push_out(m_cap.const_value(Py_None));
         if (result && p.callee.kind == CallKind::TorchOp && p.callee.op == "tolist")
             if (int r = tolist_numbers(p, result); r >= 0 || m_cap.failed()) return push_out(r);
         if (result && !is_tensor(result) && (is_number(result) || PyUnicode_Check(result)) &&
@@ -6239,10 +6246,11 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
             for (PyObject* h : backward_hooks(p, held)) roots.push_back(h);
             // and what it was given (a callable object's own state: `self.n += 1` in __call__)
             for (int a : p.in) roots.push_back(m_cap.v(a).real.get());
-            m_cap.guard_tensor_hooks();
+            if (runs_hidden_code(p.callee)) m_cap.guard_tensor_hooks();  // (only backward
+                                                                          // runs tensor hooks)
         }
         std::string call = p.callee.op + "()";
-        if (p.hidden_code || p.callee.op == "zero_grad") m_grads_changed = true;
+        if (runs_hidden_code(p.callee) || p.callee.op == "zero_grad") m_grads_changed = true;
         if (p.callee.op == "zero_grad") m_reached_leaves.clear();  // (set_to_none or not)
         if (p.callee.changes_state) {
             for (int a : p.in) roots.push_back(m_cap.v(a).real.get());

@@ -125,6 +125,19 @@ int Monitor::iterator_state(int it, int depth) {
     case IterKind::FreshSeq:
     case IterKind::InputSeq: {
         const Value& sv = m_cap.v(iv.iter_source);
+        if (sv.real && (PySet_Check(sv.real.get()) || PyFrozenSet_Check(sv.real.get()))) {
+            // a set's iterator has no __setstate__ either (a review probe: a repetition
+            // penalty looping over a set of seen tokens broke inside the loop): its elements,
+            // constants in the order the guards hold, from where the loop is
+            py::Ref order = py::Ref::steal(PySequence_Tuple(sv.real.get()));
+            if (!order) {
+                PyErr_Clear();
+                return m_cap.internal_error("the elements of a set"), -1;
+            }
+            for (Py_ssize_t i = pos; i < PyTuple_GET_SIZE(order.get()); ++i)
+                rest.push_back(m_cap.const_value(PyTuple_GET_ITEM(order.get(), i)));
+            return iter_of_list(rest);
+        }
         if (iv.iter_kind == IterKind::FreshSeq && sv.real && !PyList_CheckExact(sv.real.get()) &&
             !PyTuple_CheckExact(sv.real.get())) {
             // a ModuleList made by slicing one: its iterator has no __setstate__

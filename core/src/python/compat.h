@@ -266,6 +266,24 @@ inline std::vector<PyObject*> code_stored_names(PyCodeObject* co, bool attrs) {
     return names;
 }
 
+// The names of the cell and free variables a code object's own instructions store or delete
+// (`nonlocal n; n += 1`).
+inline std::vector<PyObject*> code_stored_derefs(PyCodeObject* co) {
+    PyObject* holder;
+    const _Py_CODEUNIT* code = code_units(co, holder);
+    Py_ssize_t n = Py_SIZE(co);
+    std::vector<PyObject*> names;
+    for (int i = 0; i < n;) {
+        Instruction ins = decode_at(code, n, i);
+        if ((ins.opcode == STORE_DEREF || ins.opcode == DELETE_DEREF) &&
+            ins.oparg < code_nlocalsplus(co))
+            names.push_back(code_localsplus_name(co, ins.oparg));
+        i = ins.offset + 1 + instruction_caches(ins.raw);
+    }
+    Py_XDECREF(holder);
+    return names;
+}
+
 // The instruction at `offset` (code units, its first EXTENDED_ARG prefix if it has any), and the
 // offset of the one after it.
 inline Instruction code_instruction_at(PyCodeObject* co, int offset) {
