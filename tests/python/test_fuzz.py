@@ -112,3 +112,24 @@ def stale_results(fn):
 def test_fuzzer_catches_a_wrong_compiler(wrong):
     bad = [s for s in range(40) if not run_program(s, compile_fn=wrong).ok]
     assert len(bad) >= 5, f"only {len(bad)} of 40 programs caught {wrong.__name__}"
+
+
+# Seeds that mismatched under another backend (bench/fuzz.py with MAGPY_FUZZ_BACKEND), each
+# with what was wrong; they run here under that backend.
+BACKEND_SEEDS = {
+    # fx: an op's warning named the generated code (see test_fuzz_regressions.py)
+    ("fx", 970109): "warning", ("fx", 971032): "warning",
+    # fx: a region given a torch.return_types constant wrote its tensors into the generated
+    # code as literals (NameError: name 'tensor' is not defined)
+    ("fx", 972393): "constant named tuple",
+}
+
+
+@pytest.mark.parametrize("backend, seed", sorted(BACKEND_SEEDS), ids=lambda v: str(v))
+def test_seeds_found_under_other_backends(backend, seed):
+    from runner import cache_limit_for
+
+    limit = cache_limit_for(seed)
+    r = run_program(seed, compile_fn=lambda f: magpy.compile(f, backend=backend,
+                                                              cache_limit=limit))
+    assert r.ok, r.report()

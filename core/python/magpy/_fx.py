@@ -131,6 +131,14 @@ def graph_module(steps, sample, flat=False):
     def constant(v):
         if type(v) in (list, tuple):
             return type(v)(constant(t) for t in v)
+        if type(v) is dict:  # (**kwargs holding tensors: each an attribute, not a literal)
+            return {k: constant(t) for k, t in v.items()}
+        if type(v) is slice:
+            return slice(constant(v.start), constant(v.stop), constant(v.step))
+        if isinstance(v, tuple) and not isinstance(v, torch.Size) and any(
+                isinstance(t, torch.Tensor) for t in v):
+            # (torch.return_types.max, a named tuple: fx would write its tensors as literals)
+            raise Unsupported(f"a constant {type(v).__name__} holding tensors")
         if isinstance(v, torch.Tensor):
             return constant_tensor(v)
         if isinstance(v, torch.nn.Module):
