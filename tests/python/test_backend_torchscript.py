@@ -1012,12 +1012,19 @@ def test_inference_tensors_used_outside_inference_mode(backend, made):
 
 # A review probe: freezing converted convolutions to MKLDNN, whose graph ends in to_dense: a
 # contiguous output where eager's convolutions keep a channels_last layout.
-@pytest.mark.parametrize("where", ["input", "model"])
+class _ToChannelsLast(nn.Module):
+    def forward(self, x):
+        return x.contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("where", ["input", "model", "forward"])
 def test_freeze_keeps_channels_last_outputs(where):
     torch.manual_seed(0)
     m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3)).eval()
     if where == "model":
         m = m.to(memory_format=torch.channels_last)
+    if where == "forward":  # (the layout is made inside the call)
+        m = nn.Sequential(_ToChannelsLast(), *m)
     cf = magpy.compile(m, backend="torchscript-freeze")
     with torch.no_grad():
         for _ in range(4):

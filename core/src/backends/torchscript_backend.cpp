@@ -685,6 +685,29 @@ bool any_channels_last(const std::vector<PyObject*>& ts) {
     return false;
 }
 
+// Whether the traced graph gives a channels_last tensor (made so inside:
+// `x.contiguous(memory_format=torch.channels_last)`), by the strides the trace recorded.
+bool outputs_channels_last(const jit::Graph& graph) {
+    std::vector<const jit::Value*> outs;
+    for (const jit::Value* v : graph.outputs()) {
+        if (v->node()->kind() == c10::prim::TupleConstruct)
+            for (const jit::Value* in : v->node()->inputs()) outs.push_back(in);
+        else
+            outs.push_back(v);
+    }
+    for (const jit::Value* v : outs) {
+        auto tt = v->type()->cast<c10::TensorType>();
+        if (!tt) continue;
+        auto sizes = tt->sizes().concrete_sizes();
+        auto strides = tt->strides().concrete_sizes();
+        if (!sizes || !strides || sizes->size() != strides->size()) continue;
+        if ((sizes->size() == 4 && c10::is_channels_last_strides_2d(*sizes, *strides)) ||
+            (sizes->size() == 5 && c10::is_channels_last_strides_3d(*sizes, *strides)))
+            return true;
+    }
+    return false;
+}
+
 uint32_t version_of(PyObject* t) {
     return THPVariable_Unpack(t).unsafeGetTensorImpl()->version_counter().current_version();
 }
@@ -1273,7 +1296,8 @@ private:
             jit::FuseFrozenConvAddRelu(spec.graph);
             // (not where a tensor is channels_last: the MKLDNN graph's to_dense gives
             // contiguous outputs where eager's convolutions keep that layout)
-            if (conv && at::hasMKLDNN() && !any_channels_last(g.tensors))
+            if (conv && at::hasMKLDNN() && !any_channels_last(g.tensors) &&
+                !outputs_channels_last(*spec.graph))
                 jit::ConvertFrozenOpsToMKLDNN(spec.graph);
             jit::FrozenLinearTranspose(spec.graph);
             jit::EliminateDeadCode(spec.graph);
