@@ -530,3 +530,21 @@ def test_a_closure_cell_an_op_reads_but_does_not_rebind_stays_in_the_graph():
 
     cf = check(f, [(torch.randn(3, requires_grad=True), 2.0) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+# The coverage run after the rule above: a torch method called on a module
+# (`self.cat.cat([x1, x2], dim=1)`, FloatFunctional in torchvision's quantized ShuffleNet) had its
+# own module taken for a callable the op would run, and the list made in the call given to it
+# became a break (MB008).
+def test_a_torch_method_of_a_module_is_not_code_it_runs():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cat = torch.nn.quantized.FloatFunctional()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.cat.cat([x, self.lin(x)], dim=1)
+
+    cf = check(Block().eval(), [torch.randn(2, 3) for _ in range(3)])
+    assert_stats(cf, graphs=1, breaks=0, hits=2)

@@ -147,7 +147,15 @@ static bool set_of_constants_or_classes(PyObject* o) {
 // bound method, a module, an object with __call__; not a class), or a list or tuple of such:
 // torch.utils.checkpoint(block, x), checkpoint_sequential([f, g], 2, x),
 // torch.autograd.functional.jacobian(f, x), t.apply_(f).
-bool Monitor::runs_callable_argument(const std::vector<int>& args) {
+bool Monitor::runs_callable_argument(const std::vector<int>& args, PyObject* fn) {
+    // (not the object a method was called on: FloatFunctional.cat(self, xs) in quantized
+    // models, a module's own method)
+    size_t first = 0;
+    if (!args.empty() && fn && PyFunction_Check(fn)) {
+        PyObject* self = m_cap.v(args[0]).real.get();
+        PyObject* name = reinterpret_cast<PyFunctionObject*>(fn)->func_name;
+        if (self && name && _PyType_Lookup(Py_TYPE(self), name) == fn) first = 1;
+    }
     auto callable = [](PyObject* o) {
         if (!o || is_tensor(o) || PyType_Check(o) || !PyCallable_Check(o)) return false;
         if (PyFunction_Check(o) || PyMethod_Check(o) ||
@@ -160,8 +168,8 @@ bool Monitor::runs_callable_argument(const std::vector<int>& args) {
         PyErr_Clear();
         return !names_torch_module(mod.get());
     };
-    for (int a : args) {
-        PyObject* o = m_cap.v(a).real.get();
+    for (size_t i = first; i < args.size(); ++i) {
+        PyObject* o = m_cap.v(args[i]).real.get();
         if (callable(o)) return true;
         if (o && (PyList_Check(o) || PyTuple_Check(o)))
             for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
@@ -4656,7 +4664,7 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     // (a custom autograd.Function's forward is not looked into: [Note: autograd functions])
     p.hidden_code = runs_hidden_code(p.callee) || p.callee.kind == CallKind::AutogradApply ||
                     (p.callee.kind == CallKind::TorchOp && !starts_with(p.callee.op, "register_") &&
-                     runs_callable_argument(args));
+                     runs_callable_argument(args, c.real.get()));
     if (p.hidden_code) watch_call(true);
     p.callee_value = callable;
     p.kwnames = kwnames;

@@ -239,7 +239,7 @@ private:
     void dispatch_call(ShadowFrame& f, int callable, std::vector<int> args, PyObject* kwnames);
     void complete_call(ShadowFrame& f, Pending& p, PyObject* result);
     int record_call(Pending& p, PyObject* result, bool dyn_shape, bool graph_op = true);
-    bool runs_callable_argument(const std::vector<int>& args);
+    bool runs_callable_argument(const std::vector<int>& args, PyObject* fn);
     // A Python number computed from tensor data (t.item(), int(t), float(t), round(of one)):
     // read at replay, never guarded (Value::dyn_scalar, [Note: numbers from tensor data]).
     int number_from_data(Pending& p, PyObject* result);
