@@ -247,41 +247,42 @@ inline int jump_target(const Instruction& ins) {
     }
 }
 
-// The names a code object's own instructions store or delete: as globals (`global n; n += 1`),
-// or with `attrs`, as attributes (`Stats.n += 1`).
-inline std::vector<PyObject*> code_stored_names(PyCodeObject* co, bool attrs) {
+// The names a code object's own instructions give: `name_of(ins)` for each instruction, or null.
+template <class NameOf>
+inline std::vector<PyObject*> code_instruction_names(PyCodeObject* co, NameOf name_of) {
     PyObject* holder;
     const _Py_CODEUNIT* code = code_units(co, holder);
     Py_ssize_t n = Py_SIZE(co);
     std::vector<PyObject*> names;
     for (int i = 0; i < n;) {
         Instruction ins = decode_at(code, n, i);
-        bool store = attrs ? ins.opcode == STORE_ATTR || ins.opcode == DELETE_ATTR
-                           : ins.opcode == STORE_GLOBAL || ins.opcode == DELETE_GLOBAL;
-        if (store && ins.oparg < PyTuple_GET_SIZE(co->co_names))
-            names.push_back(PyTuple_GET_ITEM(co->co_names, ins.oparg));
+        if (PyObject* name = name_of(ins)) names.push_back(name);
         i = ins.offset + 1 + instruction_caches(ins.raw);
     }
     Py_XDECREF(holder);
     return names;
 }
 
+// The names a code object's own instructions store or delete: as globals (`global n; n += 1`),
+// or with `attrs`, as attributes (`Stats.n += 1`).
+inline std::vector<PyObject*> code_stored_names(PyCodeObject* co, bool attrs) {
+    return code_instruction_names(co, [&](const Instruction& ins) -> PyObject* {
+        bool store = attrs ? ins.opcode == STORE_ATTR || ins.opcode == DELETE_ATTR
+                           : ins.opcode == STORE_GLOBAL || ins.opcode == DELETE_GLOBAL;
+        return store && ins.oparg < PyTuple_GET_SIZE(co->co_names)
+                   ? PyTuple_GET_ITEM(co->co_names, ins.oparg)
+                   : nullptr;
+    });
+}
+
 // The names of the cell and free variables a code object's own instructions store or delete
 // (`nonlocal n; n += 1`).
 inline std::vector<PyObject*> code_stored_derefs(PyCodeObject* co) {
-    PyObject* holder;
-    const _Py_CODEUNIT* code = code_units(co, holder);
-    Py_ssize_t n = Py_SIZE(co);
-    std::vector<PyObject*> names;
-    for (int i = 0; i < n;) {
-        Instruction ins = decode_at(code, n, i);
-        if ((ins.opcode == STORE_DEREF || ins.opcode == DELETE_DEREF) &&
-            ins.oparg < code_nlocalsplus(co))
-            names.push_back(code_localsplus_name(co, ins.oparg));
-        i = ins.offset + 1 + instruction_caches(ins.raw);
-    }
-    Py_XDECREF(holder);
-    return names;
+    return code_instruction_names(co, [&](const Instruction& ins) -> PyObject* {
+        bool store = ins.opcode == STORE_DEREF || ins.opcode == DELETE_DEREF;
+        return store && ins.oparg < code_nlocalsplus(co) ? code_localsplus_name(co, ins.oparg)
+                                                         : nullptr;
+    });
 }
 
 // The instruction at `offset` (code units, its first EXTENDED_ARG prefix if it has any), and the
