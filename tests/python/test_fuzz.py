@@ -122,6 +122,11 @@ BACKEND_SEEDS = {
     # fx: a region given a torch.return_types constant wrote its tensors into the generated
     # code as literals (NameError: name 'tensor' is not defined)
     ("fx", 972393): "constant named tuple",
+    # fx: a warning from a graph whose steps cannot run again (a write in place) was given at
+    # the region's first line, not the op's
+    ("fx", 974005): "warning line",
+    # fx: a numpy array constant was written into the generated code (NameError: 'array')
+    ("fx", 974501): "constant array",
 }
 
 

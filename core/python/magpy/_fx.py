@@ -16,6 +16,7 @@ backends/fx_backend.cpp), with a note in explain().
 
 import copy
 import operator
+import re
 import sys
 import warnings
 
@@ -92,6 +93,11 @@ def _leaves(v):
     return [v] if isinstance(v, torch.Tensor) else [t for x in v for t in _leaves(x)]
 
 
+# Constants fx writes into the generated code as they print.
+_LITERALS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), torch.dtype,
+             torch.device, torch.layout, torch.memory_format)
+
+
 def graph_module(steps, sample, flat=False):
     """The GraphModule computing a region, and the positions of its inputs that are tensors
     or lists and tuples of tensors (its arguments): `steps` are (kind, op, out, args, kwnames,
@@ -135,15 +141,14 @@ def graph_module(steps, sample, flat=False):
             return {k: constant(t) for k, t in v.items()}
         if type(v) is slice:
             return slice(constant(v.start), constant(v.stop), constant(v.step))
-        if isinstance(v, tuple) and not isinstance(v, torch.Size) and any(
-                isinstance(t, torch.Tensor) for t in v):
-            # (torch.return_types.max, a named tuple: fx would write its tensors as literals)
-            raise Unsupported(f"a constant {type(v).__name__} holding tensors")
         if isinstance(v, torch.Tensor):
             return constant_tensor(v)
         if isinstance(v, torch.nn.Module):
             return g.get_attr(module_name(v))
-        return v
+        if isinstance(v, torch.Size) or type(v) in _LITERALS or callable(v):
+            return v  # (fx writes these into the generated code; callables by their names)
+        # (torch.return_types.max, a numpy array: fx would write their reprs as code)
+        raise Unsupported(f"a constant {type(v).__name__} in the graph")
 
     def value(arg):
         where, v = arg
@@ -174,7 +179,8 @@ def graph_module(steps, sample, flat=False):
         return g.call_function(fn, tuple(args), kwargs)
 
     out = None
-    for kind, op, slot, args, kwnames, name in steps:
+    node_steps = {}  # node name -> the step that made it (where its warnings are given)
+    for index, (kind, op, slot, args, kwnames, name) in enumerate(steps):
         kind = _KINDS[kind]
         if kind == "call":
             fn = callee(args[0])
@@ -214,10 +220,17 @@ def graph_module(steps, sample, flat=False):
             else:
                 raise Unsupported(f"a {kind} step")
         env[slot] = out = node
+        if isinstance(node, torch.fx.Node):
+            node_steps.setdefault(node.name, index)
     if not isinstance(out, tuple):
         raise Unsupported("a region without its outputs' tuple")
     g.output(out)
-    return torch.fx.GraphModule(root, g, class_name="magpy_region"), sorted(placeholders)
+    gm = torch.fx.GraphModule(root, g, class_name="magpy_region")
+    # the generated code's lines, by the step whose node each one assigns
+    gm._magpy_line_steps = {
+        n: node_steps[m.group(1)] for n, line in enumerate(gm.code.splitlines(), 1)
+        if (m := re.match(r"\s+(\w+) = ", line)) and m.group(1) in node_steps}
+    return gm, sorted(placeholders)
 
 
 _MAX_SHAPES = 8  # compiled versions of one region (input shapes, strides, grad mode), then eager
@@ -232,14 +245,18 @@ _pins_key = _magpy._fx_pins_signature
 
 
 def call_recording_warnings(fn, args):
-    """fn(*args) and the warnings it gave, as (category, message) pairs, shown to no one
+    """fn(*args) and the warnings it gave, as (category, message, step) triples (the step
+    whose node gave it, or -1), shown to no one
     ([Note: warnings from an fx graph] in fx_backend.cpp). Not through catch_warnings(), which
     would reset every module's registry (a warning shown once per line would show again): an
     "always" filter goes first in the filters list, in place, as TracerWarningLog's does."""
     seen = []
+    code = getattr(fn, "__code__", None)
+    lines = getattr(getattr(fn, "__self__", None), "_magpy_line_steps", {})
 
     def record(message, category, filename, lineno, file=None, line=None):
-        seen.append((category, message))
+        step = lines.get(lineno, -1) if code is not None and filename == code.co_filename else -1
+        seen.append((category, message, step))
 
     always = ("always", None, Warning, None, 0)
     show = warnings.showwarning

@@ -211,7 +211,8 @@ private:
     // A version whose ops warn runs the region's steps from then on, where each warning names
     // its line under the user's filters: at once, instead of the graph's outputs, when the
     // steps can run again (nothing in place, no draws); else the recorded warnings are given at
-    // the region's first line. (inductor's compiled code calls few ops that warn: not done.)
+    // the lines of the steps whose nodes gave them (the generated code's line tells the node).
+    // (inductor's compiled code calls few ops that warn: not done.)
     PyObject* first_run(PyObject* compiled, py::Ref& warned) {
         py::Ref rec = fx_function("call_recording_warnings");
         py::Ref argv = py::Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(m_argv.size())));
@@ -238,13 +239,20 @@ private:
             Py_DECREF(r);
             return run_steps(args);
         }
+        const std::vector<Step>& steps = m_sub.steps();
         const Step* first = nullptr;
-        for (const Step& st : m_sub.steps())
+        for (const Step& st : steps)
             if (!first && st.site >= 0) first = &st;
         SiteLink site(PyThreadState_Get(), m_sub.sites());
-        if (first) site.at(*first);
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(warned.get()); ++i) {
-            PyObject* w = PyList_GET_ITEM(warned.get(), i);  // (category, message)
+            PyObject* w = PyList_GET_ITEM(warned.get(), i);  // (category, message, step)
+            long k = PyLong_AsLong(PyTuple_GET_ITEM(w, 2));  // the step whose node gave it
+            if (k < 0 && PyErr_Occurred()) PyErr_Clear();
+            const Step* at = k >= 0 && static_cast<size_t>(k) < steps.size() &&
+                                     steps[static_cast<size_t>(k)].site >= 0
+                                 ? &steps[static_cast<size_t>(k)]
+                                 : first;
+            if (at) site.at(*at);
             py::Ref text = py::Ref::steal(PyObject_Str(PyTuple_GET_ITEM(w, 1)));
             if (!text || PyErr_WarnEx(PyTuple_GET_ITEM(w, 0), PyUnicode_AsUTF8(text.get()), 1) < 0) {
                 Py_DECREF(r);  // an "error" filter made it an exception
