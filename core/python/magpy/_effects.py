@@ -124,29 +124,19 @@ def log(logger, level, msg, args, site, extra):
                                     function, extra, None))
 
 
-class TracerWarningLog:
-    """The TracerWarnings shown while a backend traces a region of a plan (torch warns that the
-    trace depends on data), in `seen` as (message, filename, lineno).
+class WarningRecorder:
+    """While active, the warnings of `category` (and its subclasses) are kept in `seen` as
+    (category, message, filename, lineno) and shown to no one; every other warning is shown as
+    the user's filters and registries decide. The "always" filter for `category` goes first in
+    warnings.filters in place: catch_warnings() would reset every module's registry (a warning
+    shown once per line would show again)."""
 
-    Every other warning is shown as the user's filters and registries decide, as it would be
-    without the trace: catch_warnings() would have reset every module's registry (a warning
-    shown once per line would show again) and shown them all. Only TracerWarnings are dropped
-    from the registries of loaded modules (where torch's code runs while tracing): one that a
-    filter already handled at a line would otherwise not be seen again."""
+    def __init__(self, category=Warning):
+        self._category = category
 
     def __enter__(self):
-        from torch.jit import TracerWarning
-
         self.seen = []
-        self._category = TracerWarning
-        for mod in list(sys.modules.values()):
-            registry = vars(mod).get("__warningregistry__") if isinstance(
-                mod, types.ModuleType) else None
-            if isinstance(registry, dict):
-                for key in [k for k in registry if isinstance(k, tuple) and len(k) == 3 and
-                            isinstance(k[1], type) and issubclass(k[1], TracerWarning)]:
-                    del registry[key]
-        self._filter = ("always", None, TracerWarning, None, 0)
+        self._filter = ("always", None, self._category, None, 0)
         warnings.filters.insert(0, self._filter)  # in place: registries stay valid
         self._show = warnings.showwarning
         warnings.showwarning = self._record
@@ -154,7 +144,7 @@ class TracerWarningLog:
 
     def _record(self, message, category, filename, lineno, file=None, line=None):
         if issubclass(category, self._category):
-            self.seen.append((str(message), filename, lineno))
+            self.seen.append((category, message, filename, lineno))
         else:
             self._show(message, category, filename, lineno, file, line)
 
@@ -165,4 +155,33 @@ class TracerWarningLog:
             if f is self._filter:
                 del warnings.filters[i]
                 break
+        return False
+
+
+class TracerWarningLog(WarningRecorder):
+    """The TracerWarnings shown while a backend traces a region of a plan (torch warns that the
+    trace depends on data), in `seen` as (message, filename, lineno) after the log ends.
+
+    Every other warning is shown as it would be without the trace. TracerWarnings are also
+    dropped from the registries of loaded modules (where torch's code runs while tracing): one
+    that a filter already handled at a line would otherwise not be seen again."""
+
+    def __init__(self):
+        from torch.jit import TracerWarning
+
+        super().__init__(TracerWarning)
+
+    def __enter__(self):
+        for mod in list(sys.modules.values()):
+            registry = vars(mod).get("__warningregistry__") if isinstance(
+                mod, types.ModuleType) else None
+            if isinstance(registry, dict):
+                for key in [k for k in registry if isinstance(k, tuple) and len(k) == 3 and
+                            isinstance(k[1], type) and issubclass(k[1], self._category)]:
+                    del registry[key]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        self.seen = [(str(m), f, n) for _, m, f, n in self.seen]
         return False

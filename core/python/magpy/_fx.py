@@ -18,11 +18,12 @@ import copy
 import operator
 import re
 import sys
-import warnings
 
 import torch
 
 import _magpy
+
+from . import _effects
 
 # Step kinds, in the order of kStepKinds in backends/fx_backend.cpp.
 _KINDS = ("call", "binary", "compare", "unary", "getitem", "getattr", "list", "tuple", "dict",
@@ -246,32 +247,16 @@ _pins_key = _magpy._fx_pins_signature
 
 def call_recording_warnings(fn, args):
     """fn(*args) and the warnings it gave, as (category, message, step) triples (the step
-    whose node gave it, or -1), shown to no one
-    ([Note: warnings from an fx graph] in fx_backend.cpp). Not through catch_warnings(), which
-    would reset every module's registry (a warning shown once per line would show again): an
-    "always" filter goes first in the filters list, in place, as TracerWarningLog's does."""
-    seen = []
+    whose node gave it, or -1), shown to no one ([Note: warnings from an fx graph] in
+    fx_backend.cpp)."""
     code = getattr(fn, "__code__", None)
     lines = getattr(getattr(fn, "__self__", None), "_magpy_line_steps", {})
-
-    def record(message, category, filename, lineno, file=None, line=None):
-        step = lines.get(lineno, -1) if code is not None and filename == code.co_filename else -1
-        seen.append((category, message, step))
-
-    always = ("always", None, Warning, None, 0)
-    show = warnings.showwarning
-    warnings.filters.insert(0, always)
-    warnings.showwarning = record
-    try:
+    with _effects.WarningRecorder() as rec:
         out = fn(*args)
-    finally:
-        if warnings.showwarning is record:
-            warnings.showwarning = show
-        for i, f in enumerate(warnings.filters):
-            if f is always:
-                del warnings.filters[i]
-                break
-    return out, seen
+    return out, [(category, message,
+                  lines.get(lineno, -1) if code is not None and filename == code.co_filename
+                  else -1)
+                 for category, message, filename, lineno in rec.seen]
 
 
 def _shares_memory(outs, args):

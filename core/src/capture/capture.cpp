@@ -1635,6 +1635,15 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
         s.out = m_plan->add_slot();
         out = Arg::slot(s.out);
         add_step(std::move(s));
+        // A Call step of `args` (the value built so far among them) whose result is the value.
+        auto make_with = [&](std::vector<Arg> args) {
+            Step mk;
+            mk.kind = StepKind::Call;
+            mk.args = std::move(args);
+            mk.out = m_plan->add_slot();
+            out = Arg::slot(mk.out);
+            add_step(std::move(mk));
+        };
         if (sequential) {  // make_sequential(cls, keys, [items])
             PyObject** dictptr = _PyObject_GetDictPtr(val.real.get());
             PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
@@ -1645,14 +1654,9 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
                 internal_error("the keys of a sliced Sequential");
                 return false;
             }
-            Step mk;
-            mk.kind = StepKind::Call;
-            mk.args = {Arg::value(make_sequential_function()),
+            make_with({Arg::value(make_sequential_function()),
                        Arg::value(reinterpret_cast<PyObject*>(Py_TYPE(val.real.get()))),
-                       Arg::value(keys.get()), out};
-            mk.out = m_plan->add_slot();
-            out = Arg::slot(mk.out);
-            add_step(std::move(mk));
+                       Arg::value(keys.get()), out});
         }
         if (factory >= 0) {  // defaultdict() then .default_factory = factory
             Step sf;
@@ -1664,11 +1668,9 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
             add_step(std::move(sf));
         }
         if (object) {  // make_object(cls, {attributes}[, {items}])
-            Step mk;
-            mk.kind = StepKind::Call;
             Arg c;
             if (!build_arg(cls, c, false, depth + 1)) return false;
-            mk.args = {Arg::value(make_object_function()), c, out};
+            std::vector<Arg> args = {Arg::value(make_object_function()), c, out};
             if (mapping >= 0) {
                 Step d;
                 d.kind = StepKind::BuildDict;
@@ -1679,12 +1681,10 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
                     d.args.push_back(std::move(a));
                 }
                 d.out = m_plan->add_slot();
-                mk.args.push_back(Arg::slot(d.out));
+                args.push_back(Arg::slot(d.out));
                 add_step(std::move(d));
             }
-            mk.out = m_plan->add_slot();
-            out = Arg::slot(mk.out);
-            add_step(std::move(mk));
+            make_with(std::move(args));
         }
         if (val.real && val.kind == ValueKind::FreshTuple &&
             is_namedtuple_type(Py_TYPE(val.real.get()))) {
@@ -1696,12 +1696,7 @@ bool Capture::build_arg(int id, Arg& out, bool escape, int depth) {
                 internal_error("namedtuple without _make");
                 return false;
             }
-            Step nt;
-            nt.kind = StepKind::Call;
-            nt.args = {Arg::value(make.get()), out};
-            nt.out = m_plan->add_slot();
-            out = Arg::slot(nt.out);
-            add_step(std::move(nt));
+            make_with({Arg::value(make.get()), out});
         }
         if (val.real && Py_TYPE(val.real.get()) == torch_api().size_type) {
             // a shape with symbolic sizes: torch.Size(tuple), as the program had it

@@ -172,8 +172,8 @@ bool Monitor::runs_callable_argument(const std::vector<int>& args, PyObject* fn)
         PyObject* o = m_cap.v(args[i]).real.get();
         if (callable(o)) return true;
         if (o && (PyList_Check(o) || PyTuple_Check(o)))
-            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
-                if (callable(PySequence_Fast_GET_ITEM(o, i))) return true;
+            for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(o); ++k)
+                if (callable(PySequence_Fast_GET_ITEM(o, k))) return true;
     }
     return false;
 }
