@@ -548,3 +548,115 @@ def test_a_torch_method_of_a_module_is_not_code_it_runs():
 
     cf = check(Block().eval(), [torch.randn(2, 3) for _ in range(3)])
     assert_stats(cf, graphs=1, breaks=0, hits=2)
+
+
+# A review probe: an operator with a kernel registered from Python (torch.library) ran that
+# kernel's Python inside the op, unseen; a counter it bumped was then read as the capture
+# call's constant, and a graph holding the op skipped it.
+_LIB_STATE = {"n": 0}
+
+
+def _counting_kernel(x):
+    _LIB_STATE["n"] += 1
+    return x * 2
+
+
+@pytest.mark.filterwarnings("ignore:Overriding a previously registered kernel")
+@pytest.mark.parametrize("backend", ["eager", "torchscript", "fx"])
+@pytest.mark.parametrize("op", ["own namespace", "aten op overridden"])
+def test_an_operator_with_a_python_kernel_runs_outside_graphs(backend, op):
+    if op == "own namespace":
+        lib = torch.library.Library("magpy_test_pykernel_" + backend, "DEF")
+        lib.define("count(Tensor x) -> Tensor")
+        lib.impl("count", _counting_kernel, "CPU")
+        call = getattr(torch.ops, "magpy_test_pykernel_" + backend).count
+    else:  # (an aten op no other test here uses, removed again with the library)
+        lib = torch.library.Library("aten", "IMPL")
+        lib.impl("hypot", lambda a, b: _counting_kernel(a + b), "CPU")
+        call = lambda x: torch.hypot(x, x)  # noqa: E731
+
+    def f(x):
+        return call(x) + _LIB_STATE["n"]
+
+    try:
+        cf = magpy.compile(f, backend=backend)
+        x = torch.ones(2)
+        for i in range(3):
+            _LIB_STATE["n"] = 10 * i
+            want = f(x)
+            n_eager = _LIB_STATE["n"]
+            _LIB_STATE["n"] = 10 * i
+            got = cf(x)
+            assert torch.equal(want, got), (i, want, got)
+            assert _LIB_STATE["n"] == n_eager, i
+    finally:
+        del lib
+
+
+# A review probe: a tensor subclass with its own __torch_function__ runs Python on every op
+# (here a counter), and on the capture's own reads of the tensor; a graph skipped it.
+class _CountedTensor(torch.Tensor):
+    ops = 0
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        _CountedTensor.ops += 1
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@pytest.mark.parametrize("backend", ["eager", "torchscript"])
+@pytest.mark.parametrize("where", ["argument", "made in the call"])
+def test_a_tensor_subclass_with_its_own_torch_function_runs_eagerly(backend, where):
+    def f(x, w):
+        if where == "made in the call":
+            w = w.as_subclass(_CountedTensor)
+        y = torch.mul(x, w)
+        return y.sum() + _CountedTensor.ops
+
+    cf = magpy.compile(f, backend=backend)
+    x = torch.ones(2)
+    w = torch.ones(2) if where == "made in the call" else torch.ones(2).as_subclass(_CountedTensor)
+    for i in range(3):
+        _CountedTensor.ops = 0
+        want = f(x, w)
+        n_eager = _CountedTensor.ops
+        _CountedTensor.ops = 0
+        got = cf(x, w)
+        assert torch.equal(want.as_subclass(torch.Tensor), got.as_subclass(torch.Tensor)), i
+        assert type(got) is type(want) and _CountedTensor.ops == n_eager, i
+    e = magpy.explain(cf)  # (made in the call: the code resumed after the break meets it too)
+    assert e.breaks and {b.reason_id for b in e.breaks} == {"MB003"}, e
+    assert "_CountedTensor" in e.breaks[0].reason and "__torch_function__" in e.breaks[0].reason
+
+
+# A review probe: a TorchFunctionMode entered around a call of a compiled function saw the
+# ops of the capture call, then none once a graph replayed them.
+@pytest.mark.parametrize("backend", ["eager", "torchscript"])
+def test_a_torch_function_mode_around_the_call_sees_every_op(backend):
+    from torch.overrides import TorchFunctionMode
+
+    seen = []
+
+    class Logging(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    def f(x):
+        return (x * 2).relu().sum()
+
+    cf = magpy.compile(f, backend=backend)
+    x = torch.randn(4)
+    cf(x)  # compiled, and replayed, outside the mode
+    cf(x)
+    for i in range(2):
+        seen.clear()
+        with Logging():
+            want = f(x)
+        eager_ops = list(seen)
+        seen.clear()
+        with Logging():
+            got = cf(x)
+        assert torch.equal(want, got) and seen == eager_ops == ["mul", "relu", "sum"], (i, seen)
+    assert torch.equal(cf(x), f(x)) and not seen[3:]  # and replays again without it
+    assert any("TorchFunctionMode" in n for n in magpy.explain(cf).notes)

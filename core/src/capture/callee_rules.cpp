@@ -464,7 +464,24 @@ int logger_level(const std::string& qualname) {
     return -1;
 }
 
+static CalleeInfo classify_by_rules(PyObject* f);
+
 CalleeInfo classify_callee(PyObject* f) {
+    CalleeInfo info = classify_by_rules(f);
+    if (info.kind != CallKind::TorchOp) return info;
+    // torch.ops.<ns>.<op> names its namespace in __module__ ("torch._ops.<ns>"); torch's own
+    // functions and tensor methods are aten's
+    std::string ns = "aten";
+    const auto& ops = torch_api().op_types;
+    if (std::find(ops.begin(), ops.end(), Py_TYPE(f)) != ops.end()) {
+        ns = module_of(f);
+        ns = ns.substr(ns.rfind('.') + 1);
+    }
+    info.python_kernel = op_has_python_kernel(ns, info.op);
+    return info;
+}
+
+static CalleeInfo classify_by_rules(PyObject* f) {
     CalleeInfo info;
     const TorchApi& api = torch_api();
     if (f == reinterpret_cast<PyObject*>(&PySuper_Type)) {

@@ -90,6 +90,9 @@ struct CalleeInfo {
     // TorchOp: library code that changes Python state it reaches from its arguments
     // (`opt.step()`, `sched.step()`): [Note: library calls that change state] in capture.cpp
     bool changes_state = false;
+    // TorchOp: an operator with a kernel registered from Python (torch.library), which runs
+    // Python the capture does not follow ([Note: code that ran inside a call] in monitor.cpp)
+    bool python_kernel = false;
 };
 
 // functools.partial (borrowed; null if functools cannot be imported). PRECONDITION: GIL held.

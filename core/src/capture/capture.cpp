@@ -157,11 +157,28 @@ void Capture::guard_set_order(int id) {
     m_guards->add_check(keys, std::move(o));
 }
 
+// [Note: tensors that run Python on every op] A tensor subclass with its own
+// __torch_function__ (or __torch_dispatch__) runs that Python on every op and attribute read,
+// the capture's own reads included: what it does (counting, logging, wrapping results) is
+// not followed, and a compiled graph would skip it. Such a tensor ends the capture where it
+// is met; the code runs eagerly from there.
+bool Capture::fail_python_tensor(int id) {
+    const Value& val = v(id);
+    if (!val.tensor || !runs_python_on_ops(Py_TYPE(val.real.get()))) return false;
+    fail(breaks::kUnsupportedCallee,
+         "`" + val.label + "` is a tensor of class " + Py_TYPE(val.real.get())->tp_name +
+             ", whose own __torch_function__ or __torch_dispatch__ runs Python on every op",
+         "pass a plain tensor (t.as_subclass(torch.Tensor)), or compile code that does not "
+         "use the subclass");
+    return true;
+}
+
 void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
     Value& val = v(id);
     int node = val.node;
     val.dyn_scalar = by_type;
     if (val.tensor) {
+        if (fail_python_tensor(id)) return;
         Check t;
         t.kind = CheckKind::TypeIs;
         t.expected = py::WeakOrStrong::make(reinterpret_cast<PyObject*>(Py_TYPE(real)));
@@ -280,7 +297,7 @@ int Capture::register_input(int node, PyObject* real, bool by_type) {
     add_type_guards(id, real, by_type);
     m_node_values[node] = id;
     if (v(id).kind == ValueKind::Input && !by_type) m_input_objects[real] = id;
-    if (v(id).tensor) {  // its hooks as the call found them (guard_tensor_hooks)
+    if (v(id).tensor && !m_failed) {  // its hooks as the call found them (guard_tensor_hooks)
         if (PyObject* keys = tensor_hook_keys(real)) m_entry_hooks[node] = py::Ref::steal(keys);
         else PyErr_Clear();
     }
@@ -1201,6 +1218,7 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
         rank_varies = rank_varies || (arg >= 0 && holds(arg, &Value::rank_varies));
     }
     int id = new_value(ValueKind::OpResult, real_result, label);
+    fail_python_tensor(id);  // (`x.as_subclass(Logged)`)
     v(id).slot = step.out;
     v(id).rank_varies = rank_varies;
     v(id).dyn_shape = data_shape && real_result && !PyLong_Check(real_result) &&

@@ -376,6 +376,9 @@ public:
     CaptureResult finish_failed();
 
 private:
+    // Fails the capture if value `id` is a tensor whose class runs Python on every op
+    // ([Note: tensors that run Python on every op]); true if it did.
+    bool fail_python_tensor(int id);
     void add_type_guards(int value, PyObject* real, bool by_type);
     bool build_arg(int value, Arg& out, bool escape, int depth);
     bool guard_contents(int value, int depth);

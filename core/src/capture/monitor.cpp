@@ -4663,6 +4663,7 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     // (`t.register_hook(f)` only keeps f, for backward() to call)
     // (a custom autograd.Function's forward is not looked into: [Note: autograd functions])
     p.hidden_code = runs_hidden_code(p.callee) || p.callee.kind == CallKind::AutogradApply ||
+                    p.callee.python_kernel ||
                     (p.callee.kind == CallKind::TorchOp && !starts_with(p.callee.op, "register_") &&
                      runs_callable_argument(args, c.real.get()));
     if (p.hidden_code) watch_call(true);

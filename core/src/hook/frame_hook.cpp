@@ -9,6 +9,7 @@
 #include "capture/break_reasons.h"
 #include "capture/monitor.h"
 #include "python/compat.h"
+#include "python/torch_api.h"
 
 #include <map>
 #include <string>
@@ -320,6 +321,12 @@ PyObject* handle_entry(CompiledState& st, PyThreadState* ts, py::IFrame* frame) 
     PyCodeObject* code = py::frame_code(frame);
     CodeCache* cc = code_cache(code, true);
     if (!cc) return run_eagerly(st, ts, frame);
+    if (python_modes_active()) {
+        // Its Python runs for each op called from Python; a graph's ops would skip it
+        st.add_note("a TorchFunctionMode or TorchDispatchMode was active, so the call ran "
+                    "eagerly (the mode sees every op)");
+        return run_eagerly(st, ts, frame);
+    }
     ValuesLease lease;
     std::vector<PyObject*>& values = *lease.values;
     const std::string& key = st.options_key;

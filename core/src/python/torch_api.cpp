@@ -1,5 +1,9 @@
 #include "python/torch_api.h"
 
+#include <algorithm>
+#include <string>
+#include <unordered_set>
+
 namespace magpy {
 
 // Never destroyed: it holds Python references, which must not be released after the
@@ -103,12 +107,89 @@ bool init_torch_api() {
     for (const char* n : {"OpOverloadPacket", "OpOverload"})
         if (PyTypeObject* t = ops ? get_type(ops.get(), n) : nullptr) api.op_types.push_back(t);
     PyErr_Clear();
+    for (auto [slot, name] : {std::pair{&api.tensor_torch_function, "__torch_function__"},
+                              std::pair{&api.tensor_torch_dispatch, "__torch_dispatch__"}}) {
+        PyObject* found = _PyType_Lookup(api.tensor_type, PyUnicode_InternFromString(name));
+        *slot = py::Ref::borrow(found);
+    }
+    if (c) api.disabled_torch_function = py::Ref::steal(
+        PyObject_GetAttrString(c.get(), "_disabled_torch_function_impl"));
+    if (c) {
+        api.function_mode_count =
+            py::Ref::steal(PyObject_GetAttrString(c.get(), "_len_torch_function_stack"));
+        PyErr_Clear();
+        api.dispatch_mode_count =
+            py::Ref::steal(PyObject_GetAttrString(c.get(), "_len_torch_dispatch_stack"));
+        PyErr_Clear();
+    }
+    py::Ref library = py::Ref::steal(PyImport_ImportModule("torch.library"));
+    if (library) api.library_impls = py::Ref::steal(PyObject_GetAttrString(library.get(), "_impls"));
+    if (api.library_impls && !PySet_Check(api.library_impls.get())) api.library_impls = py::Ref();
+    PyErr_Clear();
     api.torch_module = torch;
     g_api = std::move(api);
     return true;
 }
 
 const TorchApi& torch_api() { return g_api; }
+
+bool runs_python_on_ops(PyTypeObject* t) {
+    const TorchApi& api = torch_api();
+    if (t == api.tensor_type || t == api.parameter_type) return false;
+    static PyObject* function_name = PyUnicode_InternFromString("__torch_function__");  // kept
+    static PyObject* dispatch_name = PyUnicode_InternFromString("__torch_dispatch__");  // kept
+    PyObject* function = _PyType_Lookup(t, function_name);
+    if (function != api.tensor_torch_function.get() && function != api.disabled_torch_function.get())
+        return true;
+    return _PyType_Lookup(t, dispatch_name) != api.tensor_torch_dispatch.get();
+}
+
+bool python_modes_active() {
+    for (PyObject* count : {g_api.function_mode_count.get(), g_api.dispatch_mode_count.get()}) {
+        if (!count) continue;
+        py::Ref n = py::Ref::steal(PyObject_CallNoArgs(count));
+        if (!n) {
+            PyErr_Clear();
+            continue;
+        }
+        if (PyLong_Check(n.get()) && PyLong_AsLong(n.get()) > 0) return true;
+        PyErr_Clear();
+    }
+    return false;
+}
+
+bool op_has_python_kernel(const std::string& ns, const std::string& name) {
+    // The keys of torch.library._impls, kept as "ns/op" (overload dropped) for the kernels
+    // that run on real tensors; read again when the set changes (a Library made or dropped),
+    // which the sum of its keys' hashes tells (kept in the set: no string is read for it).
+    // torch registers hundreds of its own (Meta kernels, prims).
+    static std::unordered_set<std::string> ops;
+    static Py_uhash_t seen = 0;
+    static bool read = false;
+    PyObject* impls = torch_api().library_impls.get();
+    if (!impls) return false;
+    Py_uhash_t sum = static_cast<Py_uhash_t>(PySet_GET_SIZE(impls));
+    Py_ssize_t pos = 0;
+    PyObject* key;
+    Py_hash_t hash;
+    while (_PySet_NextEntry(impls, &pos, &key, &hash)) sum += static_cast<Py_uhash_t>(hash);
+    if (!read || sum != seen) {
+        ops.clear();
+        read = true;
+        seen = sum;
+        pos = 0;
+        while (_PySet_NextEntry(impls, &pos, &key, &hash)) {
+            if (!PyUnicode_Check(key)) continue;
+            std::string k = py::str_of(key);
+            size_t slash = k.rfind('/');
+            if (slash == std::string::npos || k.compare(slash + 1, std::string::npos, "Meta") == 0)
+                continue;
+            std::string op = k.substr(0, slash);
+            ops.insert(op.substr(0, std::min(op.find('.'), op.size())));
+        }
+    }
+    return ops.count(ns + "/" + name) > 0;
+}
 
 bool is_torch_module_name(const std::string& name) {
     return name == "torch" || name.rfind("torch.", 0) == 0;

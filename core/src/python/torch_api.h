@@ -39,6 +39,16 @@ struct TorchApi {
     py::Ref set_grad_enabled_fn;          // torch._C._set_grad_enabled
     py::Ref cached_property_get;          // functools.cached_property.__get__ (a function)
     py::Ref functools_partial;            // functools.partial
+    // What torch.Tensor's own __torch_function__ and __torch_dispatch__ are (as found in its
+    // __dict__), and torch._C._disabled_torch_function_impl (nn.Parameter's): a tensor class
+    // with others runs Python of its own on every op (runs_python_on_ops)
+    py::Ref tensor_torch_function, tensor_torch_dispatch, disabled_torch_function;
+    // torch.library._impls: "ns/op[.overload]/DispatchKey" for each kernel registered from
+    // Python (optional; op_has_python_kernel)
+    py::Ref library_impls;
+    // torch._C._len_torch_function_stack and _len_torch_dispatch_stack (optional):
+    // python_modes_active
+    py::Ref function_mode_count, dispatch_mode_count;
     // Context managers whose `with` blocks are captured (their __enter__/__exit__ replayed as
     // steps): torch.no_grad, enable_grad, set_grad_enabled, inference_mode, autocast (and its
     // cpu/cuda variants), contextlib.nullcontext. Missing ones are skipped.
@@ -61,6 +71,19 @@ struct TorchApi {
 // PRECONDITION: GIL held. Returns false with a Python error set when torch cannot be used.
 bool init_torch_api();
 const TorchApi& torch_api();
+
+// Whether tensors of class `t` run Python of their own on every op: a subclass whose
+// __torch_function__ or __torch_dispatch__ is not torch.Tensor's (nn.Parameter's disabled one
+// is not). PRECONDITION: GIL held.
+bool runs_python_on_ops(PyTypeObject* t);
+// Whether operator `ns::name` (any overload) has a kernel registered from Python
+// (torch.library) for a dispatch key other than Meta, which runs only on meta tensors.
+// PRECONDITION: GIL held.
+bool op_has_python_kernel(const std::string& ns, const std::string& name);
+
+// Whether a TorchFunctionMode or TorchDispatchMode is active on this thread: it runs Python
+// for every op the code calls, which a compiled graph would not. PRECONDITION: GIL held.
+bool python_modes_active();
 
 // A module of torch's own: "torch" or "torch.<anything>".
 bool is_torch_module_name(const std::string& name);
