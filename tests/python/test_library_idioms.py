@@ -1143,3 +1143,71 @@ def test_lru_cache_hits_are_counted_as_in_eager_and_typed_caches_fold():
     assert hc.cache_info() == he.cache_info() and sc.cache_info() == se.cache_info()
     e = magpy.explain(cf)
     assert e.break_count == 0 and e.cache_hits == 4, (e.break_count, e.cache_hits)
+
+
+# Regular expressions over names and configs (`re.match(r"layer(\d+)", name)` over
+# named_children) were followed into re's own Python and broke on its pattern cache; they fold
+# over constants now, and a compiled pattern held in a global is a constant guarded by equality.
+_LAYER = __import__("re").compile(r"(\w+?)(\d+)")
+
+
+class _Named(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer1 = nn.Linear(4, 4)
+        self.layer2 = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x, tag):
+        import re
+        depth = 0
+        for name, mod in self.named_children():
+            m = re.match(r"layer(\d+)", name)
+            if m:
+                x = mod(x) * int(m.group(1))
+                depth += m.end() - m.start(1)
+        t = _LAYER.fullmatch(tag)
+        scale = int(t.group(2)) if t else len(re.split(r"[-_]", tag))
+        words = re.findall(r"[a-z]+", re.sub(r"\d", " ", tag, flags=re.IGNORECASE))
+        return self.head(x) * scale + depth + len(words)
+
+
+def test_regular_expressions_over_constant_strings_fold():
+    m = _Named().eval()
+    tags = ["block3", "block3", "a-b_c", "a-b_c", "x9y7", "block3"]
+    with torch.no_grad():
+        cf = check(m, [(torch.randn(2, 4), t) for t in tags])
+    assert_stats(cf, breaks=0, entries=3, hits=3)  # (one entry per tag: its value is guarded)
+
+
+_SUBBED = []
+
+
+def _mark(m):
+    _SUBBED.append(m.group(0))
+    return "#"
+
+
+def _bump(n):
+    _SUBBED.append(n)
+    return n + 1
+
+
+@pytest.mark.parametrize("call", ["re.sub with a function", "operator.call"])
+def test_a_folded_call_given_a_function_runs_it_each_call(call):
+    import operator
+    import re
+
+    def f(x):
+        if call == "operator.call":
+            return x * operator.call(_bump, 2)
+        return x * len(re.sub(r"\d", _mark, "a1b2"))
+
+    cf = magpy.compile(f)
+    for i in range(3):
+        _SUBBED.clear()
+        want = f(torch.ones(2))
+        eager_calls = list(_SUBBED)
+        _SUBBED.clear()
+        assert torch.equal(cf(torch.ones(2)), want) and _SUBBED == eager_calls, (i, _SUBBED)
+    assert break_ids(cf) == ["MB003"]

@@ -59,6 +59,13 @@ const std::unordered_set<std::string> kIterTools = {
     "product", "chain", "combinations", "combinations_with_replacement", "permutations",
     "islice", "pairwise", "zip_longest", "repeat", "accumulate", "starmap"};
 
+// re's functions, and the methods of its Pattern and Match objects, that give a value from
+// their arguments (a match, a string, a list of them): folded over constants. Not finditer
+// and scanner, which give iterators.
+const std::unordered_set<std::string> kRegexFolds = {
+    "match", "fullmatch", "search", "sub", "subn", "split", "findall", "compile", "escape",
+    "group", "groups", "groupdict", "start", "end", "span", "expand"};
+
 const std::unordered_set<std::string> kPureBuiltins = {
     "abs", "min", "max", "round", "divmod", "pow", "ord", "chr", "repr", "hash", "callable",
     "sum", "any", "all", "sorted", "format", "ascii", "bin", "hex", "oct", "id", "vars"};
@@ -352,7 +359,6 @@ PyTypeObject* layout_base(PyTypeObject* type) {
     return type;
 }
 
-namespace {
 PyTypeObject* imported_type(const char* module, const char* name) {
     PyObject* mod = PyImport_ImportModule(module);
     PyObject* t = mod ? PyObject_GetAttrString(mod, name) : nullptr;
@@ -364,6 +370,8 @@ PyTypeObject* imported_type(const char* module, const char* name) {
     }
     return reinterpret_cast<PyTypeObject*>(t);  // kept for the process's life
 }
+
+namespace {
 
 // A method of Python's random.Random (of the module's hidden instance, or the user's own) that
 // draws one number. `type` null: the method is known to be Random's.
@@ -548,6 +556,9 @@ static CalleeInfo classify_by_rules(PyObject* f) {
         } else if ((m == "numpy" || starts_with(m, "numpy.")) && !starts_with(m, "numpy.random")) {
             info.kind = CallKind::PureBuiltin;  // np.prod(x.shape[1:]): folded over constants
             info.name = "numpy." + info.op;
+        } else if (m == "re" && kRegexFolds.count(info.op)) {
+            info.kind = CallKind::PureBuiltin;  // re.match(r"layer(\d+)", name): folded over
+            info.name = "re." + info.op;        // constants (its pattern cache is not state)
         } else if (m == "random" && starts_with(info.name, "Random.") &&
                    is_random_draw(nullptr, info.op)) {
             info.kind = CallKind::RandomDraw;  // random.uniform(a, b), rng.randint(1, 6)
@@ -699,7 +710,10 @@ static CalleeInfo classify_by_rules(PyObject* f) {
             info.kind = CallKind::PureBuiltin;
             info.name = "numpy.ndarray." + info.op;
         } else if (owner == &PyUnicode_Type || owner == &PyFloat_Type || owner == &PyLong_Type ||
-                   owner == api.size_type) {
+                   owner == api.size_type ||
+                   ((std::strcmp(owner->tp_name, "re.Match") == 0 ||
+                     std::strcmp(owner->tp_name, "re.Pattern") == 0) &&
+                    kRegexFolds.count(info.op))) {
             // "a,b".split(","), x.is_integer(), n.bit_length(), shape.numel()
             info.kind = CallKind::PureBuiltin;
         }

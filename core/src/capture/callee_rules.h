@@ -107,6 +107,10 @@ PyObject* cached_result_lookup(PyObject* fn, PyObject* args, bool typed);
 // PRECONDITION: GIL held. `callable` borrowed.
 CalleeInfo classify_callee(PyObject* callable);
 
+// The class `module.name`, imported (a new reference kept for the process's life; null, with
+// no error set, when it cannot be). PRECONDITION: GIL held.
+PyTypeObject* imported_type(const char* module, const char* name);
+
 // A recorded op that may run Python the capture does not trace: backward() and
 // torch.autograd.grad (hooks, custom Functions), and the calls that change state (an
 // optimizer's step(closure)). [Note: code that ran inside a call] in capture/monitor.cpp

@@ -58,6 +58,8 @@ bool is_constant_like(PyObject* o, int depth) {
     if (t == api.dtype_type || t == api.device_type || t == api.layout_type) return true;
     if (t == &PyRange_Type) return true;  // start, stop and step are ints
     if (t == api.version_type) return true;  // torch.__version__, compared as a version
+    static PyTypeObject* pattern = imported_type("re", "Pattern");  // a compiled regex: its
+    if (t == pattern) return true;  // pattern and flags never change, compared by them
     // a tuple, a shape, or a named tuple of the interpreter's (sys.version_info, the results
     // of os.stat or time.localtime): items fixed when it is made
     bool struct_seq = PyTuple_Check(o) && t->tp_base == &PyTuple_Type &&

@@ -178,6 +178,19 @@ bool Monitor::runs_callable_argument(const std::vector<int>& args, PyObject* fn)
     return false;
 }
 
+// Whether calling `o` runs Python code: a function, a method, a module, an object of a class
+// defined in Python with __call__, a functools.partial of one (not a builtin: operator.mul).
+static bool calls_python(PyObject* o) {
+    if (!o || PyType_Check(o) || !PyCallable_Check(o)) return false;
+    if (PyFunction_Check(o) || PyMethod_Check(o)) return true;
+    if (Py_TYPE(o) == functools_partial_type()) {
+        py::Ref func = py::Ref::steal(PyObject_GetAttrString(o, "func"));
+        PyErr_Clear();
+        return calls_python(func.get());
+    }
+    return (Py_TYPE(o)->tp_flags & Py_TPFLAGS_HEAPTYPE) != 0;
+}
+
 bool Monitor::items_of(int seq, std::vector<int>& out) {
     if (generator_of(seq) || map_of(seq)) return lazy_items(seq, out);  // a, b = map(f, zs)
     seq = as_mapping(seq, "__iter__");  // its keys ([Note: objects made in the call])
@@ -5698,6 +5711,17 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                               "use the torch equivalent (torch.abs, torch.max, x.float())");
         if (name.rfind("numpy.", 0) == 0 && is_ndarray(result) && numpy_from_constants(p.in))
             return push_out(array_result(record_call(p, result, false, false)));
+        // re.sub(pattern, a_function, s), np.apply_along_axis(f, ...): folding would call
+        // the function once, at capture
+        static const std::unordered_set<std::string> kNeverCalls = {
+            "callable", "id", "repr", "ascii", "hash", "format", "vars"};
+        if (p.callee.kind == CallKind::PureBuiltin && !kNeverCalls.count(name) &&
+            std::any_of(p.in.begin(), p.in.end(),
+                        [&](int a) { return calls_python(m_cap.v(a).real.get()); }))
+            return m_cap.fail(breaks::kUnsupportedCallee,
+                              "`" + name + "()` is given a function, which it may call",
+                              "pass a constant instead of the function, or call it outside the "
+                              "compiled function");
         if (!require_const(p.in, "`" + name + "()`")) return;
         if (p.callee.kind == CallKind::TypeCtor && name == "list")
             return m_cap.fail(breaks::kUnsupportedCallee, "list() of a constant",
