@@ -796,8 +796,10 @@ def caught_scope(log):
         log.append("finally")
 
 
-def test_a_contextmanager_whose_yield_is_in_a_try_breaks_and_stays_exact():
-    # found by a probe: an error in the block at replay never reached the generator's handler
+def test_a_contextmanager_whose_yield_is_in_a_try_stays_exact_after_a_visible_write():
+    # found by a probe: an error in the block at replay never reached the generator's handler.
+    # The block's ops are inside a try of the plan's; the append before them is visible, so
+    # the plan could not hand a failing call to eager execution: a break (MB014).
     def f(x, idx, log):
         y = x[0]
         with caught_scope(log) as k:
@@ -806,8 +808,55 @@ def test_a_contextmanager_whose_yield_is_in_a_try_breaks_and_stays_exact():
 
     x = torch.arange(12.).reshape(4, 3)
     cf = check(f, [(x, torch.tensor([i]), []) for i in (0, 1, 9, 2)])
-    assert "MB004" in break_ids(cf)
-    assert "inside try/except/finally" in str(magpy.explain(cf))
+    assert "MB014" in break_ids(cf)
+
+
+_MODE = {"name": "idle"}
+
+
+@contextlib.contextmanager
+def mode_scope(name, model):
+    # the common shape: state set before the yield, put back in finally
+    old, was = _MODE["name"], model.training
+    _MODE["name"] = name
+    model.eval()
+    try:
+        yield len(name)
+    except IndexError:
+        _MODE["caught"] = _MODE.get("caught", 0) + 1
+    finally:
+        _MODE["name"] = old
+        model.train(was)
+
+
+def test_a_contextmanager_whose_yield_is_in_a_try_is_captured_and_runs_its_handler():
+    # Its block is one graph with the rest; where an op in the block raises on new data at
+    # replay, the writes before it are put back and the call runs eagerly, so the generator's
+    # handler and finally run as in eager.
+    model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+
+    def f(x, idx):
+        y = x.sum()
+        with mode_scope("infer", model) as k:
+            y = model(x)[idx] * k + len(_MODE["name"])
+        _MODE["after"] = True  # (a write: the ops after it are outside the try)
+        return y * 2
+
+    def snapshot():
+        return dict(_MODE), model.training
+
+    def restore(s):
+        _MODE.clear()
+        _MODE.update(s[0])
+        model.train(s[1])
+
+    x = torch.randn(4, 3)
+    cf = check(f, [(x, torch.tensor([i])) for i in (0, 1, 9, 2, 7)],
+               snapshot=snapshot, restore=restore)
+    assert _MODE["name"] == "idle" and _MODE["caught"] == 2 and model.training
+    e = magpy.explain(cf)
+    assert e.break_count == 0 and e.graph_count == 1, e
+    assert any("ran eagerly for its handler" in n for n in e.notes), e.notes
 
 
 class GradOff:

@@ -3194,7 +3194,8 @@ void Monitor::on_opcode(PyFrameObject* fo) {
     }
     m_at_code = f.code;
     m_at_offset = ins.offset;
-    f.in_try = f.caller_in_try || py::code_offset_reaches_user_handler(f.code, ins.offset);
+    f.in_try = f.caller_in_try || !f.handler_contexts.empty() ||
+               py::code_offset_reaches_user_handler(f.code, ins.offset);
     m_cap.set_in_try(f.in_try);
     m_cap.set_site(f.code, py::frame_globals(f.frame), ins.offset);
     if (!f.library_code) {
@@ -4603,6 +4604,14 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
     if (PyFunction_Check(fn) && PyFunction_GET_CODE(fn) == contextmanager_helper_code())
         return dispatch_gen_context(p, callable, std::move(args), kwnames);
     if (c.kind == ValueKind::GenContext && PyMethod_Check(fn)) {  // the with block ends
+        auto open = std::find(f.handler_contexts.begin(), f.handler_contexts.end(), callable);
+        if (open != f.handler_contexts.end()) {
+            // the generator's code after its yield is not inside the block's try
+            f.handler_contexts.erase(open);
+            f.in_try = f.caller_in_try || !f.handler_contexts.empty() ||
+                       py::code_offset_reaches_user_handler(f.code, m_at_offset);
+            m_cap.set_in_try(f.in_try);
+        }
         p.callee = CalleeInfo{};
         p.callee.kind = CallKind::GenContextExit;
         p.callee.name = c.label;
@@ -6711,18 +6720,16 @@ void Monitor::with_enter(ShadowFrame& f, int ctx, PyObject* exit, PyObject* ente
         if (m_cap.v(as).real.get() != entered && m_cap.v(as).kind != ValueKind::Const)
             return m_cap.internal_error("a @contextmanager entered another value than it yielded");
         // An error in the block at replay cannot be thrown into the generator (it is not made
-        // at replay): a yield inside try/except/finally would miss its handler, so it breaks.
-        // (A with block around the yield is fine: it is a plan context of its own.)
-        if (g->frame.frame &&
-            py::code_offset_reaches_user_handler(g->code, py::frame_offset(g->frame.frame)))
-            return m_cap.fail(breaks::kUnsupportedOpcode,
-                              "the yield of " + m_cap.v(ctx).label +
-                                  " is inside try/except/finally, which an error in the block "
-                                  "would run",
-                              "write the context manager as a class (its __exit__ gets the "
-                              "error), or move the try out of the generator");
+        // at replay). When the yield sits in a try with a handler (`try: yield finally: ...`),
+        // the block's steps are inside a try of the plan's: one that raises at replay hands
+        // the call to eager execution, which runs the handler ([Note: replay errors inside
+        // try]; what ran before must be undoable or invisible, else MB014). (A with block
+        // around the yield is fine: it is a plan context of its own.)
         int ex = m_cap.new_value(ValueKind::GenContext, exit, m_cap.v(ctx).label + ".__exit__");
         m_cap.v(ex).items = m_cap.v(ctx).items;
+        if (g->frame.frame &&
+            py::code_offset_reaches_user_handler(g->code, py::frame_offset(g->frame.frame)))
+            f.handler_contexts.push_back(ex);
         push(f, ex);
         push(f, as);
         return;

@@ -101,6 +101,9 @@ private:
         bool library_code = false;  // torch's own Python, traced through
         bool caller_in_try = false; // the call into this frame sits in a try/with of a caller
         bool in_try = false;        // the current instruction is (Capture::set_in_try)
+        // The with blocks open in this frame over a @contextmanager whose yield sits in a try
+        // with a handler: their __exit__ values ([Note: generator context managers])
+        std::vector<int> handler_contexts;
         int return_value = -1;
         int prefixed_at = -1;  // 3.12: an instruction decoded from its EXTENDED_ARG's event
         int prefixed_from = -1;  // and where that event was (its first prefix)
