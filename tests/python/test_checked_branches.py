@@ -368,6 +368,45 @@ def test_in_place_changes_of_an_inputs_memory_are_effects(alias):
     assert torch.equal(xs, torch.full((2, 3), changed))  # changed once, as eager does
 
 
+# A review probe: `x.contiguous()` copied the transposed input of the capture, so changing it in
+# place was taken for the call's own memory; a later call with a contiguous input got x itself,
+# and the plan that then declined (an op in try raising on new data) ran the frame again: x
+# changed twice. The same for every op whose aliasing depends on strides or conj/neg bits.
+@pytest.mark.parametrize("op", ["contiguous", "reshape", "flatten", "ravel", "channels_last"])
+def test_ops_that_alias_by_layout_never_give_the_calls_own_memory(op):
+    def f(x, idx):
+        if op == "contiguous":
+            y = x.contiguous()
+        elif op == "reshape":
+            y = x.reshape(16)
+        elif op == "flatten":
+            y = x.flatten()
+        elif op == "ravel":
+            y = x.ravel()
+        else:
+            y = x.contiguous(memory_format=torch.channels_last)
+        y.add_(1)
+        try:
+            z = y.reshape(-1)[idx]
+        except IndexError:
+            z = y.sum()
+        return z
+
+    def given():  # where the op gives x itself, or a view of it
+        if op == "channels_last":
+            return torch.zeros(1, 2, 2, 4).contiguous(memory_format=torch.channels_last)
+        return torch.zeros(4, 4)
+
+    cf = magpy.compile(f)
+    odd = torch.zeros(1, 2, 2, 4) if op == "channels_last" else torch.zeros(4, 4).T
+    cf(odd, torch.tensor([1, 2]))  # a copy at capture
+    for idx in ([1, 2], [1, 70]):
+        xe, xc = given(), given()
+        want = f(xe, torch.tensor(idx))
+        got = cf(xc, torch.tensor(idx))
+        assert torch.equal(want, got) and torch.equal(xe, xc), (idx, xe, xc)
+
+
 # [Note: draws before a check] ----------------------------------------------------------------------
 
 

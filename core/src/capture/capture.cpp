@@ -1169,9 +1169,35 @@ static bool storages_of(PyObject* o, std::vector<const void*>& out) {
     return true;
 }
 
+// Ops that give their argument itself, a view of it, or new memory, by its strides or its
+// conj/neg bits, which guards do not fix: `x.contiguous()` copied a transposed input during the
+// capture and is the input itself at replay. Their results are never the call's own memory.
+static bool aliases_by_layout(const Step& step, PyObject* fn) {
+    static const std::unordered_set<std::string> kLayoutDependent = {
+        "contiguous", "reshape", "reshape_as", "flatten", "ravel", "resolve_conj",
+        "resolve_neg", "conj_physical", "to"};
+    if (step.kind != StepKind::Call && step.kind != StepKind::CallEx) return false;
+    if (!fn) return true;  // (not known: not the call's own)
+    py::Ref name = py::Ref::steal(PyObject_GetAttrString(fn, "__name__"));
+    PyErr_Clear();
+    return name && PyUnicode_Check(name.get()) && kLayoutDependent.count(py::str_of(name.get()));
+}
+
 bool Capture::made_in_call(const Step& step, PyObject* result) {
     std::vector<const void*> made, outside;
     if (!result || !storages_of(result, made) || made.empty()) return false;
+    if (!step.args.empty()) {
+        const Arg& callee = step.args[0];
+        int id = callee.kind == Arg::Kind::Input ? -1 : slot_value(callee);
+        if (callee.kind == Arg::Kind::Input) {
+            auto it = m_node_values.find(callee.index);
+            id = it == m_node_values.end() ? -1 : it->second;
+        }
+        PyObject* fn = callee.kind == Arg::Kind::Const ? callee.constant.get()
+                       : id >= 0                       ? v(id).real.get()
+                                                       : nullptr;
+        if (aliases_by_layout(step, fn)) return false;
+    }
     auto from_outside = [&](int id) {  // the memories of value `id` unless the call made them
         const Value& val = v(id);
         if (val.own_storage) return true;
