@@ -1211,3 +1211,62 @@ def test_a_folded_call_given_a_function_runs_it_each_call(call):
         _SUBBED.clear()
         assert torch.equal(cf(torch.ones(2)), want) and _SUBBED == eager_calls, (i, _SUBBED)
     assert break_ids(cf) == ["MB003"]
+
+
+# A review probe: isinstance()/issubclass() were folded with only type(obj) guarded; an ABC's
+# registry (`Proto.register(Impl)` after the capture), a metaclass's own __instancecheck__ and
+# a class computing __class__ changed the answer unseen. [Note: class tests] in monitor.cpp.
+def test_isinstance_of_an_abc_is_guarded_by_its_registry():
+    import abc
+    import collections.abc as cabc
+
+    class Proto(abc.ABC):
+        pass
+
+    class Impl:
+        pass
+
+    def f(x, obj, d):
+        y = x * 2 if isinstance(obj, Proto) else x + 1
+        if isinstance(d, cabc.Mapping) and issubclass(type(obj), Proto):
+            y = y * 10
+        return y
+
+    cf = magpy.compile(f)
+    x, obj = torch.ones(2), Impl()
+    for i in range(4):
+        if i == 2:
+            Proto.register(Impl)  # (once: both worlds see it)
+        assert torch.equal(cf(x, obj, {}), f(x, obj, {})), i
+    assert break_ids(cf) == []
+
+
+def test_isinstance_decided_by_a_metaclass_or_a_computed_class_breaks():
+    class Meta(type):
+        allow = False
+
+        def __instancecheck__(cls, inst):
+            return Meta.allow
+
+    class Open(metaclass=Meta):
+        pass
+
+    class Posing:
+        kind = int
+
+        @property
+        def __class__(self):
+            return Posing.kind
+
+    def f(x, obj, other):
+        a = 2.0 if isinstance(obj, Open) else 1.0
+        b = 3.0 if isinstance(other, float) else 1.0
+        return x * a * b
+
+    cf = magpy.compile(f)
+    x, obj, other = torch.ones(2), object(), Posing()
+    for i in range(4):
+        Meta.allow = i >= 2
+        Posing.kind = float if i % 2 else int
+        assert torch.equal(cf(x, obj, other), f(x, obj, other)), i
+    assert set(break_ids(cf)) == {"MB003"}

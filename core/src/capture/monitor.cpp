@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -189,6 +190,86 @@ static bool calls_python(PyObject* o) {
         return calls_python(func.get());
     }
     return (Py_TYPE(o)->tp_flags & Py_TPFLAGS_HEAPTYPE) != 0;
+}
+
+// [Note: class tests] isinstance(obj, C) and issubclass(K, C) are answered by type(obj) and K,
+// which guards fix, when C's metaclass is `type` (or torch's Parameter meta, which also reads
+// the tensor's `_is_param`). An ABC (ABCMeta: collections.abc.Mapping, numbers.Number) also
+// answers from its registry, which `C.register(K)` anywhere changes: abc.get_cache_token()
+// counts those, so it is guarded. A metaclass with an __instancecheck__ or __subclasscheck__
+// of its own (a runtime_checkable Protocol, a user's) decides with code that may read
+// anything: such a test breaks. A review probe found all three replayed stale.
+bool Monitor::class_test_follows_type(const std::string& test, int subject, int classes) {
+    static PyObject* instance_name = PyUnicode_InternFromString("__instancecheck__");  // kept
+    static PyObject* subclass_name = PyUnicode_InternFromString("__subclasscheck__");  // kept
+    static PyTypeObject* abc_meta = imported_type("abc", "ABCMeta");
+    static PyTypeObject* parameter_meta = imported_type("torch.nn.parameter", "_ParameterMeta");
+    static PyTypeObject* union_type = imported_type("types", "UnionType");
+    PyObject* slot = test == "issubclass" ? subclass_name : instance_name;
+    PyObject* plain = _PyType_Lookup(&PyType_Type, slot);
+    static PyObject* class_name = PyUnicode_InternFromString("__class__");  // kept
+    PyObject* obj = m_cap.v(subject).real.get();
+    if (test == "isinstance" && obj &&
+        _PyType_Lookup(Py_TYPE(obj), class_name) != _PyType_Lookup(&PyBaseObject_Type, class_name)) {
+        // isinstance() also asks obj.__class__, which such a class computes (a mock)
+        m_cap.fail(breaks::kUnsupportedCallee,
+                   "`isinstance()` of " + m_cap.v(subject).label + ", whose class " +
+                       Py_TYPE(obj)->tp_name + " defines its own __class__",
+                   "test type(obj) instead, or make the test outside the compiled function");
+        return false;
+    }
+    bool registry = false;
+    std::string refused;
+    std::function<void(PyObject*, int)> visit = [&](PyObject* c, int depth) {
+        if (!refused.empty() || depth > 4) return;
+        if (PyTuple_Check(c)) {
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c); ++i) visit(PyTuple_GET_ITEM(c, i), depth + 1);
+            return;
+        }
+        if (union_type && Py_TYPE(c) == union_type) {  // int | None
+            py::Ref args = py::Ref::steal(PyObject_GetAttrString(c, "__args__"));
+            PyErr_Clear();
+            if (args) visit(args.get(), depth + 1);
+            return;
+        }
+        if (!PyType_Check(c)) return;  // (isinstance raises for it, as eager did)
+        PyObject* check = _PyType_Lookup(Py_TYPE(c), slot);
+        if (check == plain ||
+            (parameter_meta && check == _PyType_Lookup(parameter_meta, slot)))
+            return;
+        if (abc_meta && check == _PyType_Lookup(abc_meta, slot)) {
+            registry = true;
+            return;
+        }
+        refused = reinterpret_cast<PyTypeObject*>(c)->tp_name;
+    };
+    visit(m_cap.v(classes).real.get(), 0);
+    if (!refused.empty()) {
+        m_cap.fail(breaks::kUnsupportedCallee,
+                   "`" + test + "()` with class " + refused + ", whose metaclass decides with "
+                   "its own " + py::str_of(slot) + " (a runtime_checkable Protocol?)",
+                   "test type(obj) or hasattr() instead, or make the test outside the compiled "
+                   "function");
+        return false;
+    }
+    if (registry) {
+        static PyObject* token = [] {
+            py::Ref abc = py::Ref::steal(PyImport_ImportModule("abc"));
+            PyObject* fn = abc ? PyObject_GetAttrString(abc.get(), "get_cache_token") : nullptr;
+            PyErr_Clear();
+            return fn;  // kept for the process
+        }();
+        py::Ref now = py::Ref::steal(token ? PyObject_CallNoArgs(token) : nullptr);
+        if (!now) {
+            PyErr_Clear();
+            m_cap.fail(breaks::kUnsupportedCallee,
+                       "`" + test + "()` with an ABC, whose registry cannot be guarded",
+                       "test type(obj) instead");
+            return false;
+        }
+        m_cap.input_root(AccessKind::CallResult, 0, token, "abc.get_cache_token()", now.get());
+    }
+    return true;
 }
 
 bool Monitor::items_of(int seq, std::vector<int>& out) {
@@ -5540,6 +5621,7 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                 !m_cap.v(a).positive)      // a size of an input is an int
                 return m_cap.fail(breaks::kUnsupportedCallee, "isinstance() of an op result",
                                   "test the inputs instead");
+        if (p.in.size() == 2 && !class_test_follows_type(name, p.in[0], p.in[1])) return;
         push_out(m_cap.const_value(result));
         return;
     }

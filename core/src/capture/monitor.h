@@ -243,6 +243,10 @@ private:
     void complete_call(ShadowFrame& f, Pending& p, PyObject* result);
     int record_call(Pending& p, PyObject* result, bool dyn_shape, bool graph_op = true);
     bool runs_callable_argument(const std::vector<int>& args, PyObject* fn);
+    // Whether isinstance()/issubclass() (`test`) against value `classes` is decided by the
+    // types the guards fix; adds the ABC registry's guard; fails the capture where a
+    // metaclass decides otherwise ([Note: class tests]).
+    bool class_test_follows_type(const std::string& test, int subject, int classes);
     // A Python number computed from tensor data (t.item(), int(t), float(t), round(of one)):
     // read at replay, never guarded (Value::dyn_scalar, [Note: numbers from tensor data]).
     int number_from_data(Pending& p, PyObject* result);
