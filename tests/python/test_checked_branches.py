@@ -420,6 +420,72 @@ def noisy(x):
     return y * 2 + buf
 
 
+# A review probe: draws the random-op list did not name (binomial, _standard_gamma,
+# native_dropout, torch.nn.init's initializers) were not saved before a guess that failed, so
+# the call run again eagerly drew twice. Every op LibTorch tags nondeterministic_seeded counts.
+@pytest.mark.parametrize("op", ["binomial", "standard_gamma", "native_dropout", "xavier_normal_",
+                                "fractional_max_pool2d"])
+def test_every_seeded_op_is_a_draw_put_back_when_a_guess_fails(op):
+    draws = {
+        "binomial": lambda x: torch.binomial(x * 10, x * 0 + 0.5),
+        "standard_gamma": lambda x: torch._standard_gamma(x + 1),
+        "native_dropout": lambda x: torch.native_dropout(x, 0.5, True)[0],
+        "xavier_normal_": lambda x: torch.nn.init.xavier_normal_(torch.empty(2, 3)).flatten(),
+        "fractional_max_pool2d": lambda x: torch.nn.functional.fractional_max_pool2d(
+            x.view(1, 1, 2, 3), 1, output_size=(1, 2)).flatten(),
+    }
+
+    def f(x):
+        a = draws[op](x)
+        if torch.nonzero(x > 0.5).shape[0] > 3:  # guessed, then the other way
+            return a + 1
+        return a - 1
+
+    a = torch.tensor([0.1, 0.9, 0.9, 0.9, 0.9, 0.1])
+    b = torch.tensor([0.1, 0.9, 0.9, 0.1, 0.1, 0.1])
+    cf = magpy.compile(f)
+    for i, x in enumerate([a, a, b, a]):
+        torch.manual_seed(i)
+        want, want_state = f(x), torch.get_rng_state()
+        torch.manual_seed(i)
+        got, got_state = cf(x), torch.get_rng_state()
+        assert torch.equal(want, got) and torch.equal(want_state, got_state), i
+
+
+# A review probe: a torch.set_* call (process state) before a guess that failed was made again
+# by the eager run that followed: the default dtype flipped twice.
+@pytest.mark.parametrize("setter", ["set_default_dtype", "_C._set_grad_enabled"])
+def test_a_process_state_setter_is_a_visible_effect(setter):
+    def f(x):
+        if setter == "set_default_dtype":
+            d = torch.get_default_dtype()
+            torch.set_default_dtype(torch.float64 if d == torch.float32 else torch.float32)
+        else:
+            torch._C._set_grad_enabled(not torch.is_grad_enabled())
+        y = torch.ones(2) * x.sum()
+        if torch.nonzero(x > 0.5).shape[0] > 3:
+            return y + 1
+        return y - 1
+
+    a = torch.tensor([0.1, 0.9, 0.9, 0.9, 0.9, 0.1])
+    b = torch.tensor([0.1, 0.9, 0.9, 0.1, 0.1, 0.1])
+    cf = magpy.compile(f)
+    try:
+        for i, x in enumerate([a, a, b, a, b]):
+            outs = []
+            for fn in (f, cf):
+                torch.set_default_dtype(torch.float32)
+                torch.set_grad_enabled(True)
+                y = fn(x)
+                outs.append((y, y.dtype, y.requires_grad, torch.get_default_dtype(),
+                             torch.is_grad_enabled()))
+            (y0, *s0), (y1, *s1) = outs
+            assert torch.equal(y0, y1) and s0 == s1, (i, s0, s1)
+    finally:
+        torch.set_default_dtype(torch.float32)
+        torch.set_grad_enabled(True)
+
+
 @pytest.mark.parametrize("data", ["good", "bad"])
 def test_a_check_after_draws_gives_up_with_the_generators_put_back(data):
     import random

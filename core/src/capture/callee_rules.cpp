@@ -1,5 +1,7 @@
 #include "capture/callee_rules.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include "python/py_ref.h"
 #include "guards/guard_tree.h"
 #include "python/torch_api.h"
@@ -126,14 +128,31 @@ bool has_data_dependent_shape(const std::string& n, size_t nargs) {
     return kDyn.count(n) != 0;
 }
 
-// Ops that draw from the generator, by name without a trailing `_` (normal, normal_).
+// Ops that draw from the generator, by name without a trailing `_` (normal, normal_): every
+// aten operator LibTorch tags nondeterministic_seeded (binomial, _standard_gamma,
+// native_dropout: a review probe found such draws taken for pure ops), and the Python
+// functions of torch.nn and torch.nn.init that draw through them.
 static bool is_random_op(const std::string& base) {
-    static const std::unordered_set<std::string> kRandom = {
-        "uniform", "normal", "bernoulli", "random", "exponential", "geometric", "cauchy",
-        "log_normal", "dropout", "alpha_dropout", "feature_alpha_dropout", "rrelu",
-        "dropout1d", "dropout2d", "dropout3d", "rand", "randn", "randint", "rand_like",
-        "randn_like", "randint_like", "randperm", "multinomial", "poisson", "gumbel_softmax",
-        "fractional_max_pool2d", "fractional_max_pool3d"};
+    static const std::unordered_set<std::string> kRandom = [] {
+        std::unordered_set<std::string> names = {
+            "dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d",
+            "dropout3d", "rrelu", "gumbel_softmax", "fractional_max_pool2d",
+            "fractional_max_pool3d", "fractional_max_pool2d_with_indices",
+            "fractional_max_pool3d_with_indices", "uniform", "normal", "trunc_normal",
+            "xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal", "orthogonal",
+            "sparse", "rand", "randn", "randint", "randperm"};
+        auto& dispatcher = c10::Dispatcher::singleton();
+        for (const c10::OperatorName& op : dispatcher.getAllOpNames()) {
+            if (op.name.rfind("aten::", 0) != 0) continue;
+            auto handle = dispatcher.findOp(op);
+            if (!handle || !handle->hasTag(at::Tag::nondeterministic_seeded)) continue;
+            std::string name = op.name.substr(6);
+            bool trailing = name.size() > 1 && name.back() == '_' &&
+                            name.compare(name.size() - 2, 2, "__") != 0;
+            names.insert(trailing ? name.substr(0, name.size() - 1) : name);
+        }
+        return names;
+    }();
     return kRandom.count(base) != 0;
 }
 
@@ -239,6 +258,11 @@ bool op_has_effects(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,
                                         n == "get_state" || n == "initial_seed"))
         return true;
     if (without_inplace_suffix(n) != n) return true;
+    // torch.set_default_dtype, use_deterministic_algorithms, set_num_threads,
+    // torch._C._set_grad_enabled: process state no plan puts back when it declines
+    if (c.kind == CallKind::TorchOp &&
+        (starts_with(n, "set_") || starts_with(n, "use_") || starts_with(n, "_set_")))
+        return true;
     return is_random_op(n) || updates_statistics(n);
 }
 
