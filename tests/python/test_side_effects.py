@@ -660,3 +660,36 @@ def test_a_torch_function_mode_around_the_call_sees_every_op(backend):
         assert torch.equal(want, got) and seen == eager_ops == ["mul", "relu", "sum"], (i, seen)
     assert torch.equal(cf(x), f(x)) and not seen[3:]  # and replays again without it
     assert any("TorchFunctionMode" in n for n in magpy.explain(cf).notes)
+
+
+# A review probe: sizes and requires_grad changed in place through one argument and read
+# through another that is the same tensor kept the capture's facts ([Note: metadata changed
+# through one path] in capture.cpp), both ways: captured apart then called aliased, and back.
+@pytest.mark.parametrize("backend", ["eager", "torchscript", "fx"])
+@pytest.mark.parametrize("change", ["t_", "unsqueeze_", "resize_", "requires_grad_", "data"])
+def test_metadata_changed_through_one_argument_is_seen_through_another(backend, change):
+    def f(x, y, z):
+        if change == "t_":
+            x.t_()
+        elif change == "unsqueeze_":
+            x.unsqueeze_(0)
+        elif change == "resize_":
+            x.resize_(2, 2)
+        elif change == "requires_grad_":
+            x.requires_grad_()
+        else:
+            x.data = z
+        if y.requires_grad:
+            return torch.zeros(y.shape) + 1, y.dim()
+        return torch.zeros(y.shape), y.shape[0]
+
+    cf = magpy.compile(f, backend=backend)
+    for i, aliased in enumerate([False, True, True, False, True]):
+        outs = []
+        for fn in (f, cf):
+            a = torch.ones(3, 4)
+            b = a if aliased else torch.ones(3, 4)
+            got = fn(a, b, torch.ones(5, 1))
+            outs.append((got[0].shape, got[0].sum().item(), got[1], tuple(b.shape),
+                         b.requires_grad))
+        assert outs[0] == outs[1], (i, aliased, outs)

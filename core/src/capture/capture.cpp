@@ -299,6 +299,21 @@ int Capture::register_input(int node, PyObject* real, bool by_type) {
     add_type_guards(id, real, by_type);
     m_node_values[node] = id;
     if (v(id).kind == ValueKind::Input && !by_type) m_input_objects[real] = id;
+    if (v(id).tensor && !m_failed) {
+        for (int changed : m_metadata_changed) {  // [Note: metadata changed through one path]
+            if (v(changed).real.get() == real) {
+                fail(breaks::kMutatedThenRead,
+                     "`" + v(id).label + "` is the same tensor as `" + v(changed).label +
+                         "`, whose shape or requires_grad this function changed in place",
+                     "read it through one name, or change it before the call");
+                return id;
+            }
+            Check c;
+            c.kind = CheckKind::NotSameAs;
+            c.other = v(changed).node;
+            m_guards->add_check(node, std::move(c));
+        }
+    }
     if (v(id).tensor && !m_failed) {  // its hooks as the call found them (guard_tensor_hooks)
         if (PyObject* keys = tensor_hook_keys(real)) m_entry_hooks[node] = py::Ref::steal(keys);
         else PyErr_Clear();
@@ -976,7 +991,32 @@ bool Capture::read_rank(int id) {
     return true;
 }
 
+// [Note: metadata changed through one path] Tensors passed in are not merged by identity
+// ([Note: aliasing]): data changes reach every path, but sizes and requires_grad are facts
+// each path's guard fixed. Once the call changes them in place through one path (t_(),
+// resize_, .data =, requires_grad_()), another path to the same tensor would read stale
+// facts, so from then on every tensor path is guarded to be, or not be, that tensor as it was
+// in the capture; a path reached later that is the same tensor breaks (a review probe:
+// `x.t_(); y.shape` with f(a, a)).
+void Capture::metadata_changed(int id) {
+    const Value& t = v(id);
+    if (!t.tensor || t.kind != ValueKind::Input || t.node < 0) return;
+    if (std::find(m_metadata_changed.begin(), m_metadata_changed.end(), id) !=
+        m_metadata_changed.end())
+        return;
+    m_metadata_changed.push_back(id);
+    for (const auto& [node, other] : m_node_values) {
+        const Value& o = v(other);
+        if (other == id || !o.tensor || o.kind != ValueKind::Input || o.node < 0) continue;
+        Check c;
+        c.kind = o.real.get() == t.real.get() ? CheckKind::SameAs : CheckKind::NotSameAs;
+        c.other = std::min(o.node, t.node);  // (checked at the later of the two)
+        m_guards->add_check(std::max(o.node, t.node), std::move(c));
+    }
+}
+
 void Capture::reshaped_in_place(int id) {
+    metadata_changed(id);
     Value& t = v(id);
     if (!t.tensor) return;
     t.reshaped = t.kind == ValueKind::Input;

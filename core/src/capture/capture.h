@@ -309,6 +309,9 @@ public:
     // A tensor's shape was changed in place (x.set_(...), x.unsqueeze_(0), out=x): from here
     // on its sizes and rank are read at replay, whatever the guards held (a review probe).
     void reshaped_in_place(int value);
+    // A tensor passed in whose sizes or requires_grad the call changed in place ([Note:
+    // metadata changed through one path]): its identity against other tensor paths guarded.
+    void metadata_changed(int value);
     bool add_replay_check(int value, PyObject* expected, CheckOp how,
                           std::shared_ptr<Speculation> guess = nullptr);
 
@@ -402,6 +405,7 @@ private:
     std::unordered_map<PyObject*, int> m_external_cells;  // cell -> Input value of the cell's contents
     std::unordered_map<int, int> m_node_values;  // guard node -> value (one value per path)
     std::unordered_map<PyObject*, int> m_input_objects;  // object -> its Input value (aliasing)
+    std::vector<int> m_metadata_changed;  // tensors passed in changed in place (metadata_changed)
     std::vector<BreakInfo> m_breaks;
     std::unordered_map<PyCodeObject*, int> m_locations;  // code -> plan location index
     std::map<std::pair<PyCodeObject*, PyObject*>, int> m_sites;  // (code, globals) -> plan site

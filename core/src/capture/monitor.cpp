@@ -6438,6 +6438,9 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
                          op == "t_" || op == "transpose_" || op == "swapdims_" ||
                          op == "swapaxes_");
         if (reshapes) m_cap.reshaped_in_place(p.in[0]);
+        if (p.callee.kind == CallKind::TorchOp && !p.in.empty() &&
+            (op == "requires_grad_" || op == "detach_"))
+            m_cap.metadata_changed(p.in[0]);
     }
     // `out=t` resizes t to the result: its sizes are the result's from here on (symbolic or
     // data-dependent alike), not the ones it was made with.
