@@ -682,3 +682,31 @@ def test_a_property_added_to_the_class_later_is_read_each_call():
         if i == 8:
             M.scale = property(lambda self: 10.0)
         assert torch.equal(cf(x), m(x)), i
+
+
+def _inlined(x):
+    return x + 1
+
+
+def _other_body(x):
+    return x * 100
+
+
+def test_a_callee_whose_code_is_replaced_recompiles():
+    # A review probe: the inlined callee was guarded by identity only, and
+    # `_inlined.__code__ = ...` kept the old body replaying.
+    def f(x):
+        return _inlined(x) * 2
+
+    original = _inlined.__code__
+    cf = magpy.compile(f)
+    x = torch.ones(2)
+    try:
+        for i in range(4):
+            if i == 2:
+                _inlined.__code__ = _other_body.__code__
+            assert torch.equal(cf(x), f(x)), i
+    finally:
+        _inlined.__code__ = original
+    e = magpy.explain(cf)
+    assert any(".__code__` was replaced" in r for r in e.recompile_reasons), e.recompile_reasons

@@ -256,6 +256,8 @@ void Capture::add_type_guards(int id, PyObject* real, bool by_type) {
         val.identity = true;
         c.kind = CheckKind::IdIs;
         c.expected = py::WeakOrStrong::make(real);
+        if (PyFunction_Check(real))  // and its code: `h.__code__ = g.__code__` (a review probe)
+            c.value = py::Ref::borrow(PyFunction_GET_CODE(real));
     } else {
         c.kind = CheckKind::TypeIs;
         c.expected = py::WeakOrStrong::make(reinterpret_cast<PyObject*>(Py_TYPE(real)));
@@ -701,6 +703,7 @@ void Capture::guard_identity(int id) {
     Check c;
     c.kind = CheckKind::IdIs;
     c.expected = py::WeakOrStrong::make(val.real.get());
+    if (PyFunction_Check(val.real.get())) c.value = py::Ref::borrow(PyFunction_GET_CODE(val.real.get()));
     m_guards->add_check(val.node, std::move(c));
 }
 

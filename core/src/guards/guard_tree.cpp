@@ -803,12 +803,21 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
             break;
         }
         case CheckKind::IdIs: {
-            if (same_object) break;  // the object that passed, never let go since
-            PyObject* o = c.expected.get();
-            ok = o == v;
-            if (!ok && why)
-                *why = "`" + src + "`: expected the same object as before (" +
-                       (o ? short_repr(o) : std::string("<deleted>")) + "), got " + short_repr(v);
+            if (!same_object) {  // (else the object that passed, never let go since)
+                PyObject* o = c.expected.get();
+                ok = o == v;
+                if (!ok && why)
+                    *why = "`" + src + "`: expected the same object as before (" +
+                           (o ? short_repr(o) : std::string("<deleted>")) + "), got " +
+                           short_repr(v);
+                if (!ok) break;
+            }
+            // A function keeps its identity when its __code__ is replaced: checked too
+            // (`value`: its code when the guard was made)
+            if (c.value && PyFunction_Check(v) && PyFunction_GET_CODE(v) != c.value.get()) {
+                ok = false;
+                if (why) *why = "`" + src + ".__code__` was replaced";
+            }
             break;
         }
         case CheckKind::CodeIs: {
