@@ -611,3 +611,86 @@ def test_every_wrapper_of_a_function_lists_its_breaks():
             cf(x)
         r = magpy.explain(cf)
         assert [b.reason_id for b in r.breaks] == ["MB001"], (backend, r.breaks)
+
+
+# Review probes (graph breaks that resume) --------------------------------------------------------
+_STORE = []
+
+
+def _escaping(x):
+    k = 1
+
+    def g(t):
+        return t + k
+
+    _STORE.append(g)
+    if x.sum() > 0:  # a break (MB001)
+        k = 10
+    else:
+        k = 20
+    return _STORE[-1](x), g is _STORE[-1]
+
+
+def test_a_function_that_escaped_before_a_break_keeps_sharing_its_variables():
+    # The resume code made new cells: the stored g saw k as it was before the break.
+    cf = magpy.compile(_escaping)
+    for i, v in enumerate([[1.0, 2.0], [-1.0, -2.0], [1.0, -2.0], [3.0, 3.0], [-5.0, 1.0]]):
+        _STORE.clear()
+        want = _escaping(torch.tensor(v))
+        _STORE.clear()
+        got = cf(torch.tensor(v))
+        assert torch.equal(want[0], got[0]) and want[1] == got[1], (i, want, got)
+
+
+def test_every_write_to_the_compiled_functions_own_nonlocal_is_replayed():
+    def make():
+        count = 0
+
+        def f(x):
+            nonlocal count
+            count += 1
+            count *= 3
+            if x.sum() > 0:  # a break: the resumed code writes it too
+                count += 10
+            count *= 2
+            return x * count
+
+        return f, lambda: f.__closure__[0].cell_contents
+
+    (fe, ce), (fc, cc) = make(), make()
+    cf = magpy.compile(fc)
+    for i, v in enumerate([1.0, -1.0, 1.0, 1.0, -1.0]):
+        x = torch.full((2,), v)
+        assert torch.equal(fe(x), cf(x)) and ce() == cc(), (i, ce(), cc())
+
+
+def _breaking(x):
+    print("side")
+    if x.sum() > 1:  # a break inside the callee
+        return x + 1
+    return x - 1
+
+
+@pytest.mark.parametrize("form", ["list", "dict", "call"])
+def test_a_display_split_by_a_break_inside_it_is_finished_in_python(form, capsys):
+    def f(x):
+        t = (x, x * 2)
+        if form == "list":
+            return [*t, _breaking(x), *t]
+        if form == "dict":
+            return {**{"a": x}, "b": _breaking(x)}
+        return torch.stack([*t, _breaking(x)])
+
+    cf = magpy.compile(f)
+    for i in range(3):
+        x = torch.full((2,), float(i))
+        want, got = f(x), cf(x)
+        if isinstance(want, dict):
+            assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+        elif isinstance(want, list):
+            assert len(want) == len(got) and all(torch.equal(a, b) for a, b in zip(want, got))
+        else:
+            assert torch.equal(want, got)
+    assert capsys.readouterr().out == "side\n" * 6
+    reasons = [b.reason for b in magpy.explain(cf).breaks]
+    assert any("display" in r for r in reasons), reasons  # (not an engine error, MB099)

@@ -366,6 +366,8 @@ public:
     std::unordered_map<PyObject*, int>& external_cells() { return m_external_cells; }
     // [Note: functions made in the call]: a cell a function made at replay closes over, with
     // the value it was made with; assigning the cell another value after that fails.
+    // Whether a function made in the call over `cell` was built for replay (it escaped).
+    bool cell_frozen(PyObject* cell) const { return m_frozen_cells.count(cell) != 0; }
     bool cell_frozen_at(PyObject* cell, int value) {
         auto it = m_frozen_cells.find(cell);
         return it != m_frozen_cells.end() && it->second != value;

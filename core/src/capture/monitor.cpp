@@ -272,6 +272,16 @@ bool Monitor::class_test_follows_type(const std::string& test, int subject, int 
     return true;
 }
 
+// LIST_APPEND, LIST_EXTEND or DICT_MERGE into a list or dict display that a graph break split
+// (`[*t, helper(x)]` with a break inside helper): the half-built object came into the resumed
+// frame from the stack, as an input; the rest of the call runs as Python.
+void Monitor::split_display(const char* what) {
+    m_cap.fail(breaks::kUnsupportedOpcode,
+               std::string("a ") + what + " display (or a call's * or ** arguments) is finished "
+               "after a graph break inside it",
+               "compute the item before the display: `y = helper(x); [*t, y]`");
+}
+
 bool Monitor::items_of(int seq, std::vector<int>& out) {
     if (generator_of(seq) || map_of(seq)) return lazy_items(seq, out);  // a, b = map(f, zs)
     seq = as_mapping(seq, "__iter__");  // its keys ([Note: objects made in the call])
@@ -3434,10 +3444,11 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     }
     case STORE_DEREF: {
         PyObject* cell = py::frame_local(f.frame, ins.oparg);
-        if (!m_cap.cells().count(cell) && f.is_root && root_closure_cell(f, cell)) {
+        if (f.is_root && root_closure_cell(f, cell)) {
             // `nonlocal step; step += 1` in the compiled function itself: its closure is the
-            // same on every call, so the write is an effect on that cell, replayed in order,
-            // and later reads in the call see the value written
+            // same on every call, so each write is an effect on that cell, replayed in order
+            // (every one: a review probe found `count += 1; count *= 3` left at 1), and later
+            // reads in the call see the value written
             static PyObject* setter = [] {
                 PyObject* d = _PyType_Lookup(&PyCell_Type, interned("cell_contents"));
                 return d ? PyObject_GetAttrString(d, "__set__") : nullptr;  // kept
@@ -3634,7 +3645,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
     case LIST_APPEND: {
         int val = pop(f);
         Value& l = m_cap.v(f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)]);
-        if (l.kind != ValueKind::FreshList) return m_cap.internal_error("LIST_APPEND target");
+        if (l.kind != ValueKind::FreshList) return split_display("list");
         l.items.push_back(val);
         return;
     }
@@ -3663,7 +3674,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         int src = pop(f);
         int target = f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)];
         if (m_cap.v(target).kind != ValueKind::FreshList)
-            return m_cap.internal_error("LIST_EXTEND target");
+            return split_display("list");
         std::vector<int> items;
         if (!items_of(src, items)) return;
         std::vector<int>& dst = m_cap.v(target).items;
@@ -3727,7 +3738,7 @@ void Monitor::dispatch(ShadowFrame& f, const py::Instruction& ins) {
         int src = pop(f);
         int target = f.stack[f.stack.size() - static_cast<size_t>(ins.oparg)];
         if (m_cap.v(target).kind != ValueKind::FreshDict)
-            return m_cap.internal_error("DICT_MERGE target");
+            return split_display("dict");
         std::vector<int> pairs;
         if (!pairs_of(src, pairs)) return;
         for (size_t j = 0; j + 1 < pairs.size(); j += 2) dict_set(target, pairs[j], pairs[j + 1]);

@@ -508,6 +508,16 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
         auto it = m_cap.cells().find(py::frame_local(f.frame, i));
         return it == m_cap.cells().end() ? -1 : it->second;
     };
+    // A function made in the call that escaped (stored in a list passed in, a global) holds the
+    // frame's cells; the resume code would make new ones, and the two would split (a review
+    // probe: `STORE.append(g)`, a break, then `k = 10` unseen by the stored g).
+    for (int i = 0; i < py::code_nlocalsplus(f.code); ++i)
+        if ((py::code_local_kind(f.code, i) & py::kLocalKindCell) &&
+            m_cap.cell_frozen(py::frame_local(f.frame, i)))
+            return refuse("a function made in the call over `" +
+                          py::str_of(py::code_localsplus_name(f.code, i)) +
+                          "` is held outside the frame, and the code after the break would "
+                          "not share that variable with it");
     for (int i = 0; i < nvar; ++i) {
         bool is_cell = py::code_local_kind(f.code, i) & py::kLocalKindCell;
         int id = is_cell ? cell_content(i) : f.locals[static_cast<size_t>(i)];
