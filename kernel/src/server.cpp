@@ -70,6 +70,11 @@ KernelServer::KernelServer(zmq::context_t& context, const xeus::xconfiguration& 
                            nl::json::error_handler_t eh)
     : xserver_zmq(context, without_iopub_port(config), eh),
       m_iopub(context, zmq::socket_type::pub) {
+    // No send limit: at ZeroMQ's default of 1000 queued messages a PUB socket drops what a
+    // slower subscriber has not taken yet, silently, the final `idle` included (a review probe:
+    // 20,000 alternating stdout/stderr lines kept the frontend busy forever). Output waits in
+    // memory until the frontend reads it, as ipykernel's does.
+    m_iopub.set(zmq::sockopt::sndhwm, 0);
     xeus::init_socket(m_iopub, config.m_transport, config.m_ip, config.m_iopub_port);
     g_server = this;
 }

@@ -141,6 +141,20 @@ def test_ten_thousand_prints_are_coalesced_and_complete(k):
     assert len(streams) < 50, len(streams)
 
 
+def test_a_flood_of_alternating_streams_loses_nothing(k):
+    # A review probe: 20,000 lines alternating stdout and stderr are 40,000 messages (order is
+    # kept); past ZeroMQ's default send limit the IOPub socket dropped them, the final idle too.
+    n = 20000
+    msg_id = k.kc.execute("import sys\nfor i in range(%d):\n    print(i); print(i, file=sys.stderr)"
+                          % n)
+    msgs = k.iopub_until_idle(msg_id, timeout=120)
+    assert k.reply(msg_id)["content"]["status"] == "ok"
+    for name in ("stdout", "stderr"):
+        text = "".join(m["content"]["text"] for m in msgs
+                       if m["msg_type"] == "stream" and m["content"]["name"] == name)
+        assert text == "".join("%d\n" % i for i in range(n)), name
+
+
 def test_a_large_output_is_sent_in_bounded_messages(k):
     # 1 MiB written faster than the 50 ms flush timer: the writer itself sends a message each
     # time 64 KiB are pending, so no message is much larger than that, and nothing is lost.

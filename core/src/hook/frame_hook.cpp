@@ -183,6 +183,7 @@ PyObject* capture(CompiledState& st, CodeCache& cc, PyThreadState* ts, py::IFram
     st.stats.captures++;
     progress("capture", st, {});
     int64_t t0 = now_ns();
+    refresh_python_kernels();  // ops with a Python kernel, as they are now
     Capture cap(py::frame_function(frame));
     cap.set_dynamic({st.options.dynamic, &cc.dynamic_dims, &cc.dynamic_numbers, &cc.speculations});
     SegmentOptions seg;

@@ -158,37 +158,45 @@ bool python_modes_active() {
     return false;
 }
 
-bool op_has_python_kernel(const std::string& ns, const std::string& name) {
-    // The keys of torch.library._impls, kept as "ns/op" (overload dropped) for the kernels
-    // that run on real tensors; read again when the set changes (a Library made or dropped),
-    // which the sum of its keys' hashes tells (kept in the set: no string is read for it).
-    // torch registers hundreds of its own (Meta kernels, prims).
-    static std::unordered_set<std::string> ops;
+// The keys of torch.library._impls, kept as "ns/op" (overload dropped) for the kernels that
+// run on real tensors (torch registers hundreds of its own: Meta kernels, prims).
+static std::unordered_set<std::string>& python_kernel_ops() {
+    static auto& ops = *new std::unordered_set<std::string>();
+    return ops;
+}
+
+void refresh_python_kernels() {
+    // Read again when the set changed (a Library made or dropped), which the sum of its keys'
+    // hashes tells (kept in the set: no string is read for it).
     static Py_uhash_t seen = 0;
     static bool read = false;
     PyObject* impls = torch_api().library_impls.get();
-    if (!impls) return false;
+    if (!impls) return;
     Py_uhash_t sum = static_cast<Py_uhash_t>(PySet_GET_SIZE(impls));
     Py_ssize_t pos = 0;
     PyObject* key;
     Py_hash_t hash;
     while (_PySet_NextEntry(impls, &pos, &key, &hash)) sum += static_cast<Py_uhash_t>(hash);
-    if (!read || sum != seen) {
-        ops.clear();
-        read = true;
-        seen = sum;
-        pos = 0;
-        while (_PySet_NextEntry(impls, &pos, &key, &hash)) {
-            if (!PyUnicode_Check(key)) continue;
-            std::string k = py::str_of(key);
-            size_t slash = k.rfind('/');
-            if (slash == std::string::npos || k.compare(slash + 1, std::string::npos, "Meta") == 0)
-                continue;
-            std::string op = k.substr(0, slash);
-            ops.insert(op.substr(0, std::min(op.find('.'), op.size())));
-        }
+    if (read && sum == seen) return;
+    auto& ops = python_kernel_ops();
+    ops.clear();
+    read = true;
+    seen = sum;
+    pos = 0;
+    while (_PySet_NextEntry(impls, &pos, &key, &hash)) {
+        if (!PyUnicode_Check(key)) continue;
+        std::string k = py::str_of(key);
+        size_t slash = k.rfind('/');
+        if (slash == std::string::npos || k.compare(slash + 1, std::string::npos, "Meta") == 0)
+            continue;
+        std::string op = k.substr(0, slash);
+        ops.insert(op.substr(0, std::min(op.find('.'), op.size())));
     }
-    return ops.count(ns + "/" + name) > 0;
+}
+
+bool op_has_python_kernel(const std::string& ns, const std::string& name) {
+    const auto& ops = python_kernel_ops();
+    return !ops.empty() && ops.count(ns + "/" + name) > 0;
 }
 
 bool is_torch_module_name(const std::string& name) {

@@ -77,9 +77,11 @@ const TorchApi& torch_api();
 // is not). PRECONDITION: GIL held.
 bool runs_python_on_ops(PyTypeObject* t);
 // Whether operator `ns::name` (any overload) has a kernel registered from Python
-// (torch.library) for a dispatch key other than Meta, which runs only on meta tensors.
+// (torch.library) for a dispatch key other than Meta, which runs only on meta tensors, as
+// refresh_python_kernels() last found them (each capture starts with it).
 // PRECONDITION: GIL held.
 bool op_has_python_kernel(const std::string& ns, const std::string& name);
+void refresh_python_kernels();
 
 // Whether a TorchFunctionMode or TorchDispatchMode is active on this thread: it runs Python
 // for every op the code calls, which a compiled graph would not. PRECONDITION: GIL held.
