@@ -351,6 +351,8 @@ def _make_classes():
             self._bundle = None
 
     class KernelShell(InteractiveShell):
+        # (named as ipykernel's shell: libraries tell a notebook from a terminal by
+        # `get_ipython().__class__.__name__ == "ZMQInteractiveShell"`, rich among them)
         display_pub_class = Type(KernelDisplayPublisher)
         displayhook_class = Type(KernelDisplayHook)
 
@@ -361,8 +363,12 @@ def _make_classes():
             self.set_hook("show_in_pager", page.as_hook(payloadpage.page), 99)
 
         def enable_gui(self, gui=None):
-            # %matplotlib inline asks for no event loop; others cannot run in a kernel.
-            pass
+            # %matplotlib inline asks for no event loop; others cannot run in this kernel, and
+            # their windows would not respond: say so (a review probe found it silent).
+            if gui not in (None, "inline"):
+                import warnings
+                warnings.warn("the magpy kernel runs no %r event loop: its windows will not "
+                              "respond; use %%matplotlib inline" % gui, stacklevel=2)
 
         def _showtraceback(self, etype, evalue, stb):
             # The error goes out as one IOPub `error` message (not as stderr text), and the
@@ -377,6 +383,7 @@ def _make_classes():
             self.payload_manager.write_payload(
                 {"source": "set_next_input", "text": text, "replace": bool(replace)})
 
+    KernelShell.__name__ = KernelShell.__qualname__ = "ZMQInteractiveShell"
     return KernelShell
 
 
@@ -625,6 +632,8 @@ def inspect(code, cursor_pos, detail_level):
         found = True
     except KeyError:
         data, found = {}, False
+    if not _shell.enable_html_pager:  # as ipykernel: frontends that prefer HTML show the text
+        data.pop("text/html", None)
     return {"status": "ok", "found": found, "data": data, "metadata": {}}
 
 
@@ -647,8 +656,8 @@ def history(kind, session, start, stop, n, pattern, raw, output, unique):
         entries = hm.get_range(session, start, stop, raw=raw, output=output)
     elif kind == "search":
         entries = hm.search(pattern, raw=raw, output=output, n=n, unique=unique)
-    else:
-        raise ValueError("unknown hist_access_type %r (expected tail, range or search)" % kind)
+    else:  # as ipykernel: an empty history for a kind it does not know
+        entries = []
     current = hm.session_number  # IPython numbers the current session 0 in ranges
     return [[s or current, line, list(x) if output else x] for s, line, x in entries]
 

@@ -171,7 +171,40 @@ void KernelServer::guarded(F&& receive_and_handle) {
     }
 }
 
+// Requests xeus 2.4.1 mishandles, put in the form it handles (review probes):
+// - fields a client may send as null where xeus reads a number (`stop: null` is ipykernel's
+//   own default for history ranges): xeus threw on them and the request got no reply. They are
+//   dropped, so the defaults apply; a null cursor is the end of the code, as the protocol says;
+// - a history request of a kind xeus does not know got a reply with no `history`: it is asked
+//   as an empty range, which gives `history: []` as ipykernel does.
+static xeus::xmessage normalized_request(xeus::xmessage msg) {
+    const nl::json& c = msg.content();
+    if (!c.is_object()) return msg;
+    const std::string type = msg_type_of(msg.header());
+    bool nulls = false;
+    for (auto it = c.begin(); it != c.end() && !nulls; ++it) nulls = it.value().is_null();
+    const nl::json kind = c.value("hist_access_type", nl::json());
+    bool unknown_history = type == "history_request" &&
+                           !(kind == "tail" || kind == "range" || kind == "search");
+    if (!nulls && !unknown_history) return msg;
+    nl::json content = nl::json::object();
+    for (auto it = c.begin(); it != c.end(); ++it)
+        if (!it.value().is_null()) content[it.key()] = it.value();
+    if ((type == "complete_request" || type == "inspect_request") &&
+        !content.contains("cursor_pos") && content.value("code", nl::json()).is_string())
+        content["cursor_pos"] = content["code"].get<std::string>().size();
+    if (unknown_history) {
+        content["hist_access_type"] = "range";
+        content["session"] = 0;
+        content["start"] = 1;  // lines [1, 1) of this session: none
+        content["stop"] = 1;
+    }
+    return xeus::xmessage(msg.identities(), msg.header(), msg.parent_header(), msg.metadata(),
+                          std::move(content), xeus::buffer_sequence(msg.buffers()));
+}
+
 void KernelServer::handle_shell(xeus::xmessage msg) {
+    msg = normalized_request(std::move(msg));
     try {
         note_request(msg);
     } catch (const std::exception&) {

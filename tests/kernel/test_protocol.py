@@ -688,3 +688,43 @@ def test_header_dates_have_six_digit_microseconds(k):
     assert len(ours) >= 100, raw
     bad = [d for d in ours if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", d)]
     assert bad == [], bad
+
+
+# --- requests xeus mishandles, and what ipykernel does (review probe) ---------------------------
+
+def _raw_request(k, msg_type, content):
+    msg = k.kc.session.msg(msg_type, content)
+    k.kc.shell_channel.send(msg)
+    return k.reply(msg["header"]["msg_id"])["content"]
+
+
+def test_null_fields_and_unknown_history_kinds_get_replies(k):
+    k.execute("null_fields_probe = 1")
+    got = _raw_request(k, "history_request", {"hist_access_type": "range", "session": 0,
+                                              "start": 0, "stop": None, "raw": True,
+                                              "output": False})
+    assert got["status"] == "ok" and isinstance(got["history"], list), got  # (xeus: no reply)
+    got = _raw_request(k, "complete_request", {"code": "null_fields_pr", "cursor_pos": None})
+    assert got["status"] == "ok" and "null_fields_probe" in got["matches"]
+    assert got["cursor_end"] == len("null_fields_pr")
+    got = _raw_request(k, "history_request", {"hist_access_type": "bogus", "raw": True,
+                                              "output": False})
+    assert got == {"status": "ok", "history": []} or (got["status"] == "ok" and
+                                                      got["history"] == []), got
+
+
+def test_inspect_gives_text_unless_the_html_pager_is_on(k):
+    msg_id = k.kc.inspect("print", 5, detail_level=1)
+    content = k.reply(msg_id)["content"]
+    assert content["found"] and "text/plain" in content["data"]
+    assert "text/html" not in content["data"], sorted(content["data"])
+
+
+def test_the_shell_is_named_as_ipykernels_and_gui_loops_warn(k):
+    # libraries tell a notebook by this name (rich's Console.is_jupyter)
+    reply, msgs = k.execute("type(get_ipython()).__name__")
+    results = [c["data"]["text/plain"] for t, c in msgs if t == "execute_result"]
+    assert results == ["'ZMQInteractiveShell'"], msgs
+    reply, msgs = k.execute("%gui tk")
+    err = "".join(c["text"] for t, c in msgs if t == "stream" and c["name"] == "stderr")
+    assert "runs no 'tk' event loop" in err, msgs
