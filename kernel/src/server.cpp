@@ -255,6 +255,9 @@ void KernelServer::note_request(const xeus::xmessage& msg) {
 }
 
 void KernelServer::publish_impl(xeus::xpub_message message, xeus::channel) {
+    // xeus 2.4.1 answers an interrupt_request by also publishing a message of type "interrupt",
+    // which the protocol does not have (a review probe): not sent
+    if (msg_type_of(message.header()) == "interrupt") return;
     // xeus numbers execute_input with its own counter, which also counts store_history=false;
     // use the protocol's. Messages are rebuilt only when something changes (most are not).
     const bool input = msg_type_of(message.header()) == "execute_input";

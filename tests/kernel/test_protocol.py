@@ -728,3 +728,12 @@ def test_the_shell_is_named_as_ipykernels_and_gui_loops_warn(k):
     reply, msgs = k.execute("%gui tk")
     err = "".join(c["text"] for t, c in msgs if t == "stream" and c["name"] == "stderr")
     assert "runs no 'tk' event loop" in err, msgs
+
+
+def test_an_interrupt_request_publishes_only_protocol_messages(k):
+    # xeus 2.4.1 also published a message of type "interrupt" (review probe)
+    msg = k.kc.session.msg("interrupt_request", {})
+    k.kc.control_channel.send(msg)
+    assert k.reply(msg["header"]["msg_id"], channel="control")["content"]["status"] == "ok"
+    types = [m["msg_type"] for m in k.iopub_until_idle(msg["header"]["msg_id"])]
+    assert types == ["status", "status"], types
