@@ -710,3 +710,34 @@ def test_a_callee_whose_code_is_replaced_recompiles():
         _inlined.__code__ = original
     e = magpy.explain(cf)
     assert any(".__code__` was replaced" in r for r in e.recompile_reasons), e.recompile_reasons
+
+
+class _Plain:
+    pass
+
+
+@pytest.mark.parametrize("read", ["truth", "callable", "getattr(type(o))"])
+def test_a_class_changed_between_calls_recompiles_what_was_folded_from_it(read):
+    # A review probe: `if o:`, callable(o) and getattr(type(o), name, default) were folded from
+    # the class as the capture saw it; setting __bool__, __call__ or the attribute on the class
+    # later kept the old answer.
+    def f(x, o):
+        if read == "truth":
+            return x * 2 if o else x * 3
+        if read == "callable":
+            return x * 2 if callable(o) else x * 3
+        return x * getattr(type(o), "scale", 5)
+
+    cf = magpy.compile(f)
+    o, x = _Plain(), torch.ones(2)
+    added = {"truth": ("__bool__", lambda self: False), "callable": ("__call__", lambda self: 1),
+             "getattr(type(o))": ("scale", 7)}[read]
+    try:
+        for i in range(4):
+            if i == 2:
+                setattr(_Plain, *added)
+            assert torch.equal(cf(x, o), f(x, o)), i
+    finally:
+        if hasattr(_Plain, added[0]):
+            delattr(_Plain, added[0])
+    assert magpy.explain(cf).cache_misses == 2

@@ -697,6 +697,33 @@ void Capture::guard_len(int id, Py_ssize_t n) {
     m_guards->add_check(val.node, std::move(c));
 }
 
+// An answer folded from the slots of an object's class (`if obj:` with no __bool__ or __len__,
+// callable(obj)) holds while the class is unchanged: a class of the user's (the interpreter's
+// own cannot change) is guarded by its version tag, which any attribute set on it or its bases
+// renews (a review probe: `A.__bool__ = ...` between calls kept the old branch).
+bool Capture::guard_class_unchanged(int id) {
+    Value& val = v(id);
+    PyObject* o = val.real.get();
+    PyTypeObject* t = o ? Py_TYPE(o) : nullptr;
+    if (!t || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || val.node < 0) return true;
+    static PyObject* probe = PyUnicode_InternFromString("__bool__");  // kept
+    _PyType_Lookup(t, probe);  // (gives the class a version tag if it has none)
+    if (!(t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) || t->tp_version_tag == 0) {
+        fail(breaks::kUnsupportedOpcode,
+             "the class of " + val.label + " cannot be guarded against changes",
+             "test a flag or `is None` instead");
+        return false;
+    }
+    int cls = input_child(id, AccessKind::TypeOf, 0, nullptr, ".__class__",
+                          reinterpret_cast<PyObject*>(t));
+    if (cls < 0 || v(cls).node < 0) return false;
+    Check c;
+    c.kind = CheckKind::TypeVersion;
+    c.length = static_cast<Py_ssize_t>(t->tp_version_tag);
+    m_guards->add_check(v(cls).node, std::move(c));
+    return true;
+}
+
 void Capture::guard_identity(int id) {
     Value& val = v(id);
     if (val.node < 0 || val.identity) return;

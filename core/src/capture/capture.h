@@ -312,6 +312,8 @@ public:
     // A tensor passed in whose sizes or requires_grad the call changed in place ([Note:
     // metadata changed through one path]): its identity against other tensor paths guarded.
     void metadata_changed(int value);
+    // Guards that the class of value `id` (passed in) is not changed later; false: failed.
+    bool guard_class_unchanged(int id);
     bool add_replay_check(int value, PyObject* expected, CheckOp how,
                           std::shared_ptr<Speculation> guess = nullptr);
 

@@ -5579,7 +5579,12 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
             return push_out(has ? m_cap.const_value(Py_True) : r);
         }
         const Value& o = m_cap.v(obj);
-        if (o.kind == ValueKind::Input || o.identity) {
+        if (o.kind == ValueKind::Const && o.real && mutable_constant(o.real.get())) {
+            // getattr(type(obj), name, default): a class of the user's, known as a constant,
+            // may gain the attribute later; guarded absent through the class the guards hold
+            // (a review probe)
+            m_cap.guard_no_attr(m_cap.constant_root(o.real.get(), o.label, true), key);
+        } else if (o.kind == ValueKind::Input || o.identity) {
             if (o.node < 0) return m_cap.internal_error("an input without a guard node");
             m_cap.guard_no_attr(obj, key);
         } else if (!(o.tensor || o.kind == ValueKind::Const || o.kind == ValueKind::FreshObject ||
@@ -5660,8 +5665,14 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                                                               : ", which is a new object each call"),
                               "compare objects with `is`, or key by something else");
         }
-        if (name == "callable" && p.in.size() == 1 && !p.kwnames && result)
-            return push_out(m_cap.const_value(result));  // follows from the type: guarded
+        if (name == "callable" && p.in.size() == 1 && !p.kwnames && result) {
+            // follows from the type, guarded, and its class's __call__ (set later on the class)
+            const Value& a = m_cap.v(p.in[0]);
+            if (a.kind == ValueKind::Input && !a.tensor && !PyType_Check(a.real.get()) &&
+                !m_cap.guard_class_unchanged(p.in[0]))
+                return;
+            return push_out(m_cap.const_value(result));
+        }
         if (p.fold_map >= 0) return push_out(fold_result(p, result));
         size_t nkw = p.kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(p.kwnames)) : 0;
         // defaultdict(factory, ...): the factory first, then as dict()
@@ -8603,7 +8614,7 @@ bool Monitor::truthiness_known(int id) {
         bool custom = (t->tp_as_number && t->tp_as_number->nb_bool) ||
                       (t->tp_as_mapping && t->tp_as_mapping->mp_length) ||
                       (t->tp_as_sequence && t->tp_as_sequence->sq_length);
-        if (!custom) return true;
+        if (!custom) return m_cap.guard_class_unchanged(id);  // (a __bool__ added later)
         break;
     }
     default:

@@ -897,6 +897,12 @@ bool GuardTree::run_checks(const Accessor* a, PyObject* v, PyObject* const* valu
                        ", found one";
             break;
         }
+        case CheckKind::TypeVersion:
+            ok = PyType_Check(v) &&
+                 reinterpret_cast<PyTypeObject*>(v)->tp_version_tag ==
+                     static_cast<unsigned int>(c.length);
+            if (!ok && why) *why = "`" + src + "`: the class was changed since (an attribute set)";
+            break;
         case CheckKind::NoHooks:
             ok = no_hooks_kept(c, v);
             if (!ok && why) *why = "`" + src + "`: expected no hooks, found some";
@@ -1092,6 +1098,8 @@ std::string describe_check(const Check& c, const std::string& src) {
         return "not hasattr(" + src + ", " + py::repr_string(c.key.get()) + ")";
     case CheckKind::NoHooks:
         return "no_hooks(" + src + ")";
+    case CheckKind::TypeVersion:
+        return "unchanged_class(" + src + ")";
     case CheckKind::TensorHooks:
         return "hook_ids(" + src + ") == " + py::repr_string(c.value.get());
     }

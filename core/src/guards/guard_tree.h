@@ -70,6 +70,8 @@ enum class CheckKind : uint8_t {
                   // `value` names (tensor_hook_keys)
     CodeIs,     // a Python function with this code and these globals (a nested function or
                 // lambda, made again by every call of its maker: [Note: functions by code])
+    TypeVersion,  // a class not changed since (its tp_version_tag is `length`): what an answer
+                  // folded from the class's slots relies on (`if obj:`, callable(obj))
 };
 
 struct TensorMeta {
