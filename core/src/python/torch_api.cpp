@@ -1,5 +1,8 @@
 #include "python/torch_api.h"
 
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+
 #include <algorithm>
 #include <string>
 #include <unordered_set>
@@ -114,14 +117,6 @@ bool init_torch_api() {
     }
     if (c) api.disabled_torch_function = py::Ref::steal(
         PyObject_GetAttrString(c.get(), "_disabled_torch_function_impl"));
-    if (c) {
-        api.function_mode_count =
-            py::Ref::steal(PyObject_GetAttrString(c.get(), "_len_torch_function_stack"));
-        PyErr_Clear();
-        api.dispatch_mode_count =
-            py::Ref::steal(PyObject_GetAttrString(c.get(), "_len_torch_dispatch_stack"));
-        PyErr_Clear();
-    }
     py::Ref library = py::Ref::steal(PyImport_ImportModule("torch.library"));
     if (library) api.library_impls = py::Ref::steal(PyObject_GetAttrString(library.get(), "_impls"));
     if (api.library_impls && !PySet_Check(api.library_impls.get())) api.library_impls = py::Ref();
@@ -145,17 +140,9 @@ bool runs_python_on_ops(PyTypeObject* t) {
 }
 
 bool python_modes_active() {
-    for (PyObject* count : {g_api.function_mode_count.get(), g_api.dispatch_mode_count.get()}) {
-        if (!count) continue;
-        py::Ref n = py::Ref::steal(PyObject_CallNoArgs(count));
-        if (!n) {
-            PyErr_Clear();
-            continue;
-        }
-        if (PyLong_Check(n.get()) && PyLong_AsLong(n.get()) > 0) return true;
-        PyErr_Clear();
-    }
-    return false;
+    // (LibTorch's thread-local mode stacks, read directly: this runs on every compiled call)
+    return at::impl::PythonTorchFunctionTLS::stack_len() > 0 ||
+           c10::impl::TorchDispatchModeTLS::stack_len() > 0;
 }
 
 // The keys of torch.library._impls, kept as "ns/op" (overload dropped) for the kernels that

@@ -46,9 +46,6 @@ struct TorchApi {
     // torch.library._impls: "ns/op[.overload]/DispatchKey" for each kernel registered from
     // Python (optional; op_has_python_kernel)
     py::Ref library_impls;
-    // torch._C._len_torch_function_stack and _len_torch_dispatch_stack (optional):
-    // python_modes_active
-    py::Ref function_mode_count, dispatch_mode_count;
     // Context managers whose `with` blocks are captured (their __enter__/__exit__ replayed as
     // steps): torch.no_grad, enable_grad, set_grad_enabled, inference_mode, autocast (and its
     // cpu/cuda variants), contextlib.nullcontext. Missing ones are skipped.
