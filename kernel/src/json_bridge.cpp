@@ -226,15 +226,20 @@ std::string utf8_of(py::handle text) {
     Py_ssize_t size = 0;
     const char* data = PyUnicode_AsUTF8AndSize(text.ptr(), &size);
     if (data != nullptr) return std::string(data, static_cast<std::size_t>(size));
-    PyErr_Clear();  // lone surrogates
-    PyObject* encoded = PyUnicode_AsEncodedString(text.ptr(), "utf-8", "replace");  // new ref
-    if (encoded == nullptr) {
+    PyErr_Clear();  // lone surrogates: each becomes U+FFFD, as the input() prompt's do (through
+                    // UTF-16, where a lone surrogate is one unit the decoder replaces)
+    py::object units = py::reinterpret_steal<py::object>(
+        PyUnicode_AsEncodedString(text.ptr(), "utf-16-le", "surrogatepass"));
+    py::object replaced = units ? py::reinterpret_steal<py::object>(PyUnicode_Decode(
+                                      PyBytes_AS_STRING(units.ptr()), PyBytes_GET_SIZE(units.ptr()),
+                                      "utf-16-le", "replace"))
+                                : py::object();
+    data = replaced ? PyUnicode_AsUTF8AndSize(replaced.ptr(), &size) : nullptr;
+    if (data == nullptr) {
         PyErr_Clear();
-        return "?";
+        return "\xEF\xBF\xBD";
     }
-    std::string out(PyBytes_AS_STRING(encoded), static_cast<std::size_t>(PyBytes_GET_SIZE(encoded)));
-    Py_DECREF(encoded);
-    return out;
+    return std::string(data, static_cast<std::size_t>(size));
 }
 
 nl::json to_json(py::handle obj) { return to_json_at(obj, 0); }
