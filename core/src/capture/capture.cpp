@@ -1256,13 +1256,14 @@ static bool aliases_by_layout(const Step& step, PyObject* fn) {
 bool Capture::made_in_call(const Step& step, PyObject* result) {
     std::vector<const void*> made, outside;
     if (!result || !storages_of(result, made) || made.empty()) return false;
+    auto value_of = [&](const Arg& a) {  // the value an argument reads (-1: none, a constant)
+        if (a.kind != Arg::Kind::Input) return slot_value(a);
+        auto it = m_node_values.find(a.index);
+        return it == m_node_values.end() ? -1 : it->second;
+    };
     if (!step.args.empty()) {
         const Arg& callee = step.args[0];
-        int id = callee.kind == Arg::Kind::Input ? -1 : slot_value(callee);
-        if (callee.kind == Arg::Kind::Input) {
-            auto it = m_node_values.find(callee.index);
-            id = it == m_node_values.end() ? -1 : it->second;
-        }
+        int id = value_of(callee);
         PyObject* fn = callee.kind == Arg::Kind::Const ? callee.constant.get()
                        : id >= 0                       ? v(id).real.get()
                                                        : nullptr;
@@ -1282,13 +1283,8 @@ bool Capture::made_in_call(const Step& step, PyObject* result) {
         return !o || storages_of(o, outside);
     };
     for (const Arg& a : step.args) {
-        int id = slot_value(a);
-        if (a.kind == Arg::Kind::Input) {
-            auto it = m_node_values.find(a.index);
-            id = it == m_node_values.end() ? -1 : it->second;
-        } else if (a.kind == Arg::Kind::Const && !storages_of(a.constant.get(), outside)) {
-            return false;
-        }
+        if (a.kind == Arg::Kind::Const && !storages_of(a.constant.get(), outside)) return false;
+        int id = value_of(a);
         if (a.kind != Arg::Kind::Const && (id < 0 || !from_outside(id))) return false;
     }
     for (const void* m : made)

@@ -282,6 +282,15 @@ void Monitor::split_display(const char* what) {
                "compute the item before the display: `y = helper(x); [*t, y]`");
 }
 
+// Whether the instruction at `offset` of frame `f` is inside a try of the captured code: a
+// handler of its own, a caller's, or a @contextmanager whose yield sits in a try ([Note:
+// generator context managers]).
+void Monitor::set_in_try(ShadowFrame& f, int offset) {
+    f.in_try = f.caller_in_try || !f.handler_contexts.empty() ||
+               py::code_offset_reaches_user_handler(f.code, offset);
+    m_cap.set_in_try(f.in_try);
+}
+
 bool Monitor::items_of(int seq, std::vector<int>& out) {
     if (generator_of(seq) || map_of(seq)) return lazy_items(seq, out);  // a, b = map(f, zs)
     seq = as_mapping(seq, "__iter__");  // its keys ([Note: objects made in the call])
@@ -3285,9 +3294,7 @@ void Monitor::on_opcode(PyFrameObject* fo) {
     }
     m_at_code = f.code;
     m_at_offset = ins.offset;
-    f.in_try = f.caller_in_try || !f.handler_contexts.empty() ||
-               py::code_offset_reaches_user_handler(f.code, ins.offset);
-    m_cap.set_in_try(f.in_try);
+    set_in_try(f, ins.offset);
     m_cap.set_site(f.code, py::frame_globals(f.frame), ins.offset);
     if (!f.library_code) {
         m_cap.set_location(f.code, py::code_line_of(f.code, ins.offset));
@@ -4700,9 +4707,7 @@ void Monitor::dispatch_call(ShadowFrame& f, int callable, std::vector<int> args,
         if (open != f.handler_contexts.end()) {
             // the generator's code after its yield is not inside the block's try
             f.handler_contexts.erase(open);
-            f.in_try = f.caller_in_try || !f.handler_contexts.empty() ||
-                       py::code_offset_reaches_user_handler(f.code, m_at_offset);
-            m_cap.set_in_try(f.in_try);
+            set_in_try(f, m_at_offset);
         }
         p.callee = CalleeInfo{};
         p.callee.kind = CallKind::GenContextExit;

@@ -248,6 +248,7 @@ private:
     // metaclass decides otherwise ([Note: class tests]).
     bool class_test_follows_type(const std::string& test, int subject, int classes);
     void split_display(const char* what);
+    void set_in_try(ShadowFrame& f, int offset);
     // A Python number computed from tensor data (t.item(), int(t), float(t), round(of one)):
     // read at replay, never guarded (Value::dyn_scalar, [Note: numbers from tensor data]).
     int number_from_data(Pending& p, PyObject* result);
