@@ -42,6 +42,11 @@ import torch  # noqa: E402
 import magpy  # noqa: E402
 from gen import generate  # noqa: E402
 
+# torch's warnings filed once per process in C++ (TORCH_WARN_ONCE: torch 2's "Converting a
+# tensor with requires_grad=True to a scalar" in float(t)) would reach only the world that ran
+# first, eager (fuzz seed 369 on the device machine): every one is filed every time instead.
+torch.set_warn_always(True)
+
 RTOL = 1e-6
 ATOL = 1e-7
 N_CALLS = 6

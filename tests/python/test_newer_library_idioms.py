@@ -98,6 +98,20 @@ def test_hooks_run_by_a_torch2_style_call_impl_are_traced():
     assert len(m.feats) == 3  # once per compiled call, none lost
 
 
+
+def test_a_hook_that_records_and_replaces_the_output_inside_the_call_impl_try():
+    # torch 2 runs a module with hooks inside `try: ... except Exception: ...; raise`: the
+    # hook's append is a visible write, and `out * 0` after it is in that try. It cannot raise
+    # on new data, so it is captured ([Note: steps that cannot raise on new data]).
+    torch.manual_seed(0)
+    m = Net()
+    seen = []
+    m.a.register_forward_hook(lambda mod, inputs, out: (seen.append(1), out * 0 + 1)[1])
+    cf = check(m, [torch.randn(2, 3) for _ in range(3)], snapshot=lambda: len(seen),
+               restore=lambda k: seen.__delitem__(slice(k, None)))
+    assert_stats(cf, graphs=1, breaks=0, hits=2)
+    assert len(seen) == 3
+
 def test_dict_items_unpacked_into_a_tuple_and_iterated():
     # the rows are pairs the dict views make, holding objects (not constants)
     a = collections.OrderedDict(x=torch.tanh, y=lambda t: t * 2)

@@ -57,8 +57,11 @@ def test_optimizer_and_scheduler_steps_run_once_and_their_writes_are_read_after_
         assert se == sc, i
     r = magpy.explain(step)
     assert r.cache_hits >= 4
-    # the read of param_groups after sched.step() is where the capture breaks
-    assert any(b.reason_id == "MB008" and "StepLR" in b.reason for b in r.breaks), r.breaks
+    # a read of param_groups after a step that may write them is where the capture breaks:
+    # after sched.step() (torch 1.13), or, where the scheduler's step is Python the capture
+    # follows (torch 2.11, the device run), its own read after opt.step()
+    assert any(b.reason_id == "MB008" and ("StepLR" in b.reason or "SGD.step" in b.reason)
+               for b in r.breaks), r.breaks
 
 
 def test_backward_runs_once_when_a_later_check_fails():

@@ -166,6 +166,60 @@ static std::string without_inplace_suffix(const std::string& n) {
     return trailing ? n.substr(0, n.size() - 1) : n;
 }
 
+bool op_raises_only_on_metadata(const std::string& op) {
+    static const std::unordered_set<std::string> kSafe = {
+        // pointwise
+        "add", "sub", "subtract", "mul", "multiply", "true_divide", "neg", "negative", "abs",
+        "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "square",
+        "reciprocal", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac", "sin", "cos",
+        "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "erf", "erfc", "erfinv",
+        "sigmoid", "logit", "relu", "relu6", "gelu", "silu", "mish", "elu", "selu", "celu",
+        "leaky_relu", "hardtanh", "hardswish", "hardsigmoid", "softplus", "softsign",
+        "tanhshrink", "threshold", "logsigmoid", "clamp", "clip", "clamp_min", "clamp_max",
+        "maximum", "minimum", "fmax", "fmin", "lerp", "addcmul", "addcdiv", "nan_to_num",
+        "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
+        "logical_not", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+        "isnan", "isinf", "isfinite", "float", "half", "double", "bfloat16", "type_as", "detach",
+        "clone", "contiguous", "zeros_like", "ones_like", "full_like", "empty_like",
+        "rand_like", "randn_like", "new_zeros", "new_ones", "new_full", "new_empty",
+        "zeros", "ones", "full", "empty", "eye", "arange", "linspace", "rand", "randn",
+        // shapes and views (their sizes are constants: symbolic ones are refused apart)
+        "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze",
+        "unsqueeze", "transpose", "permute", "t", "expand", "expand_as", "repeat", "tile",
+        "movedim", "swapaxes", "chunk", "split", "unbind", "cat", "concat", "stack", "hstack",
+        "vstack", "broadcast_to", "flip", "roll", "tril", "triu", "pad",
+        // reductions, products, layers
+        "sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "std", "var", "norm",
+        "logsumexp", "cumsum", "cumprod", "softmax", "log_softmax", "topk", "sort", "argsort",
+        "linear", "bilinear", "matmul", "mm", "bmm", "mv", "addmm", "addmv", "baddbmm",
+        "einsum", "outer", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+        "conv_transpose2d", "conv_transpose3d", "batch_norm", "layer_norm", "group_norm",
+        "rms_norm", "dropout", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
+        "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
+        "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d",
+        "adaptive_max_pool3d", "interpolate", "scaled_dot_product_attention", "normalize",
+        "cosine_similarity", "pairwise_distance", "mse_loss", "l1_loss", "smooth_l1_loss",
+        "huber_loss", "binary_cross_entropy_with_logits", "kl_div"};
+    return kSafe.count(without_inplace_suffix(op)) != 0;
+}
+
+bool module_raises_only_on_metadata(PyObject* module) {
+    static const std::unordered_set<std::string> kSafe = {
+        "Linear", "Bilinear", "Identity", "Flatten", "Conv1d", "Conv2d", "Conv3d",
+        "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "ReLU", "ReLU6", "LeakyReLU",
+        "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardtanh",
+        "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "Softplus", "Softsign",
+        "Tanhshrink", "Threshold", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d",
+        "BatchNorm3d", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "MaxPool1d",
+        "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
+        "AdaptiveAvgPool2d", "AdaptiveAvgPool3d"};
+    PyTypeObject* t = Py_TYPE(module);
+    PyObject* dict = py::type_dict(t);
+    PyObject* mod = dict ? PyDict_GetItemString(dict, "__module__") : nullptr;  // borrowed
+    return mod && PyUnicode_Check(mod) && starts_with(py::str_of(mod), "torch.nn.modules.") &&
+           kSafe.count(t->tp_name) != 0;
+}
+
 // A leaf module's boolean attribute (training, inplace ...); false when it has none.
 static bool module_flag(PyObject* module, const char* name) {
     PyObject* v = PyObject_GetAttrString(module, name);

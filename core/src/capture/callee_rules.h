@@ -155,6 +155,15 @@ bool is_metadata_query(const std::string& op, size_t nargs);
 // torch functions that read global state (the default dtype ...): guarded by calling them.
 bool is_global_state_query(const std::string& op);
 bool reads_strides(const std::string& name);
+// Torch ops (by name, without a trailing `_`) and torch.nn's own modules that raise only on
+// what the guards fix (shapes, dtypes, devices) and constant arguments, never on the values in
+// a tensor: pointwise float maths, matmul and convolutions, norms, reductions, views with
+// constant sizes. Not index ops (gather, embedding, nll_loss: an index out of range), integer
+// division, pow or remainder (by zero, to a negative power), linear algebra that checks values
+// (cholesky, inverse), nor ops with data-dependent shapes. ([Note: steps that cannot raise on
+// new data] in capture.cpp)
+bool op_raises_only_on_metadata(const std::string& op);
+bool module_raises_only_on_metadata(PyObject* module);
 // Ops whose output shape depends on tensor data.
 bool has_data_dependent_shape(const std::string& op, size_t nargs);
 // A recorded op that changes state the caller can see: in-place (`add_`, `out=`,

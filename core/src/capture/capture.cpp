@@ -848,6 +848,12 @@ int Capture::slot_value(const Arg& a) const {
     return built == m_built_slots.end() ? -1 : built->second;
 }
 
+int Capture::arg_value(const Arg& a) const {
+    if (a.kind != Arg::Kind::Input) return slot_value(a);
+    auto it = m_node_values.find(a.index);
+    return it == m_node_values.end() ? -1 : it->second;
+}
+
 bool Capture::arg_made_in_call(const Arg& a) {
     int id = slot_value(a);
     return id >= 0 && v(id).own_storage;
@@ -1256,11 +1262,7 @@ static bool aliases_by_layout(const Step& step, PyObject* fn) {
 bool Capture::made_in_call(const Step& step, PyObject* result) {
     std::vector<const void*> made, outside;
     if (!result || !storages_of(result, made) || made.empty()) return false;
-    auto value_of = [&](const Arg& a) {  // the value an argument reads (-1: none, a constant)
-        if (a.kind != Arg::Kind::Input) return slot_value(a);
-        auto it = m_node_values.find(a.index);
-        return it == m_node_values.end() ? -1 : it->second;
-    };
+    auto value_of = [&](const Arg& a) { return arg_value(a); };
     if (!step.args.empty()) {
         const Arg& callee = step.args[0];
         int id = value_of(callee);
@@ -1343,6 +1345,94 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
     return id;
 }
 
+// [Note: steps that cannot raise on new data]
+// A step inside a try block after a visible effect is refused (MB014, [Note: replay errors
+// inside try]) because, if it raised at replay, eager would have run the handler after the
+// effect, and the plan can neither run the handler nor run the frame again. Most steps cannot
+// raise on new data: the guards fix shapes, dtypes and devices, so an op that raises only on
+// those (and on its constant arguments) raised during the capture or never does. Such a step
+// is not `in_try` at all. This matters on torch 2, whose Module._call_impl runs a module with
+// hooks inside `try: ... except Exception: ...; raise`: a forward hook that records its output
+// (a visible write) and the ops after it are in that try. What counts: building tuples, lists
+// and slices; tensor attributes, comparisons, unary ops and + - * / @ & | ^ (not //, %, **:
+// integer division by zero, integers to negative powers); indexing a tensor with constant
+// ints and slices; torch ops (factories of constant sizes too) and torch.nn's modules on the
+// list of op_raises_only_on_metadata.
+// Not when an argument carries symbolic sizes (a relation the guards do not check may fail),
+// shapes that depend on data, or is a number computed at replay (`torch.zeros(int(t.sum()))`). What is left is running out of memory, which then reaches
+// the caller without the handler running.
+bool Capture::raises_only_on_metadata(const Step& step) {
+    // a number or container computed at replay (from data, say) is not fixed by the guards
+    auto fixed = [&](auto&& self, int id, int depth) -> bool {
+        const Value& val = v(id);
+        if (val.tensor || val.kind == ValueKind::Const || val.kind == ValueKind::Input)
+            return true;
+        if ((val.kind != ValueKind::FreshList && val.kind != ValueKind::FreshTuple) || depth > 4)
+            return false;
+        for (int item : val.items)
+            if (item < 0 || !self(self, item, depth + 1)) return false;
+        return true;
+    };
+    bool tensor = false;
+    bool dynamic = !m_dynamic_nodes.empty() || !m_dynamic_numbers.empty();
+    for (size_t i = 0; i < step.args.size(); ++i) {
+        const Arg& a = step.args[i];
+        if ((dynamic && arg_sym(a)) || arg_data_shaped(a)) return false;
+        int id = arg_value(a);
+        bool callee = i == 0 && (step.kind == StepKind::Call || step.kind == StepKind::CallEx);
+        if (a.kind != Arg::Kind::Const && !callee && (id < 0 || !fixed(fixed, id, 0)))
+            return false;
+        tensor = tensor || (id >= 0 && v(id).tensor) ||
+                 (a.kind == Arg::Kind::Const && is_tensor(a.constant.get()));
+    }
+    auto real = [&](size_t i) -> PyObject* {
+        if (i >= step.args.size()) return nullptr;
+        const Arg& a = step.args[i];
+        if (a.kind == Arg::Kind::Const) return a.constant.get();
+        int id = arg_value(a);
+        return id >= 0 ? v(id).real.get() : nullptr;
+    };
+    switch (step.kind) {
+    case StepKind::BuildList:
+    case StepKind::BuildTuple:
+    case StepKind::BuildSlice: return true;
+    case StepKind::Unary:
+    case StepKind::Compare: return tensor;
+    case StepKind::GetAttr: return real(0) && is_tensor(real(0));
+    case StepKind::Binary: {
+        int op = step.op >= NB_INPLACE_ADD ? step.op - NB_INPLACE_ADD : step.op;
+        return tensor && op != NB_FLOOR_DIVIDE && op != NB_REMAINDER && op != NB_POWER &&
+               op != NB_LSHIFT && op != NB_RSHIFT;
+    }
+    case StepKind::GetItem: {
+        if (!real(0) || !is_tensor(real(0)) || step.args.size() != 2 ||
+            step.args[1].kind != Arg::Kind::Const)
+            return false;
+        PyObject* key = step.args[1].constant.get();
+        auto plain = [](PyObject* k) {
+            return PyLong_CheckExact(k) || PySlice_Check(k) || k == Py_None || k == Py_Ellipsis;
+        };
+        if (PyTuple_CheckExact(key)) {
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(key); ++i)
+                if (!plain(PyTuple_GET_ITEM(key, i))) return false;
+            return true;
+        }
+        return plain(key);
+    }
+    case StepKind::Call: {
+        PyObject* fn = real(0);
+        if (!step.graph_op || !fn) return false;
+        if (PyObject_TypeCheck(fn, torch_api().module_type))
+            return module_raises_only_on_metadata(fn);
+        py::Ref name = py::Ref::steal(PyObject_GetAttrString(fn, "__name__"));
+        PyErr_Clear();
+        return name && PyUnicode_Check(name.get()) &&
+               op_raises_only_on_metadata(py::str_of(name.get()));
+    }
+    default: return false;
+    }
+}
+
 static std::string method_name(const std::string& label) {  // "list.append" -> "append"
     size_t dot = label.rfind('.');
     return dot == std::string::npos ? label : label.substr(dot + 1);
@@ -1356,6 +1446,8 @@ void Capture::add_step(Step step) {
     // [Note: replay errors inside try]
     step.in_try = m_in_try;
     step.ctx = static_cast<int16_t>(m_ctx);
+    if (step.in_try && m_effects && !m_failed && raises_only_on_metadata(step))
+        step.in_try = false;  // it raises at replay only where it raised here, or not at all
     if (step.in_try && m_effects && !m_failed)
         return fail(breaks::kTryAfterEffect,
                     "an operation inside a try block comes after a write or in-place change "

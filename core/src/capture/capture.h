@@ -450,6 +450,10 @@ private:
     // The value a Slot argument holds (an op result, or a container built there); -1 for
     // inputs and constants.
     int slot_value(const Arg& a) const;
+    // The value any argument reads (a slot's, or an input's), -1 for constants and unknown.
+    int arg_value(const Arg& a) const;
+    // [Note: steps that cannot raise on new data]
+    bool raises_only_on_metadata(const Step& step);
     bool arg_data_shaped(const Arg& a);
     bool arg_made_in_call(const Arg& a);
     bool made_in_call(const Step& step, PyObject* result);
