@@ -528,7 +528,7 @@ def test_ops_inside_try_after_a_write_that_cannot_raise_on_new_data_are_captured
         try:
             y = torch.relu(m(x)) * 2 + x[:, 0:1] - x.T.sum(0).unsqueeze(-1).mean()
             y = F.layer_norm(y, y.shape[-1:]) @ torch.ones(3, 2)
-            z = (y > 0).float().softmax(-1), torch.cat([y, y], 1).view(2, -1)
+            z = (y > 0).float().softmax(-1), torch.cat([y, y], 1).reshape(2, -1)
         except RuntimeError:
             z = None
         return z
@@ -557,4 +557,22 @@ def test_ops_inside_try_after_a_write_that_may_raise_on_new_data_still_break(op)
 
     x = torch.arange(4.0)
     cf = check(f, [(x, torch.tensor([1]), []), (x, torch.tensor([0]), [])])
+    assert "MB014" in [b.reason_id for b in magpy.explain(cf).breaks], str(magpy.explain(cf))
+
+
+def test_a_view_inside_try_after_a_write_raises_on_strides_the_guards_do_not_fix():
+    # (x * 2) keeps x's layout: its view(-1) raises for a transposed x of the same shape
+    def f(x, log):
+        log.append(1)
+        try:
+            return (x * 2).view(-1)
+        except RuntimeError:
+            return x.sum()
+
+    log_e, log_c = [], []
+    cf = magpy.compile(f)
+    x = torch.arange(4.0).reshape(2, 2)
+    for arg in (x, x, x.t(), x.t()):
+        want, got = f(arg, log_e), cf(arg, log_c)
+        assert torch.equal(got, want) and log_c == log_e
     assert "MB014" in [b.reason_id for b in magpy.explain(cf).breaks], str(magpy.explain(cf))

@@ -184,7 +184,8 @@ bool op_raises_only_on_metadata(const std::string& op) {
         "rand_like", "randn_like", "new_zeros", "new_ones", "new_full", "new_empty",
         "zeros", "ones", "full", "empty", "eye", "arange", "linspace", "rand", "randn",
         // shapes and views (their sizes are constants: symbolic ones are refused apart)
-        "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze",
+        // (not view, view_as, unflatten: they raise on strides, which the guards do not fix)
+        "reshape", "reshape_as", "flatten", "squeeze",
         "unsqueeze", "transpose", "permute", "t", "expand", "expand_as", "repeat", "tile",
         "movedim", "swapaxes", "chunk", "split", "unbind", "cat", "concat", "stack", "hstack",
         "vstack", "broadcast_to", "flip", "roll", "tril", "triu", "pad",
