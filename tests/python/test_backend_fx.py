@@ -339,3 +339,124 @@ def test_a_graph_that_changed_an_input_and_then_failed_is_not_run_again():
     with pytest.raises(IndexError):
         cf(xc, torch.tensor([0, 9]))
     assert torch.equal(xe, xc)
+
+
+# [Note: fx backends] magpy-cudagraphs marks the modules' parameters and buffers as static
+# inputs of its CUDA graphs (magpy._fx.compile_with_static_parameters). On the CPU machines
+# inductor and CUDA graphs are absent: stand-ins for compile_fx and compile_fx_inner check
+# what is asked of them, and one that keeps its first inputs checks the fallback.
+
+class _TwoLayers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.n = nn.Linear(3, 3), nn.BatchNorm1d(3).eval()
+
+    def forward(self, x):
+        return (self.n(self.a(x)).relu(),)
+
+
+def _stand_ins(inputs_first=False, refuses=False):
+    """compile_fx and compile_fx_inner stand-ins. compile_fx lifts the held tensors before the
+    graph's inputs (or, `inputs_first`, after them: positions the marking gets wrong), and
+    the "CUDA graph" keeps the first values of an input marked static that is not held."""
+    asked, own = [], []
+
+    def compile_fx_inner(graph, example_inputs, **kwargs):
+        static = list(kwargs.get("static_input_idxs", ()))
+        if refuses and static:
+            raise TypeError("compile_fx_inner() got an unexpected keyword argument")
+        asked.append(static)
+        first = []
+
+        def run(*args):  # the graph's own inputs; held tensors are read where they are
+            if any(i in static for i in own):
+                first[:] = first or [t.clone() for t in args]
+                args = first
+            return graph(*args)
+        return run
+
+    def compile_fx(gm, inputs, inner_compile=None, config_patches=None):
+        held = list(gm.parameters()) + list(gm.buffers())  # (no tied weights here)
+        order = list(inputs) + held if inputs_first else held + list(inputs)
+        own[:] = range(len(inputs)) if inputs_first else range(len(held), len(order))
+        fake = [torch.empty_like(t) for t in order]
+        return (inner_compile or compile_fx_inner)(gm, fake, static_input_idxs=[])
+    return compile_fx, compile_fx_inner, asked
+
+
+def _static_case(module, x, **how):
+    torch.manual_seed(0)
+    gm = torch.fx.symbolic_trace(module)
+    compile_fx, compile_fx_inner, asked = _stand_ins(**how)
+    run = magpy._fx.compile_with_static_parameters(gm, [x], compile_fx, compile_fx_inner, {})
+    for _ in range(3):
+        y = torch.randn_like(x)
+        torch.testing.assert_close(run(y)[0], gm(y)[0])
+    return asked
+
+
+class _Square(nn.Module):  # one (3, 3) weight: an input of the same shape passes the checks
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3, bias=False)
+
+    def forward(self, x):
+        return (self.lin(x) * 2,)
+
+
+def test_cudagraphs_marks_the_lifted_parameters_and_buffers_static():
+    asked = _static_case(_TwoLayers(), torch.randn(4, 3))
+    # Linear's weight and bias, BatchNorm's weight, bias, running_mean, running_var and
+    # num_batches_tracked, in the order compile_fx lifts them; x (index 7) is not static
+    assert asked == [list(range(7))]
+
+
+def test_cudagraphs_falls_back_when_the_marking_would_keep_old_inputs():
+    # lifted after the inputs: index 0 is x, which the marking took for the weight
+    asked = _static_case(_Square(), torch.randn(3, 3), inputs_first=True)
+    assert asked == [[0], []]  # checked on new inputs, then compiled unmarked
+
+
+def test_cudagraphs_falls_back_when_compile_fx_takes_no_marking():
+    assert _static_case(_TwoLayers(), torch.randn(4, 3), refuses=True) == [[]]
+
+
+def test_cudagraphs_marks_nothing_where_positions_are_uncertain():
+    m = _TwoLayers()
+    gm = torch.fx.symbolic_trace(m)
+    x = torch.randn(4, 3)
+    assert len(magpy._fx._lifted(gm, [x])) == 7
+    assert magpy._fx._lifted(gm, [m.a.weight]) is None  # an input that is a parameter
+    tied = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+    tied[1].weight = tied[0].weight
+    assert magpy._fx._lifted(torch.fx.symbolic_trace(tied), [x]) is None
+
+
+def test_the_pins_key_holds_each_parameters_address():
+    m = nn.Linear(3, 3)
+    pins = [(m._parameters, "weight", m.weight)]
+    before = magpy._fx._pins_key(pins)
+    with torch.no_grad():
+        m.weight.mul_(2)  # in place: the same memory
+    assert magpy._fx._pins_key(pins) == before
+    m.weight.data = torch.randn(3, 3)  # moved: a CUDA graph would read the old memory
+    assert magpy._fx._pins_key(pins) != before
+
+
+@pytest.mark.skipif(magpy._fx.unavailable("cudagraphs") is not None,
+                    reason=str(magpy._fx.unavailable("cudagraphs")))
+def test_cudagraphs_reads_parameters_updated_in_place_or_moved():
+    # the parameters are static inputs of the CUDA graph: an in-place update is read where it
+    # lands, and a parameter moved to other memory (p.data = ...) compiles again
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).cuda()
+    cf = magpy.compile(m, backend="cudagraphs")
+    with torch.no_grad():
+        for step in range(6):
+            x = torch.randn(4, 8, device="cuda")
+            if step == 3:
+                m[0].weight.mul_(2)
+            if step == 4:
+                m[2].weight.data = torch.randn(8, 8, device="cuda")
+            torch.testing.assert_close(cf(x), m(x), rtol=1.3e-6, atol=1e-5)
+    assert runs(cf)[0] >= 4 and magpy.explain(cf).notes == []

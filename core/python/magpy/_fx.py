@@ -5,10 +5,11 @@ as a list of steps and becomes a ``torch.fx.GraphModule``:
 
 - ``fx`` runs that module's generated Python code (any torch; the tests check the graphs
   against eager with it on the CPU machines),
-- ``inductor`` compiles it with ``torch.compile`` (torch >= 2),
-- ``cudagraphs`` compiles it with ``torch.compile(backend="cudagraphs")`` on a GPU: the
-  graph's launches are recorded once per input shape and replayed, with inputs copied into
-  static buffers. Its outputs live in memory the next replay reuses, so they are cloned.
+- ``inductor`` compiles it with inductor's ``compile_fx``, called directly (torch >= 2),
+- ``cudagraphs`` is inductor with CUDA graphs on, on a GPU: the graph's launches are recorded
+  once per input shape and replayed, with inputs copied into static buffers (the modules'
+  parameters and buffers are read where they are). Its outputs live in memory the next replay
+  reuses, so they are cloned.
 
 A region that cannot be built, compiled or run falls back to its recorded steps (C++ side,
 backends/fx_backend.cpp), with a note in explain().
@@ -259,12 +260,17 @@ def call_recording_warnings(fn, args):
                  for category, message, filename, lineno in rec.seen]
 
 
+def _memory(t):
+    """The address of a tensor's storage (torch 1.13 has no untyped_storage())."""
+    return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
+
+
 def _shares_memory(outs, args):
     """Whether an output is (a view of) an input or of another output (torch >= 2)."""
-    seen = {t.untyped_storage().data_ptr() for t in args if isinstance(t, torch.Tensor)}
+    seen = {_memory(t) for t in args if isinstance(t, torch.Tensor)}
     for o in outs:
         if isinstance(o, torch.Tensor) and o.numel():
-            p = o.untyped_storage().data_ptr()
+            p = _memory(o)
             if p in seen:
                 return True
             seen.add(p)
@@ -277,7 +283,7 @@ def _inductor(backend):
     when the inputs are on the GPU and no output shares memory with an input or another output
     (it would share it with a static buffer instead, and a clone would break the aliasing eager
     has): the graph is run once eagerly to see."""
-    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     # inductor draws random numbers its own way unless told to call eager's ops: dropout in a
     # compiled graph must draw what eager draws
@@ -286,10 +292,80 @@ def _inductor(backend):
     def compile(gm, inputs):
         if backend == "cudagraphs" and inputs and all(t.is_cuda for t in inputs) and \
                 not _shares_memory(gm(*inputs), inputs):
-            return compile_fx(gm, inputs, config_patches=dict(
-                patches, **{"triton.cudagraphs": True, "triton.cudagraph_trees": False})), True
+            graphs = dict(patches, **{"triton.cudagraphs": True, "triton.cudagraph_trees": False})
+            return compile_with_static_parameters(gm, inputs, compile_fx, compile_fx_inner,
+                                                  graphs), True
         return compile_fx(gm, inputs, config_patches=patches), False
     return compile
+
+
+def _lifted(gm, inputs):
+    """The modules' parameters and buffers in the order inductor's compile_fx lifts them into
+    the inputs of the graph it compiles (first, before `inputs`), or None when their positions
+    there are not certain: one tensor held twice (tied weights are passed once), or an input
+    sharing memory with one."""
+    def modules(m):  # in the order of named_modules(remove_duplicate=False)
+        yield m
+        for child in m._modules.values():
+            if child is not None:
+                yield from modules(child)
+
+    held = [t for m in modules(gm) for t in m._parameters.values() if t is not None] + \
+           [t for m in modules(gm) for t in m._buffers.values() if t is not None]
+    if not held or len({id(t) for t in held}) != len(held):
+        return None
+    memory = {_memory(t) for t in held}
+    if any(_memory(t) in memory for t in inputs):
+        return None
+    return held
+
+
+def _still_reads_its_inputs(compiled, gm, inputs):
+    """Whether `compiled` (a CUDA graph) computes what gm does for inputs it was not recorded
+    with: inputs it took for static would keep their first values."""
+    compiled(*inputs)  # recorded
+    probe = [t + 1 if t.is_floating_point() or t.is_complex() else t for t in inputs]
+    outs = []
+    for fn in (gm, compiled):
+        with torch.random.fork_rng(devices=[t.device for t in inputs if t.is_cuda][:1]):
+            torch.manual_seed(0)
+            out = fn(*probe)
+            out = [out] if isinstance(out, torch.Tensor) else out
+            outs.append([o for o in out if isinstance(o, torch.Tensor)])
+    return len(outs[0]) == len(outs[1]) and all(
+        a.shape == b.shape and torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2,
+                                              equal_nan=True)
+        for a, b in zip(*outs))
+
+
+def compile_with_static_parameters(gm, inputs, compile_fx, compile_fx_inner, patches):
+    """compile_fx(gm, inputs) with the modules' parameters and buffers marked as static inputs
+    of the CUDA graph. Called directly (not through dynamo), compile_fx lifts them into graph
+    inputs without marking them static, and inductor's tree-less cudagraphify then copies every
+    one into its static buffers on each call: one launch per tensor (122 for ResNet-18, which
+    ran no faster than without CUDA graphs on the device machine). They stay the same objects
+    at the same addresses while a compiled version lives (the pins key in compiled_per_key
+    holds each one's storage address), and in-place updates land in the memory the graph reads.
+    The marking is checked once, on inputs the graph was not recorded with; if it does not
+    hold, or compile_fx takes no such marking, the graph is compiled without it."""
+    held = _lifted(gm, inputs)
+    if held is not None:
+        def inner(graph, example_inputs, **kwargs):
+            # only when the first inputs are exactly the lifted tensors, in order
+            if len(example_inputs) == len(held) + len(inputs) and all(
+                    tuple(e.shape) == tuple(t.shape) and e.dtype == t.dtype
+                    for e, t in zip(example_inputs, held)):
+                kwargs["static_input_idxs"] = sorted(
+                    set(kwargs.get("static_input_idxs") or ()) | set(range(len(held))))
+            return compile_fx_inner(graph, example_inputs, **kwargs)
+        try:
+            compiled = compile_fx(torch.fx.GraphModule(gm, copy.deepcopy(gm.graph)), inputs,
+                                  inner_compile=inner, config_patches=patches)
+            if _still_reads_its_inputs(compiled, gm, inputs):
+                return compiled
+        except Exception:
+            pass
+    return compile_fx(gm, inputs, config_patches=patches)
 
 
 def compiled_per_key(gm, compile):

@@ -413,8 +413,10 @@ namespace {
 // layout, requires_grad, sizes, strides and storage offset, and the position of the first
 // earlier tensor sharing its memory. Read in C++ (the same reads as the guards' tensor
 // checks): a few hundred nanoseconds for a region's inputs, where Python attribute reads took
-// microseconds. False with a TypeError when an item is no tensor.
-bool append_signature(PyObject* const* items, Py_ssize_t n, std::string& out) {
+// microseconds. With `addresses`, each one's storage address too. False with a TypeError when
+// an item is no tensor.
+bool append_signature(PyObject* const* items, Py_ssize_t n, std::string& out,
+                      bool addresses = false) {
     auto put = [&](int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
     std::vector<const void*> storages;
     TensorKey key;
@@ -440,6 +442,7 @@ bool append_signature(PyObject* const* items, Py_ssize_t n, std::string& out) {
         const void* mem = tensor_storage(t);
         auto same = mem ? std::find(storages.begin(), storages.end(), mem) : storages.end();
         put(same == storages.end() ? -1 : same - storages.begin());
+        if (addresses) put(static_cast<int64_t>(reinterpret_cast<intptr_t>(mem)));
         storages.push_back(mem);
     }
     return true;
@@ -466,7 +469,8 @@ PyObject* fx_signature(PyObject* tensors, bool grad) {
 // The signature of the tensors `pins` names ((dict, key, tensor or None) triples: a module's
 // parameters and buffers as a compiled version holds them) and of how many entries each dict
 // has (a parameter registered since), or None when a dict no longer holds that very object
-// under that key.
+// under that key. Their storage addresses are part of it: a CUDA graph reads a parameter where
+// it was (`p.data = other` moves it; magpy._fx.compile_with_static_parameters).
 PyObject* fx_pins_signature(PyObject* pins) {
     py::Ref seq = py::Ref::steal(PySequence_Fast(pins, "fx_pins_signature: a list of pins"));
     if (!seq) return nullptr;
@@ -487,7 +491,7 @@ PyObject* fx_pins_signature(PyObject* pins) {
         out.append(reinterpret_cast<const char*>(&n), sizeof n);
         if (now != Py_None) tensors.push_back(now);  // borrowed: the dicts hold them meanwhile
     }
-    if (!append_signature(tensors.data(), static_cast<Py_ssize_t>(tensors.size()), out))
+    if (!append_signature(tensors.data(), static_cast<Py_ssize_t>(tensors.size()), out, true))
         return nullptr;
     return as_bytes(out);
 }
