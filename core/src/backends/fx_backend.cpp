@@ -434,6 +434,7 @@ bool append_signature(PyObject* const* items, Py_ssize_t n, std::string& out,
         tensor_key_of(t, key, true);
         for (int64_t v : {int64_t{key.dtype}, int64_t{key.device_type}, int64_t{key.device_index},
                           int64_t{key.layout}, int64_t{key.requires_grad},
+                          int64_t{key.inference} * 2 + int64_t{key.named},
                           static_cast<int64_t>(key.sizes.size())})
             put(v);
         for (int64_t d : key.sizes) put(d);

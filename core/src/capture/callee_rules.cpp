@@ -204,23 +204,6 @@ bool op_raises_only_on_metadata(const std::string& op) {
     return kSafe.count(without_inplace_suffix(op)) != 0;
 }
 
-bool module_raises_only_on_metadata(PyObject* module) {
-    static const std::unordered_set<std::string> kSafe = {
-        "Linear", "Bilinear", "Identity", "Flatten", "Conv1d", "Conv2d", "Conv3d",
-        "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "ReLU", "ReLU6", "LeakyReLU",
-        "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardtanh",
-        "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "Softplus", "Softsign",
-        "Tanhshrink", "Threshold", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d",
-        "BatchNorm3d", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "MaxPool1d",
-        "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
-        "AdaptiveAvgPool2d", "AdaptiveAvgPool3d"};
-    PyTypeObject* t = Py_TYPE(module);
-    PyObject* dict = py::type_dict(t);
-    PyObject* mod = dict ? PyDict_GetItemString(dict, "__module__") : nullptr;  // borrowed
-    return mod && PyUnicode_Check(mod) && starts_with(py::str_of(mod), "torch.nn.modules.") &&
-           kSafe.count(t->tp_name) != 0;
-}
-
 // A leaf module's boolean attribute (training, inplace ...); false when it has none.
 static bool module_flag(PyObject* module, const char* name) {
     PyObject* v = PyObject_GetAttrString(module, name);

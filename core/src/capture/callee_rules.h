@@ -155,7 +155,7 @@ bool is_metadata_query(const std::string& op, size_t nargs);
 // torch functions that read global state (the default dtype ...): guarded by calling them.
 bool is_global_state_query(const std::string& op);
 bool reads_strides(const std::string& name);
-// Torch ops (by name, without a trailing `_`) and torch.nn's own modules that raise only on
+// Torch ops (by name, without a trailing `_`) that raise only on
 // what the guards fix (shapes, dtypes, devices) and constant arguments, never on the values in
 // a tensor: pointwise float maths, matmul and convolutions, norms, reductions, views with
 // constant sizes. Not index ops (gather, embedding, nll_loss: an index out of range), integer
@@ -163,7 +163,6 @@ bool reads_strides(const std::string& name);
 // (cholesky, inverse), nor ops with data-dependent shapes. ([Note: steps that cannot raise on
 // new data] in capture.cpp)
 bool op_raises_only_on_metadata(const std::string& op);
-bool module_raises_only_on_metadata(PyObject* module);
 // Ops whose output shape depends on tensor data.
 bool has_data_dependent_shape(const std::string& op, size_t nargs);
 // A recorded op that changes state the caller can see: in-place (`add_`, `out=`,

@@ -1356,56 +1356,88 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
 // (a visible write) and the ops after it are in that try. What counts: building tuples, lists
 // and slices; tensor attributes, comparisons, unary ops and + - * / @ & | ^ (not //, %, **:
 // integer division by zero, integers to negative powers); indexing a tensor with constant
-// ints and slices; torch ops (factories of constant sizes too) and torch.nn's modules on the
-// list of op_raises_only_on_metadata.
+// ints and slices; torch ops (factories of constant sizes too) on the list of
+// op_raises_only_on_metadata. The guards also fix whether a tensor is an inference tensor and
+// whether it has dimension names (TensorKey). Refused besides (a review probe found each
+// raising at replay): in-place changes of memory the call did not make (expanded or
+// overlapping memory, a leaf that requires grad, a view of several outputs) and `out=`; a
+// 0-dim tensor past the first argument of a call (torch reads it as a size, a dim or a step);
+// an input that may change (a list passed in); operands of + - * ... that are not tensors or
+// plain numbers.
 // Not when an argument carries symbolic sizes (a relation the guards do not check may fail),
 // shapes that depend on data, or is a number computed at replay (`torch.zeros(int(t.sum()))`). What is left is running out of memory, which then reaches
 // the caller without the handler running.
 bool Capture::raises_only_on_metadata(const Step& step) {
-    // a number or container computed at replay (from data, say) is not fixed by the guards
+    // A value the guards fix: a tensor (its metadata), a constant, an immutable input, or a
+    // list or tuple made in the call of such values. Not a number or container computed at
+    // replay (from data, say), nor a mutable object passed in (a list the call may change).
     auto fixed = [&](auto&& self, int id, int depth) -> bool {
         const Value& val = v(id);
-        if (val.tensor || val.kind == ValueKind::Const || val.kind == ValueKind::Input)
-            return true;
+        if (val.tensor || val.kind == ValueKind::Const) return true;
+        if (val.kind == ValueKind::Input) return val.real && is_constant_like(val.real.get());
         if ((val.kind != ValueKind::FreshList && val.kind != ValueKind::FreshTuple) || depth > 4)
             return false;
         for (int item : val.items)
             if (item < 0 || !self(self, item, depth + 1)) return false;
         return true;
     };
+    auto real = [&](const Arg& a) -> PyObject* {
+        if (a.kind == Arg::Kind::Const) return a.constant.get();
+        int id = arg_value(a);
+        return id >= 0 ? v(id).real.get() : nullptr;
+    };
+    // a 0-dim tensor where torch may read its value as a number (a size, a dim, a step)
+    auto scalar_tensor = [&](PyObject* o) {
+        if (o && is_tensor(o)) return tensor_dim(o) == 0;
+        if (o && (PyList_CheckExact(o) || PyTuple_CheckExact(o)))
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
+                PyObject* item = PySequence_Fast_GET_ITEM(o, i);
+                if (is_tensor(item) && tensor_dim(item) == 0) return true;
+            }
+        return false;
+    };
+    bool call = step.kind == StepKind::Call || step.kind == StepKind::CallEx;
     bool tensor = false;
     bool dynamic = !m_dynamic_nodes.empty() || !m_dynamic_numbers.empty();
     for (size_t i = 0; i < step.args.size(); ++i) {
         const Arg& a = step.args[i];
         if ((dynamic && arg_sym(a)) || arg_data_shaped(a)) return false;
         int id = arg_value(a);
-        bool callee = i == 0 && (step.kind == StepKind::Call || step.kind == StepKind::CallEx);
+        bool callee = call && i == 0;
         if (a.kind != Arg::Kind::Const && !callee && (id < 0 || !fixed(fixed, id, 0)))
             return false;
-        tensor = tensor || (id >= 0 && v(id).tensor) ||
-                 (a.kind == Arg::Kind::Const && is_tensor(a.constant.get()));
+        PyObject* o = real(a);
+        if (o && is_tensor(o) && tensor_is_named(o)) return false;  // names are not guarded
+        tensor = tensor || (o && is_tensor(o));
+        // Binary and Compare: tensors and plain numbers only (`[0] * t` repeats a list by the
+        // tensor's value; a user object's __radd__ is Python of its own)
+        if ((step.kind == StepKind::Binary || step.kind == StepKind::Compare) && o &&
+            !is_tensor(o) && !PyLong_CheckExact(o) && !PyFloat_CheckExact(o) &&
+            !PyBool_Check(o) && !PyComplex_CheckExact(o))
+            return false;
     }
-    auto real = [&](size_t i) -> PyObject* {
-        if (i >= step.args.size()) return nullptr;
-        const Arg& a = step.args[i];
-        if (a.kind == Arg::Kind::Const) return a.constant.get();
-        int id = arg_value(a);
-        return id >= 0 ? v(id).real.get() : nullptr;
-    };
+    // In place: only on memory the call made (no overlap, no leaf, no inference tensor
+    // passed in, which the guards do not fix), never into `out=`.
+    if (step.mutates >= 0 && !arg_made_in_call(step.args[static_cast<size_t>(step.mutates)]))
+        return false;
+    if (step.effect && step.mutates < 0 && !step.draws) return false;
+    if (step.kwnames)
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(step.kwnames.get()); ++i)
+            if (py::str_of(PyTuple_GET_ITEM(step.kwnames.get(), i)) == "out") return false;
     switch (step.kind) {
     case StepKind::BuildList:
     case StepKind::BuildTuple:
     case StepKind::BuildSlice: return true;
     case StepKind::Unary:
     case StepKind::Compare: return tensor;
-    case StepKind::GetAttr: return real(0) && is_tensor(real(0));
+    case StepKind::GetAttr: return real(step.args[0]) && is_tensor(real(step.args[0]));
     case StepKind::Binary: {
         int op = step.op >= NB_INPLACE_ADD ? step.op - NB_INPLACE_ADD : step.op;
         return tensor && op != NB_FLOOR_DIVIDE && op != NB_REMAINDER && op != NB_POWER &&
                op != NB_LSHIFT && op != NB_RSHIFT;
     }
     case StepKind::GetItem: {
-        if (!real(0) || !is_tensor(real(0)) || step.args.size() != 2 ||
+        if (step.args.size() != 2 || !real(step.args[0]) || !is_tensor(real(step.args[0])) ||
             step.args[1].kind != Arg::Kind::Const)
             return false;
         PyObject* key = step.args[1].constant.get();
@@ -1420,14 +1452,17 @@ bool Capture::raises_only_on_metadata(const Step& step) {
         return plain(key);
     }
     case StepKind::Call: {
-        PyObject* fn = real(0);
+        PyObject* fn = real(step.args[0]);
         if (!step.graph_op || !fn) return false;
-        if (PyObject_TypeCheck(fn, torch_api().module_type))
-            return module_raises_only_on_metadata(fn);
+        // (a bound method's own tensor is not among the arguments)
+        for (size_t i = 1; i < step.args.size(); ++i)
+            if (scalar_tensor(real(step.args[i]))) return false;
         py::Ref name = py::Ref::steal(PyObject_GetAttrString(fn, "__name__"));
         PyErr_Clear();
-        return name && PyUnicode_Check(name.get()) &&
-               op_raises_only_on_metadata(py::str_of(name.get()));
+        if (!name || !PyUnicode_Check(name.get())) return false;
+        std::string n = py::str_of(name.get());
+        bool trailing = n.size() > 1 && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0;
+        return (!trailing || step.mutates >= 0) && op_raises_only_on_metadata(n);
     }
     default: return false;
     }

@@ -749,6 +749,18 @@ static bool tensor_matches(const TensorMeta& want, PyObject* v, std::string* why
                    (got.requires_grad ? "True" : "False");
         return false;
     }
+    if (got.key.inference != want.key.inference) {
+        if (why)
+            *why = "tensor `" + src + "`: expected " + (want.key.inference ? "an" : "no") +
+                   " inference tensor (made under torch.inference_mode())";
+        return false;
+    }
+    if (got.key.named != want.key.named) {
+        if (why)
+            *why = "tensor `" + src + "`: expected a tensor " +
+                   (want.key.named ? "with" : "without") + " dimension names";
+        return false;
+    }
     if (got.key.layout != want.key.layout) {
         if (why) *why = "tensor `" + src + "` layout: expected another layout (dense vs sparse)";
         return false;
@@ -1077,6 +1089,8 @@ std::string describe_check(const Check& c, const std::string& src) {
                         ", device=" + py::str_of(c.tensor.device.get()) +
                         ", size=" + sizes_str(c.tensor) +
                         ", requires_grad=" + (c.tensor.requires_grad ? "True" : "False");
+        if (c.tensor.key.inference) s += ", inference=True";
+        if (c.tensor.key.named) s += ", named=True";
         if (c.tensor.with_strides)
             s += ", stride=" + ints_str(c.tensor.strides) +
                  ", storage_offset=" + std::to_string(c.tensor.storage_offset);

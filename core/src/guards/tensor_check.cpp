@@ -19,6 +19,8 @@ void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides) {
     key.device_index = x.device().index();
     key.layout = static_cast<int8_t>(x.layout());
     key.requires_grad = x.requires_grad();
+    key.inference = x.is_inference();
+    key.named = x.has_names();
     auto sizes = x.sizes();
     key.sizes.assign(sizes.begin(), sizes.end());
     key.with_strides = with_strides;
@@ -38,6 +40,7 @@ const void* tensor_storage(PyObject* t) {
     return x.storage().unsafeGetStorageImpl();
 }
 int64_t tensor_dim(PyObject* t) { return THPVariable_Unpack(t).dim(); }
+bool tensor_is_named(PyObject* t) { return THPVariable_Unpack(t).has_names(); }
 
 bool tensor_key_matches(PyObject* t, const TensorKey& key) {
     const at::Tensor& x = THPVariable_Unpack(t);
@@ -47,6 +50,7 @@ bool tensor_key_matches(PyObject* t, const TensorKey& key) {
     if (static_cast<int8_t>(d.type()) != key.device_type || d.index() != key.device_index)
         return false;
     if (x.requires_grad() != key.requires_grad) return false;
+    if (x.is_inference() != key.inference || x.has_names() != key.named) return false;
     if (static_cast<int8_t>(x.layout()) != key.layout) return false;
     auto sizes = x.sizes();
     if (sizes.size() != key.sizes.size()) return false;

@@ -16,6 +16,11 @@ struct TensorKey {
     int8_t device_index = -1;
     int8_t layout = -1;       // c10::Layout (strided, sparse ...)
     bool requires_grad = false;
+    // An inference tensor (made under inference_mode) or one with dimension names: ops that
+    // succeed on the others raise on these (saved for backward, changed in place, names that
+    // do not match), so a replay would raise where the capture did not.
+    bool inference = false;
+    bool named = false;
     std::vector<int64_t> sizes;
     uint64_t dynamic = 0;          // bit d: dim d is symbolic (any size; the rank is checked)
     bool with_strides = false;     // strides and storage offset checked
@@ -27,6 +32,7 @@ struct TensorKey {
 // A nested tensor has no sizes(): no key is made from one, and none matches it.
 bool tensor_is_nested(PyObject* t);
 int64_t tensor_dim(PyObject* t);
+bool tensor_is_named(PyObject* t);  // it has dimension names
 // Fills `key`; `t` is not nested.
 void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides);
 bool tensor_key_matches(PyObject* t, const TensorKey& key);
