@@ -1,5 +1,8 @@
 #include "server.hpp"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -7,6 +10,7 @@
 #include <iostream>
 #include <thread>
 
+#include "xeus/xguid.hpp"
 #include "xeus/xkernel.hpp"
 #include "xeus/xmiddleware.hpp"
 #include "xeus/xzmq_serializer.hpp"
@@ -69,7 +73,13 @@ xeus::xconfiguration without_iopub_port(xeus::xconfiguration config) {
 KernelServer::KernelServer(zmq::context_t& context, const xeus::xconfiguration& config,
                            nl::json::error_handler_t eh)
     : xserver_zmq(context, without_iopub_port(config), eh),
-      m_iopub(context, zmq::socket_type::pub) {
+      m_iopub(context, zmq::socket_type::pub),
+      m_control_main(context, zmq::socket_type::pair),
+      m_control_side(context, zmq::socket_type::pair),
+      m_control_auth(xeus::make_xauthentication(config.m_signature_scheme, config.m_key)) {
+    const std::string pipe = "inproc://magpy-control-" + std::to_string(::getpid());
+    m_control_side.bind(pipe);
+    m_control_main.connect(pipe);
     // No send limit: at ZeroMQ's default of 1000 queued messages a PUB socket drops what a
     // slower subscriber has not taken yet, silently, the final `idle` included (a review probe:
     // 20,000 alternating stdout/stderr lines kept the frontend busy forever). Output waits in
@@ -101,6 +111,9 @@ void KernelServer::start_impl(xeus::xpub_message message) {
     prefix = dot == std::string::npos ? std::string() : prefix.substr(0, dot + 1);
 
     start_heartbeat_thread();
+    m_session = session;
+    m_topic_prefix = prefix;
+    m_control_thread = std::thread([this] { control_loop(); });
     m_request_stop = false;
     publish(std::move(message), xeus::channel::SHELL);
     IOPub::instance().attach(
@@ -110,6 +123,7 @@ void KernelServer::start_impl(xeus::xpub_message message) {
     while (!m_request_stop) poll_once(-1);
 
     IOPub::instance().detach();
+    stop_control_thread();
     {  // the heartbeat thread answers once and ends (xserver_zmq::stop_channels would also
        // wait for the publisher thread, which never ran)
         zmq::message_t stop("stop", 4), answer;
@@ -132,7 +146,7 @@ void KernelServer::poll_once(long timeout_ms) {
         m_deferred.pop_front();
         return guarded([&] { handle_shell(std::move(msg)); });
     }
-    zmq::pollitem_t items[] = {{m_controller.handle(), 0, ZMQ_POLLIN, 0},
+    zmq::pollitem_t items[] = {{m_control_main.handle(), 0, ZMQ_POLLIN, 0},
                                {m_shell.handle(), 0, ZMQ_POLLIN, 0}};
     try {
         zmq::poll(&items[0], 2, std::chrono::milliseconds(timeout_ms));
@@ -142,7 +156,7 @@ void KernelServer::poll_once(long timeout_ms) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         return;
     }
-    zmq::socket_t* sockets[] = {&m_controller, &m_shell};
+    zmq::socket_t* sockets[] = {&m_control_main, &m_shell};
     for (int i = 0; i < 2; ++i) {
         if (!(items[i].revents & ZMQ_POLLIN) || (i == 1 && m_request_stop)) continue;
         guarded([&] {
@@ -295,8 +309,131 @@ void KernelServer::send_shell_impl(xeus::xmessage message) {
     xserver_zmq::send_shell_impl(fix_reply(std::move(message)));
 }
 
+// Control replies made on the main thread go out through the control thread, which alone
+// uses the control socket ([Note: the control thread]).
 void KernelServer::send_control_impl(xeus::xmessage message) {
-    xserver_zmq::send_control_impl(fix_reply(std::move(message)));
+    zmq::multipart_t wire = xeus::xzmq_serializer::serialize(fix_reply(std::move(message)),
+                                                             *p_auth, m_error_handler);
+    wire.send(m_control_main);
+}
+
+// [Note: the control thread]
+// The main thread runs cells, so a control request it had to read itself waited for the cell
+// to end: an interrupt_request sent as a message never interrupted anything, and a
+// shutdown_request was answered when the cell ended (a review probe against ipykernel, which
+// serves control on a thread of its own). Here a thread owns the control socket. It answers an
+// interrupt_request itself, at once, after sending SIGINT to the process: while a cell runs the
+// main thread alone accepts SIGINT (signals.hpp) and the cell gets
+// KeyboardInterrupt, as with interrupt_mode "signal"; between cells it is ignored. Every other
+// control request is handed to the main thread through an inproc pipe, and xeus answers it
+// there; the replies come back through the pipe. A shutdown_request also interrupts a running
+// cell first, as jupyter_client's shutdown does with a signal, so the main thread gets to it.
+// The thread checks signatures with an authenticator of its own (xeus's is not shared across
+// threads), and SIGINT stays blocked in it (inherited from main).
+void KernelServer::control_loop() {
+    for (;;) {
+        zmq::pollitem_t items[] = {{m_controller.handle(), 0, ZMQ_POLLIN, 0},
+                                   {m_control_side.handle(), 0, ZMQ_POLLIN, 0}};
+        try {
+            zmq::poll(&items[0], 2, std::chrono::milliseconds(-1));
+        } catch (const zmq::error_t& e) {
+            if (is_eintr(e)) continue;
+            std::cerr << "magpy-kernel: control poll failed: " << e.what() << std::endl;
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            continue;
+        }
+        if (items[1].revents & ZMQ_POLLIN) {
+            zmq::multipart_t out;
+            try {
+                if (out.recv(m_control_side, ZMQ_DONTWAIT)) {
+                    if (out.size() == 1 && out.peekstr(0) == "stop") {
+                        out.send(m_control_side);  // the acknowledgement
+                        return;
+                    }
+                    out.send(m_controller);
+                }
+            } catch (const zmq::error_t& e) {
+                if (!is_eintr(e)) std::cerr << "magpy-kernel: control send failed: " << e.what()
+                                            << std::endl;
+            }
+        }
+        if (items[0].revents & ZMQ_POLLIN) {
+            zmq::multipart_t wire;
+            try {
+                if (!wire.recv(m_controller, ZMQ_DONTWAIT)) continue;
+            } catch (const zmq::error_t& e) {
+                if (!is_eintr(e)) std::cerr << "magpy-kernel: control receive failed: "
+                                            << e.what() << std::endl;
+                continue;
+            }
+            if (control_message(wire)) wire.send(m_control_side);
+        }
+    }
+}
+
+// Handles what the control thread answers itself; true to hand the message to the main thread.
+bool KernelServer::control_message(zmq::multipart_t& wire) {
+    std::string type;
+    xeus::xmessage msg;
+    try {
+        zmq::multipart_t copy = wire.clone();
+        msg = xeus::xzmq_serializer::deserialize(copy, *m_control_auth);
+        type = msg_type_of(msg.header());
+    } catch (const std::exception& e) {
+        std::cerr << "magpy-kernel: dropped a control message that could not be read: "
+                  << e.what() << std::endl;
+        return false;
+    }
+    if (type == "shutdown_request") ::kill(::getpid(), SIGINT);
+    if (type != "interrupt_request") return true;
+    publish_status(msg.header(), "busy");
+    ::kill(::getpid(), SIGINT);
+    nl::json header = xeus::make_header("interrupt_reply", xeus::get_user_name(), m_session);
+    xeus::xmessage reply(msg.identities(), fixed_header(header), msg.header(), nl::json::object(),
+                         nl::json{{"status", "ok"}}, xeus::buffer_sequence());
+    try {
+        xeus::xzmq_serializer::serialize(std::move(reply), *m_control_auth, m_error_handler)
+            .send(m_controller);
+    } catch (const std::exception& e) {
+        std::cerr << "magpy-kernel: could not answer an interrupt_request: " << e.what()
+                  << std::endl;
+    }
+    publish_status(msg.header(), "idle");
+    return false;
+}
+
+// The status of a request the control thread answers itself, as xeus publishes for the others.
+void KernelServer::publish_status(const nl::json& parent, const char* state) {
+    try {
+        publish_impl(xeus::xpub_message(m_topic_prefix + "status",
+                                        xeus::make_header("status", xeus::get_user_name(),
+                                                          m_session),
+                                        parent, nl::json::object(),
+                                        nl::json{{"execution_state", state}},
+                                        xeus::buffer_sequence()),
+                     xeus::channel::CONTROL);
+    } catch (const std::exception& e) {
+        std::cerr << "magpy-kernel: could not publish a status: " << e.what() << std::endl;
+    }
+}
+
+// The replies already handed to the control thread go out before it ends.
+void KernelServer::stop_control_thread() {
+    if (!m_control_thread.joinable()) return;
+    try {
+        zmq::message_t stop("stop", 4);
+        m_control_main.send(stop, zmq::send_flags::none);
+        zmq::pollitem_t item = {m_control_main.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(1000));
+        if (item.revents & ZMQ_POLLIN) {
+            zmq::message_t ack;
+            (void)m_control_main.recv(ack, zmq::recv_flags::dontwait);
+            m_control_thread.join();
+            return;
+        }
+    } catch (const zmq::error_t&) {
+    }
+    m_control_thread.detach();  // (the process ends next)
 }
 
 // Sends an input_request and waits for its reply. Replaces xeus's blocking recv, which dies on

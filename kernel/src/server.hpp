@@ -8,7 +8,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
+#include "zmq_addon.hpp"
+
+#include "xeus/xauthentication.hpp"
 #include "xeus/xeus_context.hpp"
 #include "xeus/xserver_zmq.hpp"
 
@@ -55,6 +59,10 @@ private:
     void abort_queue_impl(const listener& abort, long polling_interval) override;
 
     void poll_once(long timeout_ms);
+    void control_loop();
+    bool control_message(zmq::multipart_t& wire);
+    void publish_status(const nl::json& parent, const char* state);
+    void stop_control_thread();
     void handle_shell(xeus::xmessage msg);
     template <class F>
     void guarded(F&& receive_and_handle);  // logs and drops what cannot be read
@@ -68,6 +76,13 @@ private:
     ExecutionCounter m_counter;
     std::function<bool()> m_stdin_interrupt_check;
     std::deque<xeus::xmessage> m_deferred;  // shell requests kept back by abort_queue_impl
+    // [Note: the control thread]
+    zmq::socket_t m_control_main;  // the main thread's end of the pipe to the control thread
+    zmq::socket_t m_control_side;  // the control thread's end; it alone uses m_controller
+    std::unique_ptr<xeus::xauthentication> m_control_auth;  // the control thread's own
+    std::string m_session;
+    std::string m_topic_prefix;  // "kernel_core.<id>." of IOPub topics
+    std::thread m_control_thread;
 };
 
 }  // namespace magpy_kernel

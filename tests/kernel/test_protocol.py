@@ -739,6 +739,71 @@ def test_an_interrupt_request_publishes_only_protocol_messages(k):
     assert types == ["status", "status"], types
 
 
+# [Note: the control thread] Control requests are answered while a cell runs, as ipykernel
+# answers them (each test runs against both; "python3" is Debian's ipykernel).
+
+def _control(kernel, msg_type, content=None):
+    msg = kernel.kc.session.msg(msg_type, content or {})
+    kernel.kc.control_channel.send(msg)
+    return msg["header"]["msg_id"]
+
+
+def _interrupt_reply_ok(msg):
+    # (Debian's ipykernel sends no status in it)
+    return msg["msg_type"] == "interrupt_reply" and msg["content"].get("status", "ok") == "ok"
+
+
+@pytest.mark.parametrize("name", ["magpy", "python3"])
+def test_an_interrupt_request_message_interrupts_a_running_cell(name):
+    kernel = Kernel(name)
+    try:
+        msg_id = kernel.kc.execute("import time; time.sleep(30)")
+        time.sleep(1.0)
+        t0 = time.time()
+        ctl = _control(kernel, "interrupt_request")
+        assert _interrupt_reply_ok(kernel.reply(ctl, channel="control", timeout=5))
+        reply = kernel.reply(msg_id, timeout=10)["content"]
+        assert time.time() - t0 < 3, time.time() - t0
+        assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+        kernel.drain()
+        # while idle: answered, and nothing is interrupted
+        ctl = _control(kernel, "interrupt_request")
+        assert _interrupt_reply_ok(kernel.reply(ctl, channel="control", timeout=5))
+        time.sleep(0.3)
+        reply, msgs = kernel.execute("print('alive')")
+        assert reply["status"] == "ok" and kernel.stdout(msgs) == "alive\n"
+    finally:
+        kernel.close()
+
+
+@pytest.mark.parametrize("name", ["magpy", "python3"])
+def test_a_shutdown_request_during_a_cell_is_answered_and_the_kernel_exits(name):
+    kernel = Kernel(name)
+    try:
+        kernel.kc.execute("import time; time.sleep(30)")
+        time.sleep(1.0)
+        t0 = time.time()
+        msg_id = kernel.kc.shutdown()
+        reply = kernel.reply(msg_id, channel="control", timeout=10)
+        assert reply["content"]["status"] == "ok" and time.time() - t0 < 5
+        if name != "magpy":
+            return  # ipykernel stays in the cell until the client kills it (jupyter_client does)
+        deadline = time.time() + 10
+        while kernel.km.is_alive() and time.time() < deadline:
+            time.sleep(0.05)
+        assert not kernel.km.is_alive()
+    finally:
+        kernel.kc.stop_channels()
+        if kernel.km.is_alive():
+            kernel.km.shutdown_kernel(now=True)
+
+
+def test_a_control_request_the_main_thread_answers_while_idle(k):
+    ctl = _control(k, "kernel_info_request")
+    reply = k.reply(ctl, channel="control", timeout=10)["content"]
+    assert reply["status"] == "ok" and reply["implementation"], reply
+
+
 def test_a_lone_surrogate_in_output_becomes_the_replacement_character(k):
     # as in the input() prompt (review probe: it came out as "?")
     reply, msgs = k.execute("print('x\\udc80y'); raise ValueError('a\\ud800b')")
