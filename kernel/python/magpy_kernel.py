@@ -429,6 +429,65 @@ def _make_shell():
         return KernelShell.instance()
 
 
+connection_file = None  # set by main.cpp: the path Jupyter gave the kernel
+
+
+def _register_kernel_magics(shell):
+    """The magics ipykernel's shell adds to IPython's: %clear, %autosave, %connect_info,
+    %less and %more (a review probe found them missing)."""
+    from IPython.core import page
+    from IPython.core.error import UsageError
+
+    def clear(line=""):
+        """Clear the output of the cell."""
+        shell.display_pub.clear_output()
+
+    def autosave(line=""):
+        """%autosave N: save the notebook every N seconds (0: never). The classic notebook
+        runs the JavaScript this displays."""
+        try:
+            seconds = int(line.strip())
+        except ValueError:
+            raise UsageError("%%autosave needs a whole number of seconds, not %r" % line.strip())
+        if seconds < 0:
+            raise UsageError("%%autosave needs 0 or more seconds, not %d" % seconds)
+        from IPython.display import Javascript, display
+        display(Javascript("IPython.notebook.set_autosave_interval(%d)" % (seconds * 1000)))
+        print("Autosaving every %d seconds" % seconds if seconds else "Autosave disabled")
+
+    def connect_info(line=""):
+        """Print what another client needs to connect to this kernel."""
+        if not connection_file:
+            raise UsageError("this kernel was not told its connection file")
+        try:
+            with open(connection_file) as f:
+                info = f.read()
+        except OSError as e:
+            raise UsageError("cannot read the connection file %s: %s" % (connection_file, e))
+        name = os.path.basename(connection_file)
+        print(info.rstrip())
+        print("\nTo connect another client to this kernel, run\n"
+              "    jupyter console --existing %s\n"
+              "(with the file's full path, %s, from another machine's copy of it)."
+              % (name, connection_file))
+
+    def less(line=""):
+        """Show a file in the pager."""
+        path = os.path.expanduser(line.strip())
+        if not path:
+            raise UsageError("%less and %more need a file name")
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError as e:
+            raise UsageError("cannot read %s: %s" % (path, e.strerror or e))
+        page.page(text)
+
+    for fn, name in ((clear, "clear"), (autosave, "autosave"), (connect_info, "connect_info"),
+                     (less, "less"), (less, "more")):
+        shell.register_magic_function(fn, magic_kind="line", magic_name=name)
+
+
 def _load_magpy(shell):
     """%%magpy (and %magpy, %magpy_explain) in every notebook, without importing magpy and
     torch at start-up: stand-ins load the extension on first use (it replaces them) and pass
@@ -535,6 +594,7 @@ def start():
     builtins.input = kernel_input
     getpass.getpass = kernel_getpass
     install_comms(_shell)
+    _register_kernel_magics(_shell)
     magpy_error = _load_magpy(_shell)
     if magpy_error:
         print("magpy-kernel: %%magpy unavailable: " + magpy_error, file=sys.__stderr__)

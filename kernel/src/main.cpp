@@ -1,5 +1,6 @@
 // magpy-kernel: a Jupyter kernel (xeus 2.4.1) running an IPython shell in an embedded CPython.
 // Jupyter starts it as `magpy-kernel -f CONNECTION_FILE` (share/jupyter/kernels/magpy).
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -156,6 +157,11 @@ int main(int argc, char* argv[]) {
     {
         py::gil_scoped_acquire gil;
         py::module_::import("magpy_kernel").attr("install_streams")(captured);
+        // for %connect_info, as ipykernel's
+        char* full = ::realpath(connection_file.c_str(), nullptr);
+        py::module_::import("magpy_kernel").attr("connection_file") =
+            full != nullptr ? std::string(full) : connection_file;
+        std::free(full);
     }
     // Python threads run while the kernel waits; each request takes the GIL back.
     PyEval_SaveThread();

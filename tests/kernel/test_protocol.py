@@ -804,6 +804,30 @@ def test_a_control_request_the_main_thread_answers_while_idle(k):
     assert reply["status"] == "ok" and reply["implementation"], reply
 
 
+def test_the_magics_ipykernels_shell_adds(k, tmp_path):
+    # %connect_info, %clear, %autosave, %less and %more (a review probe found them missing)
+    reply, msgs = k.execute("%connect_info")
+    info = ast.literal_eval(k.stdout(msgs).split("\n\n")[0])
+    assert reply["status"] == "ok" and info["shell_port"] == k.km.shell_port, k.stdout(msgs)
+    assert "jupyter console --existing" in k.stdout(msgs)
+    reply, msgs = k.execute("print('x')\n%clear")
+    assert reply["status"] == "ok" and ("clear_output", {"wait": False}) in msgs, msgs
+    reply, msgs = k.execute("%autosave 120")
+    shown = [c["data"] for t, c in msgs if t == "display_data"]
+    assert shown[0]["application/javascript"] == "IPython.notebook.set_autosave_interval(120000)"
+    assert k.stdout(msgs) == "Autosaving every 120 seconds\n"
+    reply, msgs = k.execute("%autosave soon")
+    assert reply["status"] == "error" and reply["ename"] == "UsageError", reply
+    path = tmp_path / "notes.txt"
+    path.write_text("first line\nsecond line\n")
+    for magic in ("less", "more"):
+        reply, _ = k.execute("%%%s %s" % (magic, path))
+        pages = [p for p in reply["payload"] if p["source"] == "page"]
+        assert pages[0]["data"]["text/plain"] == "first line\nsecond line\n", reply
+    reply, _ = k.execute("%less " + str(tmp_path / "missing.txt"))
+    assert reply["status"] == "error" and reply["ename"] == "UsageError", reply
+
+
 def test_a_lone_surrogate_in_output_becomes_the_replacement_character(k):
     # as in the input() prompt (review probe: it came out as "?")
     reply, msgs = k.execute("print('x\\udc80y'); raise ValueError('a\\ud800b')")
