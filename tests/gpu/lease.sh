@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device lease, in priority order, each stage with its own time limit, for the `run` tool:
 #   run(command="tests/gpu/lease.sh", carry=[".devdeps"], timeout_s=600)
-# The first four stages' limits add up to 570 s (a call may run 600 s); the last stage gets what
-# is left, and what any stage wrote comes back even when the call is cut off.
+# The first four stages' limits add up to 590 s (a call may run 600 s; the build took 76 s on the
+# H100 on 2026-11-27, not its 150); the last stage gets what is left, and what any stage wrote
+# comes back even when the call is cut off. The bench needs about 230 s for its six models
+# (30-46 s each, torch.compile's first calls included); the suite ran in 85 s.
 # 1. build core (then the CUPTI check in the background); 2. the fx backends' tests (inductor, cudagraphs) and the files that failed on
 # the last run; 3. the whole suite, one pytest per file; 4. the backends bench (--quick, all
 # models, magpy's compiling backends beside torch.compile); 5. a few behaviour files with every
@@ -26,13 +28,13 @@ if has focus; then
         tests/gpu/run.sh test
 fi
 if has suite; then
-    MAGPY_TEST_TIMEOUT=${LEASE_SUITE_S:-120} MAGPY_TEST_PER=100 tests/gpu/run.sh test
+    MAGPY_TEST_TIMEOUT=${LEASE_SUITE_S:-100} MAGPY_TEST_PER=95 tests/gpu/run.sh test
 fi
 if has bench; then
     # -v and inductor's performance hints put each worker's log in gpu-bench.txt: why a graph
     # was not recorded as a CUDA graph ("skipping cudagraphs due to ..."; the last run's conv
     # nets ran 6-7x slower under magpy-cudagraphs than under reduce-overhead)
-    TORCH_LOGS=${LEASE_TORCH_LOGS-perf_hints} MAGPY_BENCH_TIMEOUT=${LEASE_BENCH_S:-200} \
+    TORCH_LOGS=${LEASE_TORCH_LOGS-perf_hints} MAGPY_BENCH_TIMEOUT=${LEASE_BENCH_S:-240} \
         MAGPY_BENCH_ARGS="${LEASE_BENCH_ARGS:---quick -v --systems magpy-torchscript-freeze,magpy-inductor,magpy-cudagraphs,torch.compile}" \
         tests/gpu/run.sh bench 2>&1 | grep -v "^# .* done" | grep -v "^\[" | tail -70
 fi
