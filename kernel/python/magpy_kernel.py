@@ -10,6 +10,7 @@ user's mistake: user errors come back as data.
 `_magpy_kernel` is the embedded C++ module (kernel/src/bindings.cpp).
 """
 
+import asyncio
 import builtins
 import getpass
 import io
@@ -637,13 +638,71 @@ def _safe_str(value):
         return "<unprintable %s object>" % type(value).__name__
 
 
+# [Note: asyncio between cells]
+# ipykernel runs every cell inside its running asyncio loop, and the loop goes on between
+# cells: `asyncio.create_task(...)` works in a plain cell, and the task runs while the kernel
+# waits (a review probe found neither here). Cells run as a coroutine on IPython's own loop (the
+# one its top-level `await` uses), through run_cell_async when the cell awaits, as ipykernel
+# does. Between cells the C++ main loop calls run_asyncio before each wait for a request: it
+# runs the callbacks that are due, once, and says how long the wait may last: no time when
+# more are ready, 10 ms while tasks are pending (they may wait on sockets or pipes, which the
+# kernel's wait does not watch), until the next timer, or until a request when there is
+# nothing. The loop runs no callbacks while a cell runs except those the cell awaits.
+_TASK_WAIT_MS = 10
+
+
+def _cell_loop():
+    from IPython.core.async_helpers import get_asyncio_loop
+    loop = get_asyncio_loop()
+    asyncio.set_event_loop(loop)  # asyncio.get_event_loop() in a cell: this one
+    return loop
+
+
+def run_asyncio():
+    """Runs what is due in the cells' loop; returns how long the kernel may wait (ms, -1)."""
+    from IPython.core import async_helpers
+    loop = async_helpers._asyncio_event_loop
+    if loop is None or loop.is_closed() or loop.is_running():
+        return -1
+    if loop._ready or loop._scheduled:
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+    if loop._ready:
+        return 0
+    wait = -1
+    if loop._scheduled:
+        wait = max(0, min(1000, int((loop._scheduled[0].when() - loop.time()) * 1000) + 1))
+    if asyncio.all_tasks(loop):
+        wait = _TASK_WAIT_MS if wait < 0 else min(wait, _TASK_WAIT_MS)
+    return wait
+
+
+def _run_cell_in_loop(shell, code, store_history, silent):
+    async def execute():
+        transformed, exc_tuple = code, None
+        try:
+            transformed = shell.transform_cell(code)
+        except Exception:
+            exc_tuple = sys.exc_info()
+        if shell.should_run_async(code, transformed_cell=transformed,
+                                  preprocessing_exc_tuple=exc_tuple):
+            return await shell.run_cell_async(code, store_history=store_history, silent=silent,
+                                              transformed_cell=transformed,
+                                              preprocessing_exc_tuple=exc_tuple)
+        return shell.run_cell(code, store_history=store_history, silent=silent)
+    loop = _cell_loop()
+    if loop.is_running():  # (a cell run from a cell: IPython's own get_ipython().run_cell)
+        return shell.run_cell(code, store_history=store_history, silent=silent)
+    return loop.run_until_complete(execute())
+
+
 def run_cell(code, store_history, silent, user_expressions, execution_count):
     """One execute_request. Returns the reply content without execution_count."""
     shell = _shell
     shell.execution_count = execution_count
     shell.last_traceback = None
     try:
-        result = shell.run_cell(code, store_history=store_history, silent=silent)
+        result = _run_cell_in_loop(shell, code, store_history, silent)
         error = None if result.success else (result.error_before_exec or result.error_in_exec)
         failed = not result.success
     except BaseException as e:  # noqa: B902 (e.g. an interrupt inside IPython's bookkeeping)

@@ -163,6 +163,17 @@ int main(int argc, char* argv[]) {
             full != nullptr ? std::string(full) : connection_file;
         std::free(full);
     }
+    // [Note: asyncio between cells] in magpy_kernel.py
+    KernelServer::current()->set_idle_work([]() -> long {
+        py::gil_scoped_acquire gil;
+        try {
+            return py::module_::import("magpy_kernel").attr("run_asyncio")().cast<long>();
+        } catch (const std::exception& e) {
+            std::cerr << "magpy-kernel: the asyncio loop failed between cells: " << e.what()
+                      << std::endl;
+            return -1;
+        }
+    });
     // Python threads run while the kernel waits; each request takes the GIL back.
     PyEval_SaveThread();
     kernel.start();  // never returns (KernelServer::start_impl exits the process)

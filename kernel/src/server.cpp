@@ -120,7 +120,7 @@ void KernelServer::start_impl(xeus::xpub_message message) {
         [this](xeus::xpub_message msg) { publish(std::move(msg), xeus::channel::SHELL); },
         xeus::get_user_name(), session, prefix);
 
-    while (!m_request_stop) poll_once(-1);
+    while (!m_request_stop) poll_once(m_idle_work && m_deferred.empty() ? m_idle_work() : -1);
 
     IOPub::instance().detach();
     stop_control_thread();

@@ -44,6 +44,10 @@ public:
         m_stdin_interrupt_check = std::move(check);
     }
 
+    // Called on the main thread (no GIL) before each wait for a request: runs work due in the
+    // cells' asyncio loop and returns how long the wait may last, in ms (-1: until a request).
+    void set_idle_work(std::function<long()> work) { m_idle_work = std::move(work); }
+
     // Thrown out of an abandoned stdin wait. Not a std::exception on purpose: xeus's handlers
     // catch std::exception and would swallow it.
     struct StdinInterrupted {};
@@ -75,6 +79,7 @@ private:
     std::mutex m_socket;
     ExecutionCounter m_counter;
     std::function<bool()> m_stdin_interrupt_check;
+    std::function<long()> m_idle_work;
     std::deque<xeus::xmessage> m_deferred;  // shell requests kept back by abort_queue_impl
     // [Note: the control thread]
     zmq::socket_t m_control_main;  // the main thread's end of the pipe to the control thread

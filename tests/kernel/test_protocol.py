@@ -804,6 +804,29 @@ def test_a_control_request_the_main_thread_answers_while_idle(k):
     assert reply["status"] == "ok" and reply["implementation"], reply
 
 
+@pytest.mark.parametrize("name", ["magpy", "python3"])
+def test_asyncio_tasks_made_in_a_cell_run_between_cells(name):
+    # [Note: asyncio between cells]: as in ipykernel, a cell runs inside a running loop, and the
+    # loop goes on while the kernel waits
+    kernel = Kernel(name)
+
+    def run(code):
+        reply, msgs = kernel.execute(code)
+        assert reply["status"] == "ok", (code, reply)
+        return kernel.stdout(msgs)
+    try:
+        run("import asyncio\nseen = []\nasync def tick():\n    for i in range(3):\n"
+            "        await asyncio.sleep(0.05)\n        seen.append(i)\n")
+        run("task = asyncio.create_task(tick())\n"
+            "fut = asyncio.ensure_future(asyncio.sleep(0.05, result=7))")
+        time.sleep(0.5)  # no request meanwhile: the kernel's own wait runs the loop
+        assert run("print(seen, task.done(), fut.result())") == "[0, 1, 2] True 7\n"
+        assert run("await asyncio.sleep(0.01); print('awaited')") == "awaited\n"
+        assert run("print(asyncio.get_event_loop().is_running())") == "True\n"
+    finally:
+        kernel.close()
+
+
 def test_the_magics_ipykernels_shell_adds(k, tmp_path):
     # %connect_info, %clear, %autosave, %less and %more (a review probe found them missing)
     reply, msgs = k.execute("%connect_info")
