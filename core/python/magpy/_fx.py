@@ -292,7 +292,10 @@ def _inductor(backend):
     def compile(gm, inputs):
         if backend == "cudagraphs" and inputs and all(t.is_cuda for t in inputs) and \
                 not _shares_memory(gm(*inputs), inputs):
-            graphs = dict(patches, **{"triton.cudagraphs": True, "triton.cudagraph_trees": False})
+            # No inductor caches: their keys leave out which inputs are static, so a graph
+            # compiled marked could come back for the unmarked fallback (or across processes)
+            graphs = dict(patches, **{"triton.cudagraphs": True, "triton.cudagraph_trees": False,
+                                      "fx_graph_cache": False})
             return compile_with_static_parameters(gm, inputs, compile_fx, compile_fx_inner,
                                                   graphs), True
         return compile_fx(gm, inputs, config_patches=patches), False
