@@ -112,6 +112,26 @@ def test_a_hook_that_records_and_replaces_the_output_inside_the_call_impl_try():
     assert_stats(cf, graphs=1, breaks=0, hits=2)
     assert len(seen) == 3
 
+
+def test_a_pre_hook_that_records_before_leaf_modules_inside_the_call_impl_try():
+    # the pre-hook's append is visible, and the block's Linear runs after it inside the try:
+    # a leaf module of torch.nn is let through with its parameters and attributes guarded
+    torch.manual_seed(0)
+    m = Net()
+    seen = []
+    m.a.register_forward_pre_hook(lambda mod, inputs: seen.append(1))
+
+    def mutate(i):
+        if i == 3:  # replaced by an inference tensor: a guard miss, not a replay that raises
+            with torch.inference_mode():
+                w = m.a.lin.weight.detach().clone()
+            m.a.lin.weight = nn.Parameter(w, requires_grad=False)
+
+    cf = check(m, [torch.randn(2, 3) for _ in range(5)], mutate=mutate,
+               snapshot=lambda: len(seen), restore=lambda k: seen.__delitem__(slice(k, None)))
+    e = assert_stats(cf, graphs=2, breaks=0, hits=3)
+    assert any("lin._parameters" in g or "lin.weight" in g for g in map(str, e.guards)), e.guards
+
 def test_dict_items_unpacked_into_a_tuple_and_iterated():
     # the rows are pairs the dict views make, holding objects (not constants)
     a = collections.OrderedDict(x=torch.tanh, y=lambda t: t * 2)

@@ -166,6 +166,23 @@ static std::string without_inplace_suffix(const std::string& n) {
     return trailing ? n.substr(0, n.size() - 1) : n;
 }
 
+bool module_raises_only_on_metadata(PyObject* module) {
+    static const std::unordered_set<std::string> kSafe = {
+        "Linear", "Bilinear", "Identity", "Flatten", "Conv1d", "Conv2d", "Conv3d",
+        "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "ReLU", "ReLU6", "LeakyReLU",
+        "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardtanh",
+        "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "Softplus", "Softsign",
+        "Tanhshrink", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+        "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "MaxPool1d", "MaxPool2d", "MaxPool3d",
+        "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+        "AdaptiveAvgPool3d"};
+    PyTypeObject* t = Py_TYPE(module);
+    PyObject* dict = py::type_dict(t);
+    PyObject* mod = dict ? PyDict_GetItemString(dict, "__module__") : nullptr;  // borrowed
+    return mod && PyUnicode_Check(mod) && starts_with(py::str_of(mod), "torch.nn.modules.") &&
+           kSafe.count(t->tp_name) != 0;
+}
+
 bool op_raises_only_on_metadata(const std::string& op) {
     static const std::unordered_set<std::string> kSafe = {
         // pointwise

@@ -163,6 +163,10 @@ bool reads_strides(const std::string& name);
 // (cholesky, inverse), nor ops with data-dependent shapes. ([Note: steps that cannot raise on
 // new data] in capture.cpp)
 bool op_raises_only_on_metadata(const std::string& op);
+// torch.nn's own leaf modules of that kind (Linear, convolutions, activations, norms, pooling),
+// exact types: they raise only on their input's and their own tensors' metadata and their
+// plain attributes, which the capture then guards (Capture::guard_module_state).
+bool module_raises_only_on_metadata(PyObject* module);
 // Ops whose output shape depends on tensor data.
 bool has_data_dependent_shape(const std::string& op, size_t nargs);
 // A recorded op that changes state the caller can see: in-place (`add_`, `out=`,

@@ -1457,6 +1457,11 @@ bool Capture::raises_only_on_metadata(const Step& step) {
         // (a bound method's own tensor is not among the arguments)
         for (size_t i = 1; i < step.args.size(); ++i)
             if (scalar_tensor(real(step.args[i]))) return false;
+        if (PyObject_TypeCheck(fn, torch_api().module_type)) {
+            int module = arg_value(step.args[0]);
+            return module >= 0 && v(module).kind == ValueKind::Input &&
+                   module_raises_only_on_metadata(fn) && guard_module_state(module);
+        }
         py::Ref name = py::Ref::steal(PyObject_GetAttrString(fn, "__name__"));
         PyErr_Clear();
         if (!name || !PyUnicode_Check(name.get())) return false;
@@ -1466,6 +1471,34 @@ bool Capture::raises_only_on_metadata(const Step& step) {
     }
     default: return false;
     }
+}
+
+bool Capture::guard_module_state(int module) {
+    PyObject* m = v(module).real.get();
+    PyObject* attrs = PyObject_GenericGetDict(m, nullptr);
+    if (!attrs) {
+        PyErr_Clear();
+        return false;
+    }
+    py::Ref own = py::Ref::steal(attrs);
+    std::vector<std::pair<py::Ref, py::Ref>> state;  // (name, value)
+    auto collect = [&](PyObject* d, bool tensors) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *val;
+        while (d && PyDict_Check(d) && PyDict_Next(d, &pos, &k, &val)) {
+            if (!PyUnicode_Check(k) || val == Py_None) continue;
+            if (tensors ? is_tensor(val) : is_constant_like(val))
+                state.emplace_back(py::Ref::borrow(k), py::Ref::borrow(val));
+        }
+    };
+    collect(attrs, false);  // in_features, padding, eps, normalized_shape ...
+    for (const char* name : {"_parameters", "_buffers"})
+        collect(PyDict_GetItemString(attrs, name), true);
+    for (auto& [name, val] : state)
+        if (input_child(module, AccessKind::ModuleAttr, 0, name.get(),
+                        "." + py::str_of(name.get()), val.get()) < 0)
+            return false;
+    return !m_failed;
 }
 
 static std::string method_name(const std::string& label) {  // "list.append" -> "append"

@@ -454,6 +454,9 @@ private:
     int arg_value(const Arg& a) const;
     // [Note: steps that cannot raise on new data]
     bool raises_only_on_metadata(const Step& step);
+    // Guards a leaf module's parameters, buffers and plain attributes (value `module`, passed
+    // in); false when one cannot be guarded.
+    bool guard_module_state(int module);
     bool arg_data_shaped(const Arg& a);
     bool arg_made_in_call(const Arg& a);
     bool made_in_call(const Step& step, PyObject* result);
