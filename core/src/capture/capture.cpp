@@ -1352,21 +1352,23 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
 // raise on new data: the guards fix shapes, dtypes and devices, so an op that raises only on
 // those (and on its constant arguments) raised during the capture or never does. Such a step
 // is not `in_try` at all. This matters on torch 2, whose Module._call_impl runs a module with
-// hooks inside `try: ... except Exception: ...; raise`: a forward hook that records its output
-// (a visible write) and the ops after it are in that try. What counts: building tuples, lists
-// and slices; tensor attributes, comparisons, unary ops and + - * / @ & | ^ (not //, %, **:
-// integer division by zero, integers to negative powers); indexing a tensor with constant
-// ints and slices; torch ops (factories of constant sizes too) on the list of
-// op_raises_only_on_metadata. The guards also fix whether a tensor is an inference tensor and
-// whether it has dimension names (TensorKey). Refused besides (a review probe found each
-// raising at replay): in-place changes of memory the call did not make (expanded or
-// overlapping memory, a leaf that requires grad, a view of several outputs) and `out=`; a
-// 0-dim tensor past the first argument of a call (torch reads it as a size, a dim or a step);
-// an input that may change (a list passed in); operands of + - * ... that are not tensors or
-// plain numbers.
-// Not when an argument carries symbolic sizes (a relation the guards do not check may fail),
-// shapes that depend on data, or is a number computed at replay (`torch.zeros(int(t.sum()))`). What is left is running out of memory, which then reaches
-// the caller without the handler running.
+// hooks inside `try: ... except Exception: ...; raise`: a hook that records something (a
+// visible write) and the ops after it are in that try.
+// What counts: building tuples, lists and slices; tensor attributes, comparisons, unary ops
+// and + - * / @ & | ^ on tensors and plain numbers (not //, %, **: integer division by zero,
+// integers to negative powers); indexing a tensor with constant ints and slices; torch ops on
+// the list of op_raises_only_on_metadata (factories of constant sizes too); torch.nn's leaf
+// modules of module_raises_only_on_metadata, whose parameters, buffers and plain attributes
+// are then guarded (the plain replay guards the module only, and a weight swapped for an
+// inference tensor or another dtype would raise). The tensor guards fix whether a tensor is an
+// inference tensor and whether it has dimension names (TensorKey).
+// Refused (a review probe found each raising at replay): in-place changes of memory the call
+// did not make (expanded or overlapping memory, a leaf that requires grad, a view of several
+// outputs) and `out=`; a 0-dim tensor as an argument of a call (torch reads it as a size, a
+// dim or a step); a tensor with dimension names; an input that may change (a list passed in);
+// an argument with symbolic sizes (a relation the guards do not check may fail), with a shape
+// that depends on data, or computed at replay (`torch.zeros(int(t.sum()))`). What is left is
+// running out of memory, which then reaches the caller without the handler running.
 bool Capture::raises_only_on_metadata(const Step& step) {
     // A value the guards fix: a tensor (its metadata), a constant, an immutable input, or a
     // list or tuple made in the call of such values. Not a number or container computed at
