@@ -440,8 +440,8 @@ def _register_kernel_magics(shell):
     from IPython.core.error import UsageError
 
     def clear(line=""):
-        """Clear the output of the cell."""
-        shell.display_pub.clear_output()
+        """Clear the terminal (as ipykernel's: the escape sequence a terminal clears on)."""
+        print("\x1b[H\x1b[2J", end="")
 
     def autosave(line=""):
         """%autosave N: save the notebook every N seconds (0: never). The classic notebook
@@ -641,14 +641,16 @@ def _safe_str(value):
 # [Note: asyncio between cells]
 # ipykernel runs every cell inside its running asyncio loop, and the loop goes on between
 # cells: `asyncio.create_task(...)` works in a plain cell, and the task runs while the kernel
-# waits (a review probe found neither here). Cells run as a coroutine on IPython's own loop (the
+# waits (a review probe found neither here). Cells run as a task on IPython's own loop (the
 # one its top-level `await` uses), through run_cell_async when the cell awaits, as ipykernel
 # does. Between cells the C++ main loop calls run_asyncio before each wait for a request: it
-# runs the callbacks that are due, once, and says how long the wait may last: no time when
-# more are ready, 10 ms while tasks are pending (they may wait on sockets or pipes, which the
-# kernel's wait does not watch), until the next timer, or until a request when there is
-# nothing. The loop runs no callbacks while a cell runs except those the cell awaits.
-_TASK_WAIT_MS = 10
+# runs the callbacks that are due, once, and names how long the wait may last (no time when
+# more are ready, until the next timer, or until a request) and the loop's selector fd, which
+# the kernel's wait watches beside its sockets: a socket, a pipe or call_soon_threadsafe from
+# another thread wakes it (a second probe found those waiting for the next cell). An interrupt
+# that lands while the loop waits for the cell's task cancels that task, so it never resumes
+# later (as ipykernel's cell ends).
+_TASK_WAIT_MS = 10  # only where the selector has no fd to watch
 
 
 def _cell_loop():
@@ -658,23 +660,37 @@ def _cell_loop():
     return loop
 
 
-def run_asyncio():
-    """Runs what is due in the cells' loop; returns how long the kernel may wait (ms, -1)."""
+def _selector_fd(loop):
+    try:
+        return loop._selector.fileno()
+    except Exception:
+        return -1
+
+
+def run_asyncio(io_ready=False):
+    """Runs what is due in the cells' loop; returns (ms the kernel may wait or -1, an fd that
+    ends the wait or -1)."""
     from IPython.core import async_helpers
     loop = async_helpers._asyncio_event_loop
     if loop is None or loop.is_closed() or loop.is_running():
-        return -1
-    if loop._ready or loop._scheduled:
-        loop.call_soon(loop.stop)
-        loop.run_forever()
+        return -1, -1
+    try:
+        if io_ready or loop._ready or loop._scheduled:
+            loop.call_soon(loop.stop)
+            loop.run_forever()
+    except BaseException as e:  # a task's SystemExit or KeyboardInterrupt: the others go on
+        print("magpy-kernel: an asyncio task raised %s between cells: %s"
+              % (type(e).__name__, _safe_str(e)), file=sys.__stderr__)
+        return 0, -1
     if loop._ready:
-        return 0
+        return 0, -1
     wait = -1
     if loop._scheduled:
         wait = max(0, min(1000, int((loop._scheduled[0].when() - loop.time()) * 1000) + 1))
-    if asyncio.all_tasks(loop):
+    fd = _selector_fd(loop)
+    if fd < 0 and asyncio.all_tasks(loop):
         wait = _TASK_WAIT_MS if wait < 0 else min(wait, _TASK_WAIT_MS)
-    return wait
+    return wait, fd
 
 
 def _run_cell_in_loop(shell, code, store_history, silent):
@@ -693,7 +709,18 @@ def _run_cell_in_loop(shell, code, store_history, silent):
     loop = _cell_loop()
     if loop.is_running():  # (a cell run from a cell: IPython's own get_ipython().run_cell)
         return shell.run_cell(code, store_history=store_history, silent=silent)
-    return loop.run_until_complete(execute())
+    task = loop.create_task(execute())
+    try:
+        return loop.run_until_complete(task)
+    except BaseException:
+        # an interrupt while the loop waited for the cell: the cell ends here, for good
+        if not task.done():
+            task.cancel()
+            try:
+                loop.run_until_complete(task)
+            except BaseException:
+                pass
+        raise
 
 
 def run_cell(code, store_history, silent, user_expressions, execution_count):

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <pybind11/embed.h>
+#include <pybind11/stl.h>
 
 #include "xeus/xkernel.hpp"
 #include "xeus/xkernel_configuration.hpp"
@@ -164,15 +165,19 @@ int main(int argc, char* argv[]) {
         std::free(full);
     }
     // [Note: asyncio between cells] in magpy_kernel.py
-    KernelServer::current()->set_idle_work([]() -> long {
+    KernelServer::current()->set_idle_work([](bool io_ready) {
+        KernelServer::IdleWait wait;
         py::gil_scoped_acquire gil;
         try {
-            return py::module_::import("magpy_kernel").attr("run_asyncio")().cast<long>();
+            auto r = py::module_::import("magpy_kernel").attr("run_asyncio")(io_ready)
+                         .cast<std::pair<long, int>>();
+            wait.timeout_ms = r.first;
+            wait.fd = r.second;
         } catch (const std::exception& e) {
             std::cerr << "magpy-kernel: the asyncio loop failed between cells: " << e.what()
                       << std::endl;
-            return -1;
         }
+        return wait;
     });
     // Python threads run while the kernel waits; each request takes the GIL back.
     PyEval_SaveThread();

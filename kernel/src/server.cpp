@@ -120,7 +120,11 @@ void KernelServer::start_impl(xeus::xpub_message message) {
         [this](xeus::xpub_message msg) { publish(std::move(msg), xeus::channel::SHELL); },
         xeus::get_user_name(), session, prefix);
 
-    while (!m_request_stop) poll_once(m_idle_work && m_deferred.empty() ? m_idle_work() : -1);
+    while (!m_request_stop) {
+        IdleWait wait;
+        if (m_idle_work && m_deferred.empty()) wait = m_idle_work(m_idle_fd_ready);
+        poll_once(wait.timeout_ms, wait.fd);
+    }
 
     IOPub::instance().detach();
     stop_control_thread();
@@ -139,7 +143,8 @@ void KernelServer::start_impl(xeus::xpub_message message) {
 
 // xserver_zmq::poll lets zmq::poll's EINTR escape and the kernel dies (xeus#272); here a
 // signal only ends one wait.
-void KernelServer::poll_once(long timeout_ms) {
+void KernelServer::poll_once(long timeout_ms, int extra_fd) {
+    m_idle_fd_ready = false;
     if (!m_deferred.empty() && !m_request_stop) {
         // requests kept back while execute requests were aborted, in the order they came
         xeus::xmessage msg = std::move(m_deferred.front());
@@ -147,15 +152,17 @@ void KernelServer::poll_once(long timeout_ms) {
         return guarded([&] { handle_shell(std::move(msg)); });
     }
     zmq::pollitem_t items[] = {{m_control_main.handle(), 0, ZMQ_POLLIN, 0},
-                               {m_shell.handle(), 0, ZMQ_POLLIN, 0}};
+                               {m_shell.handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, extra_fd, ZMQ_POLLIN, 0}};
     try {
-        zmq::poll(&items[0], 2, std::chrono::milliseconds(timeout_ms));
+        zmq::poll(&items[0], extra_fd >= 0 ? 3 : 2, std::chrono::milliseconds(timeout_ms));
     } catch (const zmq::error_t& e) {
         if (is_eintr(e)) return;
         std::cerr << "magpy-kernel: poll failed: " << e.what() << std::endl;
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         return;
     }
+    m_idle_fd_ready = extra_fd >= 0 && (items[2].revents & ZMQ_POLLIN);
     zmq::socket_t* sockets[] = {&m_control_main, &m_shell};
     for (int i = 0; i < 2; ++i) {
         if (!(items[i].revents & ZMQ_POLLIN) || (i == 1 && m_request_stop)) continue;
@@ -328,6 +335,8 @@ void KernelServer::send_control_impl(xeus::xmessage message) {
 // control request is handed to the main thread through an inproc pipe, and xeus answers it
 // there; the replies come back through the pipe. A shutdown_request also interrupts a running
 // cell first, as jupyter_client's shutdown does with a signal, so the main thread gets to it.
+// Not yet: a kernel_info_request or debug_request on control waits for the cell to end
+// (ipykernel answers at once; a review probe).
 // The thread checks signatures with an authenticator of its own (xeus's is not shared across
 // threads), and SIGINT stays blocked in it (inherited from main).
 void KernelServer::control_loop() {
@@ -384,10 +393,16 @@ bool KernelServer::control_message(zmq::multipart_t& wire) {
                   << e.what() << std::endl;
         return false;
     }
-    if (type == "shutdown_request") ::kill(::getpid(), SIGINT);
+    // As ipykernel: the kernel's process group when it leads one (jupyter_client starts it so),
+    // which also stops a child the cell waits for (os.system ignores SIGINT in its caller).
+    auto interrupt = [] {
+        if (::getpgid(0) == ::getpid()) ::killpg(::getpid(), SIGINT);
+        else ::kill(::getpid(), SIGINT);
+    };
+    if (type == "shutdown_request") interrupt();
     if (type != "interrupt_request") return true;
     publish_status(msg.header(), "busy");
-    ::kill(::getpid(), SIGINT);
+    interrupt();
     nl::json header = xeus::make_header("interrupt_reply", xeus::get_user_name(), m_session);
     xeus::xmessage reply(msg.identities(), fixed_header(header), msg.header(), nl::json::object(),
                          nl::json{{"status", "ok"}}, xeus::buffer_sequence());

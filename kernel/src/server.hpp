@@ -44,9 +44,14 @@ public:
         m_stdin_interrupt_check = std::move(check);
     }
 
-    // Called on the main thread (no GIL) before each wait for a request: runs work due in the
-    // cells' asyncio loop and returns how long the wait may last, in ms (-1: until a request).
-    void set_idle_work(std::function<long()> work) { m_idle_work = std::move(work); }
+    // Called on the main thread (no GIL) before each wait for a request, told whether the fd it
+    // last named became readable: runs work due in the cells' asyncio loop and returns how long
+    // the wait may last, in ms (-1: until a request), and an fd that also ends it (-1: none).
+    struct IdleWait {
+        long timeout_ms = -1;
+        int fd = -1;
+    };
+    void set_idle_work(std::function<IdleWait(bool)> work) { m_idle_work = std::move(work); }
 
     // Thrown out of an abandoned stdin wait. Not a std::exception on purpose: xeus's handlers
     // catch std::exception and would swallow it.
@@ -62,7 +67,7 @@ private:
 
     void abort_queue_impl(const listener& abort, long polling_interval) override;
 
-    void poll_once(long timeout_ms);
+    void poll_once(long timeout_ms, int extra_fd = -1);
     void control_loop();
     bool control_message(zmq::multipart_t& wire);
     void publish_status(const nl::json& parent, const char* state);
@@ -79,7 +84,8 @@ private:
     std::mutex m_socket;
     ExecutionCounter m_counter;
     std::function<bool()> m_stdin_interrupt_check;
-    std::function<long()> m_idle_work;
+    std::function<IdleWait(bool)> m_idle_work;
+    bool m_idle_fd_ready = false;
     std::deque<xeus::xmessage> m_deferred;  // shell requests kept back by abort_queue_impl
     // [Note: the control thread]
     zmq::socket_t m_control_main;  // the main thread's end of the pipe to the control thread

@@ -827,14 +827,43 @@ def test_asyncio_tasks_made_in_a_cell_run_between_cells(name):
         kernel.close()
 
 
+@pytest.mark.parametrize("name", ["magpy", "python3"])
+def test_the_loop_wakes_for_threads_and_interrupted_awaits_end(name):
+    # (a review probe) a callback a thread hands the loop runs while the kernel is idle; a cell
+    # interrupted in an await never resumes later; interrupt_request also stops a child process
+    kernel = Kernel(name)
+    try:
+        reply, _ = kernel.execute(
+            "import asyncio, threading, time\nloop = asyncio.get_event_loop()\nran = []\n"
+            "threading.Thread(target=lambda: (time.sleep(0.3), "
+            "loop.call_soon_threadsafe(ran.append, 1))).start()")
+        time.sleep(1.0)
+        assert kernel.execute("print(ran)")[1][-2][1]["text"] == "[1]\n"
+        msg_id = kernel.kc.execute("await asyncio.sleep(2)\nresumed = True")
+        time.sleep(0.5)
+        kernel.reply(_control(kernel, "interrupt_request"), channel="control", timeout=5)
+        assert kernel.reply(msg_id, timeout=10)["content"]["status"] == "error"
+        kernel.drain(seconds=2.5)  # past the end of the sleep
+        reply, msgs = kernel.execute("print('resumed' in globals())")
+        assert kernel.stdout(msgs) == "False\n", msgs
+        msg_id = kernel.kc.execute("import os; os.system('sleep 10')")
+        time.sleep(0.5)
+        t0 = time.time()
+        kernel.reply(_control(kernel, "interrupt_request"), channel="control", timeout=5)
+        kernel.reply(msg_id, timeout=15)
+        assert time.time() - t0 < 3, time.time() - t0
+    finally:
+        kernel.close()
+
+
 def test_the_magics_ipykernels_shell_adds(k, tmp_path):
     # %connect_info, %clear, %autosave, %less and %more (a review probe found them missing)
     reply, msgs = k.execute("%connect_info")
     info = ast.literal_eval(k.stdout(msgs).split("\n\n")[0])
     assert reply["status"] == "ok" and info["shell_port"] == k.km.shell_port, k.stdout(msgs)
     assert "jupyter console --existing" in k.stdout(msgs)
-    reply, msgs = k.execute("print('x')\n%clear")
-    assert reply["status"] == "ok" and ("clear_output", {"wait": False}) in msgs, msgs
+    reply, msgs = k.execute("%clear")  # as ipykernel: a terminal's escape sequence
+    assert reply["status"] == "ok" and k.stdout(msgs) == "\x1b[H\x1b[2J", msgs
     reply, msgs = k.execute("%autosave 120")
     shown = [c["data"] for t, c in msgs if t == "display_data"]
     assert shown[0]["application/javascript"] == "IPython.notebook.set_autosave_interval(120000)"
