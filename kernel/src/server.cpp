@@ -307,6 +307,10 @@ xeus::xmessage KernelServer::fix_reply(xeus::xmessage message) {
         // word for them is "aborted".
         content["status"] = "aborted";
     }
+    if (type == "kernel_info_reply" && content.value("status", "") == "ok") {
+        std::lock_guard<std::mutex> lock(m_info_lock);  // for the control thread
+        m_kernel_info = content;
+    }
     return xeus::xmessage(message.identities(), fixed_header(message.header()),
                           message.parent_header(), message.metadata(), std::move(content),
                           xeus::buffer_sequence(message.buffers()));
@@ -335,8 +339,8 @@ void KernelServer::send_control_impl(xeus::xmessage message) {
 // control request is handed to the main thread through an inproc pipe, and xeus answers it
 // there; the replies come back through the pipe. A shutdown_request also interrupts a running
 // cell first, as jupyter_client's shutdown does with a signal, so the main thread gets to it.
-// Not yet: a kernel_info_request or debug_request on control waits for the cell to end
-// (ipykernel answers at once; a review probe).
+// A kernel_info_request is answered there too, from the last reply xeus made. Not yet: a
+// debug_request waits for the cell to end (kernel_info says there is no debugger).
 // The thread checks signatures with an authenticator of its own (xeus's is not shared across
 // threads), and SIGINT stays blocked in it (inherited from main).
 void KernelServer::control_loop() {
@@ -400,17 +404,29 @@ bool KernelServer::control_message(zmq::multipart_t& wire) {
         else ::kill(::getpid(), SIGINT);
     };
     if (type == "shutdown_request") interrupt();
-    if (type != "interrupt_request") return true;
+    nl::json content;
+    if (type == "kernel_info_request") {
+        // answered from the reply xeus last made (it does not change), so that a frontend's
+        // check while a cell runs gets it at once, as from ipykernel
+        std::lock_guard<std::mutex> lock(m_info_lock);
+        if (m_kernel_info.is_null()) return true;  // none yet: the main thread answers
+        content = m_kernel_info;
+    } else if (type == "interrupt_request") {
+        content = nl::json{{"status", "ok"}};
+    } else {
+        return true;
+    }
     publish_status(msg.header(), "busy");
-    interrupt();
-    nl::json header = xeus::make_header("interrupt_reply", xeus::get_user_name(), m_session);
+    if (type == "interrupt_request") interrupt();
+    const std::string reply_type = type.substr(0, type.size() - 8) + "_reply";  // "_request"
+    nl::json header = xeus::make_header(reply_type, xeus::get_user_name(), m_session);
     xeus::xmessage reply(msg.identities(), fixed_header(header), msg.header(), nl::json::object(),
-                         nl::json{{"status", "ok"}}, xeus::buffer_sequence());
+                         std::move(content), xeus::buffer_sequence());
     try {
         xeus::xzmq_serializer::serialize(std::move(reply), *m_control_auth, m_error_handler)
             .send(m_controller);
     } catch (const std::exception& e) {
-        std::cerr << "magpy-kernel: could not answer an interrupt_request: " << e.what()
+        std::cerr << "magpy-kernel: could not answer a " << type << ": " << e.what()
                   << std::endl;
     }
     publish_status(msg.header(), "idle");

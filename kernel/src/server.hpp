@@ -93,6 +93,8 @@ private:
     std::unique_ptr<xeus::xauthentication> m_control_auth;  // the control thread's own
     std::string m_session;
     std::string m_topic_prefix;  // "kernel_core.<id>." of IOPub topics
+    std::mutex m_info_lock;
+    nl::json m_kernel_info;  // the content of the last kernel_info_reply xeus made (guarded)
     std::thread m_control_thread;
 };
 

@@ -798,6 +798,23 @@ def test_a_shutdown_request_during_a_cell_is_answered_and_the_kernel_exits(name)
             kernel.km.shutdown_kernel(now=True)
 
 
+@pytest.mark.parametrize("name", ["magpy", "python3"])
+def test_kernel_info_on_control_is_answered_while_a_cell_runs(name):
+    kernel = Kernel(name)
+    try:
+        want = kernel.reply(kernel.kc.kernel_info(), timeout=10)["content"]
+        msg_id = kernel.kc.execute("import time; time.sleep(3)")
+        time.sleep(0.5)
+        t0 = time.time()
+        got = kernel.reply(_control(kernel, "kernel_info_request"), channel="control",
+                           timeout=10)
+        assert time.time() - t0 < 1.5 and got["msg_type"] == "kernel_info_reply"
+        assert got["content"] == want
+        assert kernel.reply(msg_id, timeout=10)["content"]["status"] == "ok"
+    finally:
+        kernel.close()
+
+
 def test_a_control_request_the_main_thread_answers_while_idle(k):
     ctl = _control(k, "kernel_info_request")
     reply = k.reply(ctl, channel="control", timeout=10)["content"]
