@@ -597,6 +597,9 @@ _UNFIXED = {
                          (torch.zeros(1).expand(3),)),
     # a 0-dim tensor read as a size
     "tensor_as_size": (lambda t, log: torch.zeros(t), (torch.tensor(2),), (torch.tensor(-1),)),
+    # a one-element integer tensor read as a size (a second probe)
+    "tensor1d_as_size": (lambda x, n, log: x.repeat(n), (torch.ones(3), torch.tensor([2])),
+                         (torch.ones(3), torch.tensor([-1]))),
     # a user object's operator
     "python_operand": (lambda x, r, log: x + r, (torch.ones(3), _Radd()),
                        (-torch.ones(3), _Radd())),
@@ -630,3 +633,40 @@ def test_steps_in_try_after_a_write_that_raise_on_what_the_guards_do_not_fix(cas
         for args in (good, good, bad):
             log_e, log_c = [], []
             assert cf(*args, log_c) == f(*args, log_e) and log_c == log_e == [1]
+
+
+def _patch_forward(m):
+    def forward(x):
+        raise RuntimeError("patched")
+    m.forward = forward
+
+
+@pytest.mark.parametrize("change", ["kernel_size_list", "forward_on_the_instance",
+                                    "weight_of_another_shape"])
+def test_a_leaf_module_in_try_after_a_write_is_guarded_whole(change):
+    # (a second review probe) what a leaf module let through runs on is guarded: its
+    # parameters, buffers and attributes, its class, and no forward set on the instance
+    m = {"kernel_size_list": lambda: nn.MaxPool1d([2]),
+         "forward_on_the_instance": lambda: nn.ReLU(),
+         "weight_of_another_shape": lambda: nn.LayerNorm(4, elementwise_affine=False)}[change]()
+
+    def f(x, log):
+        log.append(1)
+        try:
+            m(x)
+            return "done"
+        except Exception:
+            return "handled"
+
+    cf = magpy.compile(f)
+    x = torch.ones(2, 4)
+    for i in range(4):
+        if i == 2:
+            if change == "kernel_size_list":
+                m.kernel_size[0] = 9  # larger than the input
+            elif change == "forward_on_the_instance":
+                _patch_forward(m)
+            else:
+                m.weight = nn.Parameter(torch.ones(3))
+        log_e, log_c = [], []
+        assert cf(x, log_c) == f(x, log_e) and log_c == log_e == [1], i

@@ -1367,8 +1367,12 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
 // outputs) and `out=`; a 0-dim tensor as an argument of a call (torch reads it as a size, a
 // dim or a step); a tensor with dimension names; an input that may change (a list passed in);
 // an argument with symbolic sizes (a relation the guards do not check may fail), with a shape
-// that depends on data, or computed at replay (`torch.zeros(int(t.sum()))`). What is left is
-// running out of memory, which then reaches the caller without the handler running.
+// that depends on data, or computed at replay (`torch.zeros(int(t.sum()))`); a one-element
+// integer tensor (read as a size too). A leaf module is let through only when every entry of
+// its __dict__, _parameters and _buffers is a tensor, None or a constant (all guarded, with
+// its class's version and no forward set on the instance; a second probe). What is left:
+// running out of memory, and a warning the user's filters turned into an error after the
+// capture, reach the caller without the handler running.
 bool Capture::raises_only_on_metadata(const Step& step) {
     // A value the guards fix: a tensor (its metadata), a constant, an immutable input, or a
     // list or tuple made in the call of such values. Not a number or container computed at
@@ -1388,14 +1392,14 @@ bool Capture::raises_only_on_metadata(const Step& step) {
         int id = arg_value(a);
         return id >= 0 ? v(id).real.get() : nullptr;
     };
-    // a 0-dim tensor where torch may read its value as a number (a size, a dim, a step)
+    // a tensor torch may read as a number (a size, a dim, a step): 0-dim, or one element of
+    // an integer or bool dtype, alone or in a list
+    auto number_like = [](PyObject* t) { return is_tensor(t) && tensor_may_be_a_number(t); };
     auto scalar_tensor = [&](PyObject* o) {
-        if (o && is_tensor(o)) return tensor_dim(o) == 0;
+        if (o && number_like(o)) return true;
         if (o && (PyList_CheckExact(o) || PyTuple_CheckExact(o)))
-            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
-                PyObject* item = PySequence_Fast_GET_ITEM(o, i);
-                if (is_tensor(item) && tensor_dim(item) == 0) return true;
-            }
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+                if (number_like(PySequence_Fast_GET_ITEM(o, i))) return true;
         return false;
     };
     bool call = step.kind == StepKind::Call || step.kind == StepKind::CallEx;
@@ -1484,22 +1488,42 @@ bool Capture::guard_module_state(int module) {
     }
     py::Ref own = py::Ref::steal(attrs);
     std::vector<std::pair<py::Ref, py::Ref>> state;  // (name, value)
-    auto collect = [&](PyObject* d, bool tensors) {
+    bool plain = true;
+    // Every entry: tensors by their metadata, None and constants by value. Anything else (a
+    // list attribute, a forward set on the instance) may change what the module does: refused.
+    auto collect = [&](PyObject* d, bool top) {
         Py_ssize_t pos = 0;
         PyObject *k, *val;
         while (d && PyDict_Check(d) && PyDict_Next(d, &pos, &k, &val)) {
-            if (!PyUnicode_Check(k) || val == Py_None) continue;
-            if (tensors ? is_tensor(val) : is_constant_like(val))
+            if (!PyUnicode_Check(k)) {
+                plain = false;
+                continue;
+            }
+            std::string name = py::str_of(k);
+            if (top && name == "forward") plain = false;
+            // the module's own tables (hooks are guarded apart, by no_hooks)
+            if (top && starts_with(name, "_") && (PyDict_Check(val) || PyAnySet_Check(val)))
+                continue;
+            if (is_tensor(val) || val == Py_None || is_constant_like(val))
                 state.emplace_back(py::Ref::borrow(k), py::Ref::borrow(val));
+            else
+                plain = false;
         }
     };
-    collect(attrs, false);  // in_features, padding, eps, normalized_shape ...
+    collect(attrs, true);  // in_features, padding, eps, normalized_shape, a plain tensor ...
     for (const char* name : {"_parameters", "_buffers"})
-        collect(PyDict_GetItemString(attrs, name), true);
-    for (auto& [name, val] : state)
-        if (input_child(module, AccessKind::ModuleAttr, 0, name.get(),
-                        "." + py::str_of(name.get()), val.get()) < 0)
-            return false;
+        collect(PyDict_GetItemString(attrs, name), false);
+    // its class as it was: a forward replaced on it (or on a base) renews the version tag;
+    // and none set on the instance later
+    if (!plain || !guard_class_unchanged(module)) return false;
+    static PyObject* forward = PyUnicode_InternFromString("forward");  // kept
+    guard_no_instance_attr(module, forward);
+    for (auto& [name, val] : state) {
+        int id = input_child(module, AccessKind::ModuleAttr, 0, name.get(),
+                             "." + py::str_of(name.get()), val.get());
+        // (a number that became dynamic is read at replay: not fixed)
+        if (id < 0 || v(id).sym || v(id).sym_all || !v(id).sym_deps.empty()) return false;
+    }
     return !m_failed;
 }
 

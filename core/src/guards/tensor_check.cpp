@@ -41,6 +41,11 @@ const void* tensor_storage(PyObject* t) {
 }
 int64_t tensor_dim(PyObject* t) { return THPVariable_Unpack(t).dim(); }
 bool tensor_is_named(PyObject* t) { return THPVariable_Unpack(t).has_names(); }
+bool tensor_may_be_a_number(PyObject* t) {
+    const at::Tensor& x = THPVariable_Unpack(t);
+    if (x.is_nested()) return false;
+    return x.dim() == 0 || (x.numel() == 1 && !x.is_floating_point() && !x.is_complex());
+}
 
 bool tensor_key_matches(PyObject* t, const TensorKey& key) {
     const at::Tensor& x = THPVariable_Unpack(t);

@@ -33,6 +33,9 @@ struct TensorKey {
 bool tensor_is_nested(PyObject* t);
 int64_t tensor_dim(PyObject* t);
 bool tensor_is_named(PyObject* t);  // it has dimension names
+// 0-dim, or one element of an integer or bool dtype: torch may read it as a number (a size,
+// a dim, a step) where an op takes one.
+bool tensor_may_be_a_number(PyObject* t);
 // Fills `key`; `t` is not nested.
 void tensor_key_of(PyObject* t, TensorKey& key, bool with_strides);
 bool tensor_key_matches(PyObject* t, const TensorKey& key);
