@@ -670,3 +670,30 @@ def test_a_leaf_module_in_try_after_a_write_is_guarded_whole(change):
                 m.weight = nn.Parameter(torch.ones(3))
         log_e, log_c = [], []
         assert cf(x, log_c) == f(x, log_e) and log_c == log_e == [1], i
+
+
+def test_a_step_that_warns_in_try_after_a_write_sees_filters_changed_to_error():
+    # (a second review probe) F.softmax without dim warns; a filter set to "error" after the
+    # capture makes it raise, and eager's handler runs: warnings.filters is guarded
+    import warnings
+
+    def f(x, log):
+        log.append(1)
+        try:
+            F.softmax(x)
+            return "done"
+        except Exception:
+            return "handled"
+
+    cf = magpy.compile(f)
+    x = torch.ones(2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            log_e, log_c = [], []
+            assert cf(x, log_c) == f(x, log_e) == "done" and log_c == log_e
+        warnings.simplefilter("error")
+        log_e, log_c = [], []
+        assert cf(x, log_c) == f(x, log_e) == "handled" and log_c == log_e == [1]
+    e = magpy.explain(cf)
+    assert e.cache_hits == 2 and any("filters" in str(g) for g in e.guards), e

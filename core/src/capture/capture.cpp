@@ -1370,9 +1370,10 @@ int Capture::record(Step step, PyObject* real_result, const std::string& label, 
 // that depends on data, or computed at replay (`torch.zeros(int(t.sum()))`); a one-element
 // integer tensor (read as a size too). A leaf module is let through only when every entry of
 // its __dict__, _parameters and _buffers is a tensor, None or a constant (all guarded, with
-// its class's version and no forward set on the instance; a second probe). What is left:
-// running out of memory, and a warning the user's filters turned into an error after the
-// capture, reach the caller without the handler running.
+// its class's version and no forward set on the instance; a second probe). A step may warn,
+// and a filter set to "error" after the capture would make it raise: warnings.filters is
+// guarded by value once such a step is let through. What is left: running out of memory
+// reaches the caller without the handler running.
 bool Capture::raises_only_on_metadata(const Step& step) {
     // A value the guards fix: a tensor (its metadata), a constant, an immutable input, or a
     // list or tuple made in the call of such values. Not a number or container computed at
@@ -1479,6 +1480,27 @@ bool Capture::raises_only_on_metadata(const Step& step) {
     }
 }
 
+bool Capture::guard_warning_filters() {
+    if (m_filters_guarded) return true;
+    py::Ref warnings = py::Ref::steal(PyImport_ImportModule("warnings"));
+    py::Ref filters = warnings ? py::Ref::steal(PyObject_GetAttrString(warnings.get(), "filters"))
+                               : py::Ref();
+    py::Ref copy = filters && PyList_Check(filters.get())
+                       ? py::Ref::steal(PySequence_List(filters.get()))
+                       : py::Ref();
+    if (!copy) {
+        PyErr_Clear();
+        return false;
+    }
+    static PyObject* name = PyUnicode_InternFromString("filters");  // kept
+    int f = input_child(constant_root(warnings.get(), "sys.modules['warnings']"),
+                        AccessKind::Attr, 0, name, ".filters", filters.get());
+    if (f < 0) return false;
+    guard_equals(f, copy.get());  // (a copy: the list itself changes in place)
+    m_filters_guarded = true;
+    return !m_failed;
+}
+
 bool Capture::guard_module_state(int module) {
     PyObject* m = v(module).real.get();
     PyObject* attrs = PyObject_GenericGetDict(m, nullptr);
@@ -1540,7 +1562,8 @@ void Capture::add_step(Step step) {
     // [Note: replay errors inside try]
     step.in_try = m_in_try;
     step.ctx = static_cast<int16_t>(m_ctx);
-    if (step.in_try && m_effects && !m_failed && raises_only_on_metadata(step))
+    if (step.in_try && m_effects && !m_failed && raises_only_on_metadata(step) &&
+        guard_warning_filters())
         step.in_try = false;  // it raises at replay only where it raised here, or not at all
     if (step.in_try && m_effects && !m_failed)
         return fail(breaks::kTryAfterEffect,

@@ -457,6 +457,10 @@ private:
     // Guards a leaf module's parameters, buffers and plain attributes (value `module`, passed
     // in); false when one cannot be guarded.
     bool guard_module_state(int module);
+    // Guards warnings.filters by value (once per capture): a step let through may warn, and a
+    // filter turned to "error" after the capture would make it raise; false: failed.
+    bool guard_warning_filters();
+    bool m_filters_guarded = false;
     bool arg_data_shaped(const Arg& a);
     bool arg_made_in_call(const Arg& a);
     bool made_in_call(const Step& step, PyObject* result);
