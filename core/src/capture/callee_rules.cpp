@@ -147,9 +147,7 @@ static bool is_random_op(const std::string& base) {
             auto handle = dispatcher.findOp(op);
             if (!handle || !handle->hasTag(at::Tag::nondeterministic_seeded)) continue;
             std::string name = op.name.substr(6);
-            bool trailing = name.size() > 1 && name.back() == '_' &&
-                            name.compare(name.size() - 2, 2, "__") != 0;
-            names.insert(trailing ? name.substr(0, name.size() - 1) : name);
+            names.insert(has_inplace_suffix(name) ? name.substr(0, name.size() - 1) : name);
         }
         return names;
     }();
@@ -162,8 +160,17 @@ static bool updates_statistics(const std::string& base) {
 }
 
 static std::string without_inplace_suffix(const std::string& n) {
-    bool trailing = n.size() > 1 && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0;
-    return trailing ? n.substr(0, n.size() - 1) : n;
+    return has_inplace_suffix(n) ? n.substr(0, n.size() - 1) : n;
+}
+
+// A module of one of torch.nn's own classes named in `names` (exact types: a subclass may
+// override what the name promises).
+static bool torch_nn_module_of(PyObject* module, const std::unordered_set<std::string>& names) {
+    PyTypeObject* t = Py_TYPE(module);
+    PyObject* dict = py::type_dict(t);
+    PyObject* mod = dict ? PyDict_GetItemString(dict, "__module__") : nullptr;  // borrowed
+    return mod && PyUnicode_Check(mod) && starts_with(py::str_of(mod), "torch.nn.modules.") &&
+           names.count(t->tp_name) != 0;
 }
 
 bool module_raises_only_on_metadata(PyObject* module) {
@@ -176,11 +183,7 @@ bool module_raises_only_on_metadata(PyObject* module) {
         "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "MaxPool1d", "MaxPool2d", "MaxPool3d",
         "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
         "AdaptiveAvgPool3d"};
-    PyTypeObject* t = Py_TYPE(module);
-    PyObject* dict = py::type_dict(t);
-    PyObject* mod = dict ? PyDict_GetItemString(dict, "__module__") : nullptr;  // borrowed
-    return mod && PyUnicode_Check(mod) && starts_with(py::str_of(mod), "torch.nn.modules.") &&
-           kSafe.count(t->tp_name) != 0;
+    return torch_nn_module_of(module, kSafe);
 }
 
 bool op_raises_only_on_metadata(const std::string& op) {
@@ -254,11 +257,7 @@ bool leaf_module_ignores_training(PyObject* module) {
         "Embedding", "Upsample", "PixelShuffle", "PixelUnshuffle", "ZeroPad2d", "ConstantPad1d",
         "ConstantPad2d", "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d",
         "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d"};
-    PyTypeObject* t = Py_TYPE(module);
-    PyObject* dict = py::type_dict(t);
-    PyObject* mod = dict ? PyDict_GetItemString(dict, "__module__") : nullptr;  // borrowed
-    return mod && PyUnicode_Check(mod) && starts_with(py::str_of(mod), "torch.nn.modules.") &&
-           kIgnore.count(t->tp_name) != 0;
+    return torch_nn_module_of(module, kIgnore);
 }
 
 bool op_draws(const CalleeInfo& c, PyObject* callable, PyObject* kwnames,

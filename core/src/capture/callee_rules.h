@@ -16,6 +16,10 @@ inline bool ends_with(const std::string& s, const char* suffix) {
     size_t n = std::char_traits<char>::length(suffix);
     return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
+// An in-place op's name: one trailing `_` (add_, relu_), not a dunder (__add__).
+inline bool has_inplace_suffix(const std::string& n) {
+    return n.size() > 1 && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0;
+}
 
 enum class CallKind : uint8_t {
     TorchOp,         // torch function or Tensor method: recorded in the operator graph

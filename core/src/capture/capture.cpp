@@ -1473,8 +1473,7 @@ bool Capture::raises_only_on_metadata(const Step& step) {
         PyErr_Clear();
         if (!name || !PyUnicode_Check(name.get())) return false;
         std::string n = py::str_of(name.get());
-        bool trailing = n.size() > 1 && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0;
-        return (!trailing || step.mutates >= 0) && op_raises_only_on_metadata(n);
+        return (!has_inplace_suffix(n) || step.mutates >= 0) && op_raises_only_on_metadata(n);
     }
     default: return false;
     }
