@@ -1,7 +1,7 @@
 """Backend benchmark: per model, time per call of eager PyTorch, magpy with each of its backends
 and the torch.jit variants (trace, script, freeze, optimize_for_inference) side by side.
 
-    /usr/bin/python3 bench/backends.py [--quick] [--filter NAME[,NAME]] [--systems NAME[,NAME]]
+    /usr/bin/python3 bench/backends.py [--quick [--all-batches]] [--filter NAME[,NAME]] [--systems NAME[,NAME]]
         [--repeats N] [--grad] [--threads N] [--device cpu|cuda] [--in-process] [--list] [-v]
         [--json out.json] [--plot out.png] [--plot-log]
 
@@ -692,9 +692,9 @@ def worker_argv(key, out, opts):
     argv = [sys.executable, os.path.abspath(__file__), "--worker", key, "--worker-out", out,
             "--repeats", str(opts.repeats), "--threads", str(opts.threads),
             "--device", opts.device]
-    for flag in ("quick", "grad", "verbose"):
+    for flag in ("quick", "all_batches", "grad", "verbose"):
         if getattr(opts, flag):
-            argv.append("--" + flag)
+            argv.append("--" + flag.replace("_", "-"))
     if opts.systems:
         argv += ["--systems", opts.systems]
     return argv
@@ -745,6 +745,14 @@ def worker_main(opts, systems, configs):
     with torch.set_grad_enabled(opts.grad):
         prime(systems, opts.device)
         rows = bench_config(spec, batch, desc, systems, opts)
+    marking = getattr(getattr(magpy, "_fx", None), "static_parameters", None)
+    if marking:  # magpy-cudagraphs: whether its graphs read the parameters in place
+        for r in rows:
+            if r["system"] == "magpy-cudagraphs":
+                r["static_parameters"] = dict(marking)
+        if opts.verbose:
+            print(f"# {spec.name}/b{batch} magpy-cudagraphs parameters: {dict(marking)}",
+                  file=sys.stderr)
     with open(opts.worker_out, "w") as f:
         json.dump(rows, f)
     return 0
@@ -754,6 +762,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="5 rounds of ~10 ms samples, 1 first-call rep, batch 1 only")
+    ap.add_argument("--all-batches", action="store_true",
+                    help="with --quick: every batch size, the first one of every model before "
+                         "the others (a run cut short by a time limit has whole batch sizes)")
     ap.add_argument("--filter", help="comma-separated substrings of model names (or model/bN)")
     ap.add_argument("--systems", help="comma-separated substrings of system names "
                                       "(eager is always run)")
@@ -800,12 +811,15 @@ def main(argv=None):
     filters = [f.strip() for f in (opts.filter or "").split(",") if f.strip()]
     configs = []
     for spec in MODELS.values():
-        batches = spec.quick_batches if opts.quick else spec.batches
-        for batch, desc in batches:
+        batches = spec.quick_batches if opts.quick and not opts.all_batches else spec.batches
+        for i, (batch, desc) in enumerate(batches):
             key = f"{spec.name}/b{batch}"
             if filters and not any(f in spec.name or f == key for f in filters):
                 continue
-            configs.append((spec, batch, desc))
+            configs.append((i, spec, batch, desc))
+    if opts.quick and opts.all_batches:
+        configs.sort(key=lambda c: c[0])  # stable: models in their order within each size
+    configs = [c[1:] for c in configs]
     if opts.worker:
         return worker_main(opts, systems, configs)
     if opts.list:

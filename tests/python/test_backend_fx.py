@@ -388,11 +388,12 @@ def _static_case(module, x, **how):
     torch.manual_seed(0)
     gm = torch.fx.symbolic_trace(module)
     compile_fx, compile_fx_inner, asked = _stand_ins(**how)
+    before = magpy._fx.static_parameters.copy()
     run = magpy._fx.compile_with_static_parameters(gm, [x], compile_fx, compile_fx_inner, {})
     for _ in range(3):
         y = torch.randn_like(x)
         torch.testing.assert_close(run(y)[0], gm(y)[0])
-    return asked
+    return asked, list((magpy._fx.static_parameters - before).elements())
 
 
 class _Square(nn.Module):  # one (3, 3) weight: an input of the same shape passes the checks
@@ -405,20 +406,22 @@ class _Square(nn.Module):  # one (3, 3) weight: an input of the same shape passe
 
 
 def test_cudagraphs_marks_the_lifted_parameters_and_buffers_static():
-    asked = _static_case(_TwoLayers(), torch.randn(4, 3))
+    asked, outcome = _static_case(_TwoLayers(), torch.randn(4, 3))
     # Linear's weight and bias, BatchNorm's weight, bias, running_mean, running_var and
     # num_batches_tracked, in the order compile_fx lifts them; x (index 7) is not static
-    assert asked == [list(range(7))]
+    assert asked == [list(range(7))] and outcome == ["marked"]
 
 
 def test_cudagraphs_falls_back_when_the_marking_would_keep_old_inputs():
     # lifted after the inputs: index 0 is x, which the marking took for the weight
-    asked = _static_case(_Square(), torch.randn(3, 3), inputs_first=True)
+    asked, outcome = _static_case(_Square(), torch.randn(3, 3), inputs_first=True)
     assert asked == [[0], []]  # checked on new inputs, then compiled unmarked
+    assert outcome == ["unmarked: the marked graph kept old inputs"]
 
 
 def test_cudagraphs_falls_back_when_compile_fx_takes_no_marking():
-    assert _static_case(_TwoLayers(), torch.randn(4, 3), refuses=True) == [[]]
+    asked, outcome = _static_case(_TwoLayers(), torch.randn(4, 3), refuses=True)
+    assert asked == [[]] and len(outcome) == 1 and outcome[0].startswith("unmarked: TypeError")
 
 
 def test_cudagraphs_marks_nothing_where_positions_are_uncertain():
@@ -451,6 +454,7 @@ def test_cudagraphs_reads_parameters_updated_in_place_or_moved():
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).cuda()
     cf = magpy.compile(m, backend="cudagraphs")
+    before = magpy._fx.static_parameters.copy()
     with torch.no_grad():
         for step in range(6):
             x = torch.randn(4, 8, device="cuda")
@@ -460,3 +464,5 @@ def test_cudagraphs_reads_parameters_updated_in_place_or_moved():
                 m[2].weight.data = torch.randn(8, 8, device="cuda")
             torch.testing.assert_close(cf(x), m(x), rtol=1.3e-6, atol=1e-5)
     assert runs(cf)[0] >= 4 and magpy.explain(cf).notes == []
+    # compiled twice (the move), both times with the parameters marked static
+    assert dict(magpy._fx.static_parameters - before) == {"marked": 2}

@@ -15,6 +15,7 @@ A region that cannot be built, compiled or run falls back to its recorded steps 
 backends/fx_backend.cpp), with a note in explain().
 """
 
+import collections
 import copy
 import operator
 import re
@@ -341,6 +342,11 @@ def _still_reads_its_inputs(compiled, gm, inputs):
         for a, b in zip(*outs))
 
 
+# How compile_with_static_parameters compiled each graph: "marked", or why not (read by the
+# GPU tests and printed by the backends bench)
+static_parameters = collections.Counter()
+
+
 def compile_with_static_parameters(gm, inputs, compile_fx, compile_fx_inner, patches):
     """compile_fx(gm, inputs) with the modules' parameters and buffers marked as static inputs
     of the CUDA graph. Called directly (not through dynamo), compile_fx lifts them into graph
@@ -352,7 +358,10 @@ def compile_with_static_parameters(gm, inputs, compile_fx, compile_fx_inner, pat
     The marking is checked once, on inputs the graph was not recorded with; if it does not
     hold, or compile_fx takes no such marking, the graph is compiled without it."""
     held = _lifted(gm, inputs)
+    outcome = "unmarked: no parameters, or their positions are not certain"
     if held is not None:
+        marked = []
+
         def inner(graph, example_inputs, **kwargs):
             # only when the first inputs are exactly the lifted tensors, in order
             if len(example_inputs) == len(held) + len(inputs) and all(
@@ -360,14 +369,19 @@ def compile_with_static_parameters(gm, inputs, compile_fx, compile_fx_inner, pat
                     for e, t in zip(example_inputs, held)):
                 kwargs["static_input_idxs"] = sorted(
                     set(kwargs.get("static_input_idxs") or ()) | set(range(len(held))))
+                marked.append(True)
             return compile_fx_inner(graph, example_inputs, **kwargs)
         try:
             compiled = compile_fx(torch.fx.GraphModule(gm, copy.deepcopy(gm.graph)), inputs,
                                   inner_compile=inner, config_patches=patches)
             if _still_reads_its_inputs(compiled, gm, inputs):
+                static_parameters["marked" if marked else
+                                  "unmarked: compile_fx's inputs were not the parameters"] += 1
                 return compiled
-        except Exception:
-            pass
+            outcome = "unmarked: the marked graph kept old inputs"
+        except Exception as e:
+            outcome = f"unmarked: {type(e).__name__}: {str(e)[:120]}"
+    static_parameters[outcome] += 1
     return compile_fx(gm, inputs, config_patches=patches)
 
 
