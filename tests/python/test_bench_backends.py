@@ -60,3 +60,50 @@ def test_quick_mlp_run(tmp_path):
         assert r["status"] in ("ok", "FAILED", "n/a"), r
         if r["status"] == "n/a":
             assert r["reason"], r
+
+
+def _bench_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_backends", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_dead_worker_is_run_again_one_system_at_a_time(monkeypatch):
+    # on the H200 a worker died of a CUDA error (an illegal memory access) and took every
+    # system's rows with it: each system is then run alone beside eager, and only the one that
+    # dies again loses its row, with the reason
+    bench = _bench_module()
+    calls = []
+
+    def fake(spec, batch, desc, names, opts, only=None):
+        calls.append(only)
+        if only in (None, "magpy-b"):
+            return None, "worker exited with 1: torch.AcceleratorError: CUDA error"
+        return [{"model": spec.name, "batch": batch, "input": desc, "system": n,
+                 "status": "ok", "time_ms": 2.0 if n == "eager" else 1.0} for n in names], None
+    monkeypatch.setattr(bench, "run_one_worker", fake)
+    spec = bench.MODELS["mlp"]
+    rows = bench.run_worker(spec, 1, "x", ["eager", "magpy-a", "magpy-b", "magpy-c"], None)
+    assert calls == [None, "magpy-a", "magpy-b", "magpy-c"]
+    by = {r["system"]: r for r in rows}
+    assert [r["system"] for r in rows] == ["eager", "magpy-a", "magpy-b", "magpy-c"]
+    assert by["eager"]["status"] == by["magpy-a"]["status"] == by["magpy-c"]["status"] == "ok"
+    assert by["magpy-a"]["run_alone"] and by["eager"]["run_alone"]
+    assert by["magpy-b"]["status"] == "n/a" and "run alone" in by["magpy-b"]["reason"] \
+        and "AcceleratorError" in by["magpy-b"]["reason"]
+
+
+def test_systems_equals_name_selects_that_system_alone():
+    import _magpy
+    env = dict(os.environ, PYTHONNOUSERSITE="1", PYTHONPATH=os.pathsep.join(
+        [os.path.join(ROOT, "core", "python"), os.path.dirname(os.path.abspath(_magpy.__file__))]))
+    got = {}
+    for arg in ("=magpy-torchscript", "magpy-torchscript"):
+        proc = subprocess.run([sys.executable, BENCH, "--systems", arg, "--list"],
+                              capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        got[arg] = next(l for l in proc.stdout.splitlines() if l.startswith("systems:"))
+    assert got["=magpy-torchscript"] == "systems: eager, magpy-torchscript"
+    assert "magpy-torchscript-freeze" in got["magpy-torchscript"]

@@ -413,11 +413,12 @@ namespace {
 // layout, requires_grad, sizes, strides and storage offset, and the position of the first
 // earlier tensor sharing its memory. Read in C++ (the same reads as the guards' tensor
 // checks): a few hundred nanoseconds for a region's inputs, where Python attribute reads took
-// microseconds. With `addresses`, each one's storage address too. False with a TypeError when
-// an item is no tensor.
+// microseconds. With `addresses`, each one's storage address instead of the position (equal
+// addresses say the same). False with a TypeError when an item is no tensor.
 bool append_signature(PyObject* const* items, Py_ssize_t n, std::string& out,
                       bool addresses = false) {
     auto put = [&](int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    out.reserve(out.size() + static_cast<size_t>(n) * 16 * sizeof(int64_t));
     std::vector<const void*> storages;
     TensorKey key;
     for (Py_ssize_t i = 0; i < n; ++i) {
@@ -441,9 +442,13 @@ bool append_signature(PyObject* const* items, Py_ssize_t n, std::string& out,
         for (int64_t d : key.strides) put(d);
         put(key.storage_offset);
         const void* mem = tensor_storage(t);
+        if (addresses) {  // equal addresses say which share memory: no search (the modules'
+                          // hundreds of parameters and buffers made it quadratic)
+            put(static_cast<int64_t>(reinterpret_cast<intptr_t>(mem)));
+            continue;
+        }
         auto same = mem ? std::find(storages.begin(), storages.end(), mem) : storages.end();
         put(same == storages.end() ? -1 : same - storages.begin());
-        if (addresses) put(static_cast<int64_t>(reinterpret_cast<intptr_t>(mem)));
         storages.push_back(mem);
     }
     return true;
