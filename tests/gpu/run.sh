@@ -80,12 +80,14 @@ smoke)
     ;;
 test)
     # One pytest per test file, MAGPY_TEST_JOBS at a time: a crash stops one file, not the run.
+    # No log capture (-p no:logging): inductor's DEBUG trace records filled the failing files'
+    # reports and left out the assertion that failed.
     stage test
     logs=$OUT/pytest${MAGPY_TEST_BACKEND:+-$MAGPY_TEST_BACKEND}; mkdir -p "$logs"
     per=""; "$PY" -c "import pytest_timeout" 2>/dev/null && per="--timeout=${MAGPY_TEST_PER:-60}"
     (cd tests/python && ls ${MAGPY_TEST_FILES:-test_*.py} | grep -v "^test_report_schema.py$" \
      | OMP_NUM_THREADS=1 PYTHONPATH="$ROOT/core/python:$ROOT/build-gpu/python" xargs -P "${MAGPY_TEST_JOBS:-12}" -I{} \
-       sh -c 'timeout "$1" "$2" -m pytest -q -rfEs -p no:cacheprovider $3 ${MAGPY_TEST_ARGS:-} {} > "$4/{}.log" 2>&1; \
+       sh -c 'timeout "$1" "$2" -m pytest -q -rfEs -p no:cacheprovider -p no:logging $3 ${MAGPY_TEST_ARGS:-} {} > "$4/{}.log" 2>&1; \
               rc=$?; echo "{}: rc $rc: $(tail -1 "$4/{}.log")"' _ \
        "${MAGPY_TEST_TIMEOUT:-300}" "$PY" "$per" "$logs" \
      | sort > "$logs/report.txt")

@@ -6,7 +6,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import magpy
-from conftest import assert_same, assert_stats, break_ids, check, module_state, restore_module
+from conftest import (assert_same, assert_stats, break_ids, check, equal, module_state,
+                      restore_module)
 
 torch.manual_seed(0)
 
@@ -305,7 +306,7 @@ def test_no_grad_mode_call_of_module_is_separate_entry():
         y2 = cf(x)
         y3 = cf(x)
     assert y1.requires_grad and not y2.requires_grad and not y3.requires_grad
-    assert torch.equal(y1.detach(), m(x).detach()) and torch.equal(y2, y3)
+    assert equal(y1.detach(), m(x).detach()) and equal(y2, y3)
     e = assert_stats(cf, graphs=2, hits=1, misses=2)
     assert e.recompile_reasons == ["grad mode: expected torch.is_grad_enabled() == True"]
 
@@ -491,18 +492,18 @@ def test_registering_and_removing_a_hook_on_a_leaf_module_recompiles():
     m = FeatureNet()
     cf = magpy.compile(m)
     x = torch.randn(1, 3, 8, 8)
-    assert torch.equal(cf(x)[0], m(x)[0])
+    assert equal(cf(x)[0], m(x)[0])
     handles = m.hook_all()  # hooks on the leaf convs: noticed by the guards
     m.feats.clear()
     got = cf(x)
     m.feats.clear()
     want = m(x)
-    assert torch.equal(got[0], want[0]) and len(got[1]) == 3
-    assert all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+    assert equal(got[0], want[0]) and len(got[1]) == 3
+    assert all(equal(a, b) for a, b in zip(got[1], want[1]))
     for h in handles:
         h.remove()
     m.feats.clear()
-    assert torch.equal(cf(x)[0], m(x)[0]) and cf(x)[1] == []
+    assert equal(cf(x)[0], m(x)[0]) and cf(x)[1] == []
     assert_stats(cf, graphs=2, breaks=0, misses=2)  # without hooks: the first entry again
 
 
@@ -551,7 +552,7 @@ def test_slices_of_module_lists_and_sequentials():
         x = torch.randn(2, 4)
         got, want = cf(x), m(x)
         for a, b in zip(got[:3], want[:3]):
-            assert a == b if isinstance(a, int) else torch.equal(a, b)
+            assert a == b if isinstance(a, int) else equal(a, b)
         # a slice that leaves the call is a new ModuleList of the same modules, as eagerly
         assert type(got[3]) is nn.ModuleList and got[3] is not m.blocks
         assert [id(b) for b in got[3]] == [id(b) for b in want[3]]
@@ -637,7 +638,7 @@ def test_giving_a_module_class_a_call_later_recompiles():
     cf(x)
     Plain.__call__ = lambda self, t: nn.Module.__call__(self, t) * 2
     try:
-        assert torch.equal(cf(x), m(x))
+        assert equal(cf(x), m(x))
         assert magpy.explain(cf).cache_entries == 2
     finally:
         del Plain.__call__
@@ -660,7 +661,7 @@ def test_each_layer_compiled_on_its_own_has_its_own_cache_limit():
     x = torch.randn(2, 8)
     for _ in range(2):
         for b, cb in zip(blocks, compiled):
-            assert torch.equal(cb(x), b(x))
+            assert equal(cb(x), b(x))
     for cb in compiled:  # each explains its own entry, not its siblings'
         assert_stats(cb, graphs=1, breaks=0, hits=1, misses=1, entries=1)
 
@@ -670,7 +671,7 @@ def test_entries_of_one_code_are_bounded_across_compiled_objects():
     blocks = [SoloBlock() for _ in range(66)]
     x = torch.randn(1, 8)
     results = [(magpy.compile(b)(x), b(x)) for b in blocks]
-    assert all(torch.equal(a, e) for a, e in results)
+    assert all(equal(a, e) for a, e in results)
     last = magpy.compile(blocks[-1])
     last(x)
     assert break_ids(last) == ["MB013"] and "from all its compiled objects" in str(magpy.explain(last))
@@ -695,7 +696,7 @@ def test_a_module_with_its_own_setattr_is_not_written_past_it():
     cf = magpy.compile(compiled)
     for _ in range(4):
         x = torch.ones(1)
-        assert torch.equal(cf(x), eager(x)) and compiled.k == eager.k
+        assert equal(cf(x), eager(x)) and compiled.k == eager.k
     assert "MB007" in break_ids(cf)
 
 
@@ -748,7 +749,7 @@ def test_a_forward_under_a_decorator_is_traced_inline_and_compiled_directly():
         cf = magpy.compile(m)
         for _ in range(3):
             x = torch.randn(2, 3)
-            assert torch.equal(cf(x), m(x))
+            assert equal(cf(x), m(x))
         r = magpy.explain(cf)
         assert (r.graph_count, r.break_count, r.cache_hits) == (1, 0, 2), r
         assert not r.notes
@@ -845,7 +846,7 @@ def test_compiled_module_forwards_attribute_writes_and_stays_compiled_through_ev
     cm.training = False
     assert not m.training
     x = torch.randn(2, 3)
-    assert torch.equal(cm.eval().to(torch.float32)(x), m(x))
+    assert equal(cm.eval().to(torch.float32)(x), m(x))
     assert magpy.explain(cm).graph_count == 1
     del cm.flag
     assert not hasattr(m, "flag")
@@ -874,8 +875,8 @@ def test_eval_then_train_inside_the_call_replays():
         want = step(me, x)
         torch.manual_seed(i)
         got = cf(mc, x)
-        assert all(torch.equal(a, b) for a, b in zip(want, got)), i
-        assert torch.equal(me[1].running_mean, mc[1].running_mean) and mc.training, i
+        assert all(equal(a, b) for a, b in zip(want, got)), i
+        assert equal(me[1].running_mean, mc[1].running_mean) and mc.training, i
     assert magpy.explain(cf).cache_hits >= 4
 
 
@@ -904,7 +905,7 @@ def test_forward_set_on_the_instance_is_the_one_compiled():
     cf = magpy.compile(m)
     for _ in range(3):
         x = torch.randn(2, 3)
-        assert torch.equal(cf(x), m(x))
+        assert equal(cf(x), m(x))
     e = magpy.explain(cf)
     assert e.graph_count == 1 and e.cache_hits == 2, (e.graph_count, e.cache_hits)
 
@@ -927,7 +928,7 @@ def test_requires_grad_of_results_follows_the_leaf_modules_parameters():
         for p in m.parameters():
             p.requires_grad_(flag)
         for _ in range(3):
-            assert torch.equal(cf(x).detach(), f(x).detach()), flag
+            assert equal(cf(x).detach(), f(x).detach()), flag
 
 
 def test_a_sliced_sequential_that_leaves_the_call_is_a_sequential_with_its_keys():
@@ -946,4 +947,4 @@ def test_a_sliced_sequential_that_leaves_the_call_is_a_sequential_with_its_keys(
         x = torch.randn(2, 3, requires_grad=True)
         (pe, ye), (pc, yc) = f(x), cf(x)
         assert type(pc) is nn.Sequential and list(pc._modules) == list(pe._modules) == ["1", "2"]
-        assert torch.equal(ye, yc)
+        assert equal(ye, yc)

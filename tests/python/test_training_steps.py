@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import magpy
+from conftest import equal
 
 warnings.filterwarnings("ignore", message=".*lr_scheduler.*")
 
@@ -51,9 +52,9 @@ def test_optimizer_and_scheduler_steps_run_once_and_their_writes_are_read_after_
     for i in range(8):
         x, y = torch.randn(4, 3), torch.randn(4, 1)
         want, got = eager.train_step(x, y), step(x, y)
-        assert torch.equal(got[0], want[0]) and got[1] == want[1], i
+        assert equal(got[0], want[0]) and got[1] == want[1], i
         (pe, *se), (pc, *sc) = state(eager), state(comp)
-        assert all(torch.equal(a, b) for a, b in zip(pe, pc)), i
+        assert all(equal(a, b) for a, b in zip(pe, pc)), i
         assert se == sc, i
     r = magpy.explain(step)
     assert r.cache_hits >= 4
@@ -79,7 +80,7 @@ def test_backward_runs_once_when_a_later_check_fails():
         assert step(we, i) == cf(wc, i)
         assert (we.grad is None) == (wc.grad is None), i
         if we.grad is not None:
-            assert torch.equal(we.grad, wc.grad), i
+            assert equal(we.grad, wc.grad), i
 
 
 def test_autograd_backward_on_a_data_dependent_size_branch():
@@ -95,8 +96,8 @@ def test_autograd_backward_on_a_data_dependent_size_branch():
     we, wc = torch.zeros(3, requires_grad=True), torch.zeros(3, requires_grad=True)
     for x in ([1.0, -1.0, 2.0], [3.0, -1.0, 2.0], [-1.0, -1.0, 2.0], [1.0, 1.0, 1.0]):
         x = torch.tensor(x)
-        assert torch.equal(step(we, x), cf(wc, x))
-        assert torch.equal(we.grad, wc.grad)
+        assert equal(step(we, x), cf(wc, x))
+        assert equal(we.grad, wc.grad)
 
 
 def test_scheduler_state_returned_after_its_step():
@@ -115,7 +116,7 @@ def test_scheduler_state_returned_after_its_step():
     cf = magpy.compile(step)
     for i in range(5):
         assert step(oe, se) == cf(oc, sc), i
-        assert torch.equal(we, wc), i
+        assert equal(we, wc), i
 
 
 def test_gradient_accumulation_steps_every_other_call():
@@ -141,9 +142,9 @@ def test_gradient_accumulation_steps_every_other_call():
     se, sc = make_step(eager, opt_e), magpy.compile(make_step(comp, opt_c))
     for i in range(12):
         x = torch.randn(5, 2)
-        assert torch.equal(se(x), sc(x)), i
+        assert equal(se(x), sc(x)), i
         for p, q in zip(eager.parameters(), comp.parameters()):
-            assert torch.equal(p, q), i
+            assert equal(p, q), i
     # the counter changes every call and is tested after backward(): a break there, not a
     # guard on its value (which recompiled on every call until the cache limit)
     r = magpy.explain(sc)
@@ -174,9 +175,9 @@ def test_gradient_clipping_over_the_parameters_generator():
     for i in range(5):
         x = torch.randn(6, 3)
         (le, ne), (lc, nc) = se(x), sc(x)
-        assert torch.equal(le, lc) and torch.equal(ne, nc), i
+        assert equal(le, lc) and equal(ne, nc), i
         for p, q in zip(eager.parameters(), comp.parameters()):
-            assert torch.equal(p, q) and torch.equal(p.grad, q.grad), i
+            assert equal(p, q) and equal(p.grad, q.grad), i
     r = magpy.explain(sc)
     assert (r.graph_count, r.break_count) == (1, 0) and r.cache_hits == 4, r
 
@@ -288,7 +289,7 @@ def test_state_a_gradient_hook_writes_during_backward_is_read_after_it(through):
     for i in range(5):
         x = torch.randn(3)
         assert step(*e, x) == cf(*c, x), i
-        assert torch.equal(e[0].grad, c[0].grad), i
+        assert equal(e[0].grad, c[0].grad), i
 
 
 def test_state_a_hook_registered_in_the_call_writes_is_read_after_backward():
@@ -306,7 +307,7 @@ def test_state_a_hook_registered_in_the_call_writes_is_read_after_backward():
     for i in range(4):
         x = torch.randn(3)
         assert step(we, re_, x) == cf(wc, rc, x), i
-        assert re_ == rc and torch.equal(we.grad, wc.grad), i
+        assert re_ == rc and equal(we.grad, wc.grad), i
 
 
 # [Note: code that ran inside a call] The Python that backward() ran is seen as it runs: what
@@ -459,8 +460,8 @@ def test_a_hook_that_writes_nothing_keeps_the_training_step_one_graph():
     f = magpy.compile(sc)
     for i in range(4):
         x = torch.randn(2, 3) * 10
-        assert torch.equal(se(x), f(x)), i
-        assert all(torch.equal(a, b) for a, b in zip(me.parameters(), mc.parameters())), i
+        assert equal(se(x), f(x)), i
+        assert all(equal(a, b) for a, b in zip(me.parameters(), mc.parameters())), i
     r = magpy.explain(f)
     assert r.graph_count == 1 and not r.breaks, r.breaks
 
@@ -587,7 +588,7 @@ def test_hooks_registered_and_removed_in_each_call_do_not_recompile():
     cf = magpy.compile(sc)
     for i in range(8):
         x = torch.full((2, 3), float(i))
-        assert torch.equal(se(x), cf(x)), i
+        assert equal(se(x), cf(x)), i
     assert magpy.explain(cf).cache_hits >= 6
 
 
@@ -624,9 +625,9 @@ def test_gradients_read_by_hand_in_a_training_step(kind):
     for i in range(6):
         x = torch.randn(3, 4) * (i + 1)
         (le, ne, he), (lc, nc, hc) = se(x), cf(x)
-        assert torch.equal(le, lc) and torch.equal(ne, nc) and he == hc, i
-        assert all(torch.equal(a, b) for a, b in zip(me.parameters(), mc.parameters())), i
-        assert all(torch.equal(a.grad, b.grad) for a, b in zip(me.parameters(), mc.parameters()))
+        assert equal(le, lc) and equal(ne, nc) and he == hc, i
+        assert all(equal(a, b) for a, b in zip(me.parameters(), mc.parameters())), i
+        assert all(equal(a.grad, b.grad) for a, b in zip(me.parameters(), mc.parameters()))
     r = magpy.explain(cf)
     # (two: the first call finds no gradients yet, the next ones find them)
     assert r.graph_count == 2 and not r.breaks and r.cache_hits >= 4, r
