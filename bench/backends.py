@@ -726,6 +726,10 @@ def run_worker(spec, batch, desc, names, opts):
     for n in alone:
         rows_n, why_n = run_one_worker(spec, batch, desc, ["eager", n], opts, only=n)
         if rows_n is None:
+            if opts.device == "cuda":  # once more, each launch waited for: where it faulted
+                _, why_b = run_one_worker(spec, batch, desc, ["eager", n], opts, only=n,
+                                          env={"CUDA_LAUNCH_BLOCKING": "1"})
+                why_n += f" (with CUDA_LAUNCH_BLOCKING=1: {why_b or 'ran'})"
             got[n] = {"model": spec.name, "batch": batch, "input": desc, "system": n,
                       "status": "n/a", "reason": "run alone, " + why_n}
             continue
@@ -739,8 +743,9 @@ def run_worker(spec, batch, desc, names, opts):
     return [got[n] for n in names]
 
 
-def run_one_worker(spec, batch, desc, names, opts, only=None):
-    """(rows, None) from a worker running `names` (or only eager and `only`), or (None, why)."""
+def run_one_worker(spec, batch, desc, names, opts, only=None, env=None):
+    """(rows, None) from a worker running `names` (or only eager and `only`), or (None, why).
+    `env`: variables to set in the worker's environment."""
     import subprocess
     import tempfile
     fd, out = tempfile.mkstemp(prefix="magpy-bench-", suffix=".json")
@@ -750,7 +755,7 @@ def run_one_worker(spec, batch, desc, names, opts, only=None):
         if only:
             argv += ["--systems", "=" + only]
         try:
-            proc = subprocess.run(argv,
+            proc = subprocess.run(argv, env=dict(os.environ, **(env or {})),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   timeout=WORKER_TIMEOUT_S)
             rc, err = proc.returncode, proc.stderr
@@ -772,7 +777,8 @@ def run_one_worker(spec, batch, desc, names, opts, only=None):
         why = ("worker " + (f"timed out after {WORKER_TIMEOUT_S} s" if rc == "timeout"
                             else f"exited with {rc}")
                + (f": {key.strip()[:140]}" if key else ""))
-        print(f"# {spec.name}/b{batch}{' ' + only if only else ''}: {why}", file=sys.stderr)
+        print(f"# {spec.name}/b{batch}{' ' + only if only else ''}"
+              f"{''.join(f' {k}={v}' for k, v in (env or {}).items())}: {why}", file=sys.stderr)
         for line in tail[-25:]:  # where it died: the end of the worker's traceback
             print(f"#   {line.rstrip()[:200]}", file=sys.stderr)
         return None, why

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -77,22 +78,26 @@ def test_a_dead_worker_is_run_again_one_system_at_a_time(monkeypatch):
     bench = _bench_module()
     calls = []
 
-    def fake(spec, batch, desc, names, opts, only=None):
-        calls.append(only)
+    def fake(spec, batch, desc, names, opts, only=None, env=None):
+        calls.append((only, env))
         if only in (None, "magpy-b"):
             return None, "worker exited with 1: torch.AcceleratorError: CUDA error"
         return [{"model": spec.name, "batch": batch, "input": desc, "system": n,
                  "status": "ok", "time_ms": 2.0 if n == "eager" else 1.0} for n in names], None
     monkeypatch.setattr(bench, "run_one_worker", fake)
     spec = bench.MODELS["mlp"]
-    rows = bench.run_worker(spec, 1, "x", ["eager", "magpy-a", "magpy-b", "magpy-c"], None)
-    assert calls == [None, "magpy-a", "magpy-b", "magpy-c"]
+    opts = types.SimpleNamespace(device="cuda")
+    rows = bench.run_worker(spec, 1, "x", ["eager", "magpy-a", "magpy-b", "magpy-c"], opts)
+    # the one that died alone runs once more with each launch waited for, for its traceback
+    assert calls == [(None, None), ("magpy-a", None), ("magpy-b", None),
+                     ("magpy-b", {"CUDA_LAUNCH_BLOCKING": "1"}), ("magpy-c", None)]
     by = {r["system"]: r for r in rows}
     assert [r["system"] for r in rows] == ["eager", "magpy-a", "magpy-b", "magpy-c"]
     assert by["eager"]["status"] == by["magpy-a"]["status"] == by["magpy-c"]["status"] == "ok"
     assert by["magpy-a"]["run_alone"] and by["eager"]["run_alone"]
     assert by["magpy-b"]["status"] == "n/a" and "run alone" in by["magpy-b"]["reason"] \
-        and "AcceleratorError" in by["magpy-b"]["reason"]
+        and "AcceleratorError" in by["magpy-b"]["reason"] \
+        and "CUDA_LAUNCH_BLOCKING=1: worker exited" in by["magpy-b"]["reason"]
 
 
 def test_systems_equals_name_selects_that_system_alone():
