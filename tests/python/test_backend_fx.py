@@ -441,9 +441,18 @@ def test_the_pins_key_holds_each_parameters_address():
     before = magpy._fx._pins_key(pins)
     with torch.no_grad():
         m.weight.mul_(2)  # in place: the same memory
-    assert magpy._fx._pins_key(pins) == before
+    # (the per-call form compares as it reads: the same answer as comparing the signatures)
+    assert magpy._fx._pins_key(pins) == before and magpy._fx._pins_key(pins, before) is True
     m.weight.data = torch.randn(3, 3)  # moved: a CUDA graph would read the old memory
-    assert magpy._fx._pins_key(pins) != before
+    assert magpy._fx._pins_key(pins) != before and magpy._fx._pins_key(pins, before) is False
+    now = magpy._fx._pins_key(pins)
+    m.weight.requires_grad_(False)
+    assert magpy._fx._pins_key(pins, now) is False
+    m.weight = nn.Parameter(m.weight.detach().clone())  # another object under the name
+    assert magpy._fx._pins_key(pins) is None and magpy._fx._pins_key(pins, now) is False
+    assert magpy._fx._pins_key([], magpy._fx._pins_key([])) is True
+    with pytest.raises(TypeError, match="signature"):
+        magpy._fx._pins_key(pins, "not bytes")
 
 
 @pytest.mark.skipif(magpy._fx.unavailable("cudagraphs") is not None,

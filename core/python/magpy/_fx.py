@@ -242,7 +242,8 @@ _MAX_SHAPES = 8  # compiled versions of one region (input shapes, strides, grad 
 # What a compiled version is specialised on, read in C++ (backends/fx_backend.cpp): grad mode,
 # then per tensor dtype, device, layout, requires_grad, sizes, strides, offset and which earlier
 # tensor shares its memory; for pins ((dict, key, tensor) of the modules' parameters and
-# buffers), None once a dict holds another tensor under its key.
+# buffers), None once a dict holds another tensor under its key. _pins_key(pins, key) says
+# whether the pins still have that signature, comparing as it reads (the per-call check).
 _key = _magpy._fx_signature
 _pins_key = _magpy._fx_pins_signature
 
@@ -409,7 +410,7 @@ def compiled_per_key(gm, compile):
 
     def run(*args):
         nonlocal pins, pins_key, swaps
-        if _pins_key(pins) != pins_key:
+        if not _pins_key(pins, pins_key):
             swaps += 1
             if swaps > _MAX_SHAPES:
                 raise Unsupported(f"its modules' parameters were replaced or changed more "

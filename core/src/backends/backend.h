@@ -62,6 +62,6 @@ std::unique_ptr<CompiledGraph> compile_eager(std::shared_ptr<const Plan> plan);
 
 // For magpy._fx: what a compiled fx version is specialised on (fx_backend.cpp).
 PyObject* fx_signature(PyObject* tensors, bool grad);
-PyObject* fx_pins_signature(PyObject* pins);
+PyObject* fx_pins_signature(PyObject* pins, PyObject* expected = nullptr);
 
 }  // namespace magpy

@@ -10,6 +10,7 @@
 #include "python/torch_api.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -415,13 +416,31 @@ namespace {
 // checks): a few hundred nanoseconds for a region's inputs, where Python attribute reads took
 // microseconds. With `addresses`, each one's storage address instead of the position (equal
 // addresses say the same). False with a TypeError when an item is no tensor.
-bool append_signature(PyObject* const* items, Py_ssize_t n, std::string& out,
-                      bool addresses = false) {
-    auto put = [&](int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
-    out.reserve(out.size() + static_cast<size_t>(n) * 16 * sizeof(int64_t));
+// Where a signature goes: appended to `out`, or, without one, compared with `expected` as it
+// is made (stopping at the first difference: no allocation, for the per-call check).
+struct Sink {
+    std::string* out = nullptr;
+    const char* expected = nullptr;
+    size_t expected_size = 0, at = 0;
+    bool same = true;
+    void put(int64_t v) {
+        if (out) {
+            out->append(reinterpret_cast<const char*>(&v), sizeof v);
+        } else if (same) {
+            same = at + sizeof v <= expected_size && std::memcmp(expected + at, &v, sizeof v) == 0;
+            at += sizeof v;
+        }
+    }
+    bool matched() const { return same && at == expected_size; }
+};
+
+bool append_signature(PyObject* const* items, Py_ssize_t n, Sink& sink, bool addresses = false) {
+    auto put = [&](int64_t v) { sink.put(v); };
+    if (sink.out)
+        sink.out->reserve(sink.out->size() + static_cast<size_t>(n) * 16 * sizeof(int64_t));
     std::vector<const void*> storages;
     TensorKey key;
-    for (Py_ssize_t i = 0; i < n; ++i) {
+    for (Py_ssize_t i = 0; i < n && sink.same; ++i) {
         PyObject* t = items[i];
         if (!PyObject_TypeCheck(t, torch_api().tensor_type)) {
             PyErr_Format(PyExc_TypeError, "fx_signature: item %zd is a %s, not a tensor", i,
@@ -466,8 +485,10 @@ PyObject* fx_signature(PyObject* tensors, bool grad) {
     if (!seq) return nullptr;
     std::string out;
     if (grad) out.push_back(grad_mode_enabled() ? '\1' : '\0');
+    Sink sink;
+    sink.out = &out;
     if (!append_signature(PySequence_Fast_ITEMS(seq.get()), PySequence_Fast_GET_SIZE(seq.get()),
-                          out))
+                          sink))
         return nullptr;
     return as_bytes(out);
 }
@@ -477,11 +498,23 @@ PyObject* fx_signature(PyObject* tensors, bool grad) {
 // has (a parameter registered since), or None when a dict no longer holds that very object
 // under that key. Their storage addresses are part of it: a CUDA graph reads a parameter where
 // it was (`p.data = other` moves it; magpy._fx.compile_with_static_parameters).
-PyObject* fx_pins_signature(PyObject* pins) {
+// With `expected` (an earlier signature, bytes), whether it is still the same, as a bool.
+PyObject* fx_pins_signature(PyObject* pins, PyObject* expected) {
     py::Ref seq = py::Ref::steal(PySequence_Fast(pins, "fx_pins_signature: a list of pins"));
     if (!seq) return nullptr;
+    if (expected && !PyBytes_Check(expected)) {
+        PyErr_SetString(PyExc_TypeError, "fx_pins_signature: expected is a signature (bytes)");
+        return nullptr;
+    }
     std::vector<PyObject*> tensors;
     std::string out;
+    Sink sink;
+    if (expected) {
+        sink.expected = PyBytes_AS_STRING(expected);
+        sink.expected_size = static_cast<size_t>(PyBytes_GET_SIZE(expected));
+    } else {
+        sink.out = &out;
+    }
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i) {
         PyObject* pin = PySequence_Fast_GET_ITEM(seq.get(), i);
         if (!PyTuple_Check(pin) || PyTuple_GET_SIZE(pin) != 3 ||
@@ -492,13 +525,16 @@ PyObject* fx_pins_signature(PyObject* pins) {
         PyObject* dict = PyTuple_GET_ITEM(pin, 0);
         PyObject* now = PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(pin, 1));
         if (!now && PyErr_Occurred()) return nullptr;
-        if (now != PyTuple_GET_ITEM(pin, 2)) Py_RETURN_NONE;
-        Py_ssize_t n = PyDict_GET_SIZE(dict);
-        out.append(reinterpret_cast<const char*>(&n), sizeof n);
+        if (now != PyTuple_GET_ITEM(pin, 2)) {
+            if (expected) Py_RETURN_FALSE;
+            Py_RETURN_NONE;
+        }
+        sink.put(static_cast<int64_t>(PyDict_GET_SIZE(dict)));
         if (now != Py_None) tensors.push_back(now);  // borrowed: the dicts hold them meanwhile
     }
-    if (!append_signature(tensors.data(), static_cast<Py_ssize_t>(tensors.size()), out, true))
+    if (!append_signature(tensors.data(), static_cast<Py_ssize_t>(tensors.size()), sink, true))
         return nullptr;
+    if (expected) return Py_NewRef(sink.matched() ? Py_True : Py_False);
     return as_bytes(out);
 }
 

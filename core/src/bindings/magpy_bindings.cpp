@@ -81,11 +81,12 @@ PYBIND11_MODULE(_magpy, m) {
         if (!r) throw py11::error_already_set();
         return py11::reinterpret_steal<py11::object>(r);
     });
-    m.def("_fx_pins_signature", [](py11::object pins) {
-        PyObject* r = magpy::fx_pins_signature(pins.ptr());
+    m.def("_fx_pins_signature", [](py11::object pins, py11::object expected) {
+        PyObject* r = magpy::fx_pins_signature(pins.ptr(),
+                                               expected.is_none() ? nullptr : expected.ptr());
         if (!r) throw py11::error_already_set();
         return py11::reinterpret_steal<py11::object>(r);
-    });
+    }, py11::arg("pins"), py11::arg("expected") = py11::none());
     // For live views (magpy._ipython): hook(event, info) as the engine captures and compiles.
     m.def("_set_progress_hook", [](py11::object hook) {
         if (!hook.is_none() && !PyCallable_Check(hook.ptr()))
