@@ -475,3 +475,114 @@ def test_cudagraphs_reads_parameters_updated_in_place_or_moved():
     assert runs(cf)[0] >= 4 and magpy.explain(cf).notes == []
     # compiled twice (the move), both times with the parameters marked static
     assert dict(magpy._fx.static_parameters - before) == {"marked": 2}
+
+
+# A review probe of the fx backend (each case kept a different answer than eager before its fix)
+
+def test_a_graph_for_0_0_is_not_reused_for_minus_0_0():
+    # the graphs of a region are keyed by the numbers they read: floats by their bits
+    def f(x, s):
+        y = x * s
+        return y.exp(), y
+    cf = magpy.compile(f, backend="fx")
+    for s in [1.0, 2.0, 0.0, -0.0, 0.0, -0.0]:
+        x = torch.ones(2)
+        assert torch.equal(torch.signbit(cf(x, s)[1]), torch.signbit(f(x, s)[1])), s
+
+
+class _Scaled(torch.Tensor):
+    def sigmoid(self):
+        return torch.Tensor.sigmoid(self) * 100  # the base method, called explicitly
+
+
+def test_a_tensor_subclass_override_is_not_applied_twice():
+    # the program calls torch.Tensor.sigmoid; `t.sigmoid()` in the generated code would call
+    # the subclass's override again
+    def f(x):
+        return (x * 2).sigmoid() + 1
+    cf = magpy.compile(f, backend="fx")
+    for _ in range(4):
+        x = torch.ones(2).as_subclass(_Scaled)
+        assert torch.equal(cf(x), f(x))
+
+
+def _softmax_then_in_place(x, idx):
+    import torch.nn.functional as F
+    v = x[0:2]
+    y = F.softmax(v)  # UserWarning: implicit dimension choice
+    v.mul_(2)         # in place on the input, through a view
+    return y[idx] * 3  # IndexError for idx >= 2
+
+
+def test_a_warning_an_error_filter_raises_stops_the_graph_where_eager_stops():
+    import warnings
+    cf = magpy.compile(_softmax_then_in_place, backend="fx")
+    for i in range(4):
+        seen = []
+        for fn in (_softmax_then_in_place, cf):
+            x = torch.ones(3, 2)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error" if i >= 1 else "ignore")
+                try:
+                    fn(x, 0)
+                    r = "returned"
+                except UserWarning:
+                    r = "raised"
+            seen.append((r, x.tolist()))
+        assert seen[0] == seen[1], i  # raised before mul_: the input unchanged
+
+
+def test_warnings_before_an_error_that_stands_are_given():
+    import warnings
+    cf = magpy.compile(_softmax_then_in_place, backend="fx")
+    for idx in [0, 1, 0, 5, 7]:
+        seen = []
+        for fn in (_softmax_then_in_place, cf):
+            x = torch.ones(3, 2)
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                try:
+                    fn(x, idx)
+                    r = "returned"
+                except IndexError:
+                    r = "IndexError"
+            seen.append((r, [str(m.message)[:25] for m in w], x.tolist()))
+        assert seen[0] == seen[1], idx
+
+
+class _LeakyThen(nn.Module):
+    def __init__(self, warn):
+        super().__init__()
+        self.act, self.warn = nn.LeakyReLU(0.5), warn
+
+    def forward(self, x, w):
+        y = self.act(x)
+        # (F.softmax without a dim warns)
+        return nn.functional.softmax(y) * 2 if self.warn else (y + w) * 2
+
+
+@pytest.mark.parametrize("warn", [False, True])
+def test_a_module_made_in_place_after_the_capture_is_applied_once(warn):
+    # `act.inplace = True` after the capture: the graph's steps are not run again after it
+    # (when it raises, or when its first run warns)
+    import copy
+    import warnings
+    me = _LeakyThen(warn)
+    mc = copy.deepcopy(me)
+    cf = magpy.compile(mc, backend="fx", dynamic=True)
+    for i in range(5):
+        if i == 1:
+            me.act.inplace = mc.act.inplace = True
+        seen = []
+        for fn in (me, cf):
+            x = -torch.ones(2, 3)
+            w = torch.ones(4) if i == 3 and not warn else torch.ones(3)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    fn(x, w)
+                    r = "returned"
+                except RuntimeError:
+                    r = "RuntimeError"
+            seen.append((r, x[0].tolist()))
+        assert seen[0] == seen[1], i

@@ -131,8 +131,9 @@ class WarningRecorder:
     warnings.filters in place: catch_warnings() would reset every module's registry (a warning
     shown once per line would show again)."""
 
-    def __init__(self, category=Warning):
+    def __init__(self, category=Warning, raise_errors=False):
         self._category = category
+        self._raise_errors = raise_errors
 
     def __enter__(self):
         self.seen = []
@@ -143,10 +144,28 @@ class WarningRecorder:
         return self
 
     def _record(self, message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, self._category):
-            self.seen.append((category, message, filename, lineno))
-        else:
+        if not issubclass(category, self._category):
             self._show(message, category, filename, lineno, file, line)
+        elif self._raise_errors and self._users_action(message, category, filename,
+                                                       lineno) == "error":
+            # raised where it is given, as without the recorder: the ops after it do not run
+            raise message if isinstance(message, Warning) else category(message)
+        else:
+            self.seen.append((category, message, filename, lineno))
+
+    def _users_action(self, message, category, filename, lineno):
+        """What the filters under the recorder's own would do with this warning (as
+        warnings.warn_explicit matches them; the module named after the file)."""
+        module = filename[:-3] if filename.endswith(".py") else filename
+        text = str(message)
+        for f in warnings.filters:
+            if f is self._filter:
+                continue
+            action, msg, cat, mod, ln = f
+            if (msg is None or msg.match(text)) and issubclass(category, cat) and \
+                    (mod is None or mod.match(module)) and (ln == 0 or lineno == ln):
+                return action
+        return warnings.defaultaction
 
     def __exit__(self, *exc):
         if warnings.showwarning == self._record:

@@ -119,6 +119,11 @@ def graph_module(steps, sample, flat=False):
 
     placeholders = {i: placeholder(v, f"in{i}") for i, v in enumerate(sample)
                     if _tensors_only(v)}
+    # Tensor subclasses among the inputs (their ops give subclass results): a method call is
+    # written as `t.name(...)`, which runs a subclass's override of it where the program
+    # called torch.Tensor's own (an override that calls the base method explicitly)
+    subclasses = {type(t) for v in sample if _tensors_only(v) for t in _leaves(v)} - \
+        {torch.Tensor, torch.nn.Parameter}
     env = {}
     modules = {}
 
@@ -178,6 +183,9 @@ def graph_module(steps, sample, flat=False):
         if isinstance(fn, torch.nn.Module):
             return g.call_module(module_name(fn), tuple(args), kwargs)
         if _is_tensor_method(fn) and args:
+            if any(getattr(c, fn.__name__, None) is not fn for c in subclasses):
+                raise Unsupported(f"a Tensor subclass overrides {fn.__name__} (the generated "
+                                  f"code would call the override)")
             return g.call_method(fn.__name__, tuple(args), kwargs)
         return g.call_function(fn, tuple(args), kwargs)
 
@@ -251,15 +259,27 @@ _pins_key = _magpy._fx_pins_signature
 def call_recording_warnings(fn, args):
     """fn(*args) and the warnings it gave, as (category, message, step) triples (the step
     whose node gave it, or -1), shown to no one ([Note: warnings from an fx graph] in
-    fx_backend.cpp)."""
+    fx_backend.cpp); one that the user's filters make an error is raised where it is given.
+    If fn raises, the error goes on with the warnings given before it as `_magpy_warned`."""
     code = getattr(fn, "__code__", None)
     lines = getattr(getattr(fn, "__self__", None), "_magpy_line_steps", {})
-    with _effects.WarningRecorder() as rec:
-        out = fn(*args)
-    return out, [(category, message,
-                  lines.get(lineno, -1) if code is not None and filename == code.co_filename
-                  else -1)
-                 for category, message, filename, lineno in rec.seen]
+    out = error = None
+    with _effects.WarningRecorder(raise_errors=True) as rec:
+        try:
+            out = fn(*args)
+        except Exception as e:
+            error = e
+    warned = [(category, message,
+               lines.get(lineno, -1) if code is not None and filename == code.co_filename
+               else -1)
+              for category, message, filename, lineno in rec.seen]
+    if error is not None:
+        try:
+            error._magpy_warned = warned
+        except (AttributeError, TypeError):
+            pass
+        raise error
+    return out, warned
 
 
 def _memory(t):

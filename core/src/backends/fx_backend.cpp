@@ -54,7 +54,8 @@ py::Ref steps_as_python(const Plan& sub) {
 constexpr size_t kMaxSpecs = 8;
 
 // The same object, or equal numbers or strings, or lists or tuples of such (made afresh by
-// each call: `x[[0, 1]]`).
+// each call: `x[[0, 1]]`). Floats by their bits: a graph made for 0.0 gives +0.0 where -0.0
+// would give -0.0 (`x * s`), and NaN is NaN.
 bool same_constant(PyObject* a, PyObject* b) {
     if (a == b) return true;
     if (Py_TYPE(a) != Py_TYPE(b)) return false;
@@ -67,7 +68,11 @@ bool same_constant(PyObject* a, PyObject* b) {
                 return false;
         return true;
     }
-    if (!PyLong_CheckExact(a) && !PyFloat_CheckExact(a) && !PyUnicode_CheckExact(a)) return false;
+    if (PyFloat_CheckExact(a)) {
+        double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+        return std::memcmp(&x, &y, sizeof x) == 0;
+    }
+    if (!PyLong_CheckExact(a) && !PyUnicode_CheckExact(a)) return false;
     int eq = PyObject_RichCompareBool(a, b, Py_EQ);
     if (eq < 0) PyErr_Clear();
     return eq == 1;
@@ -117,7 +122,15 @@ public:
         // probe), so its error stands. A plain fx graph runs Python's own ops, so it is the
         // error the steps raise; a compiling backend's first call may fail compiling, before
         // anything ran: then the steps run.
-        if (!r && changes_in_place() && (m_backend == "fx" || spec->runs > 0)) return nullptr;
+        if (!r && changes_in_place(args) && (m_backend == "fx" || spec->runs > 0)) {
+            if (warned && PyList_GET_SIZE(warned.get()) > 0) {  // given before it, as in eager
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                if (!give_recorded(warned)) PyErr_Clear();
+                PyErr_Restore(type, value, tb);
+            }
+            return nullptr;
+        }
         std::string why = r ? "it returned no tuple" : py::fetch_error_string();
         Py_XDECREF(r);
         // The steps again: if they raise too, the error is the program's, and the graph stays.
@@ -213,6 +226,9 @@ private:
     // its line under the user's filters: at once, instead of the graph's outputs, when the
     // steps can run again (nothing in place, no draws); else the recorded warnings are given at
     // the lines of the steps whose nodes gave them (the generated code's line tells the node).
+    // A warning the user's filters make an error is raised where it is given, so the graph
+    // stops at that op as eager would; if the graph raises after changing something in place
+    // (its error stands), the warnings given before the error are given first.
     // (inductor's compiled code calls few ops that warn: not done.)
     PyObject* first_run(PyObject* compiled, py::Ref& warned) {
         py::Ref rec = fx_function("call_recording_warnings");
@@ -222,7 +238,17 @@ private:
         if (!rec || !argv) return nullptr;
         py::Ref pair = py::Ref::steal(PyObject_CallFunctionObjArgs(rec.get(), compiled, argv.get(),
                                                                    nullptr));
-        if (!pair) return nullptr;
+        if (!pair) {  // the warnings given before the error, when it has them
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            py::Ref before = py::Ref::steal(value ? PyObject_GetAttrString(value, "_magpy_warned")
+                                                  : nullptr);
+            if (before && PyList_Check(before.get())) warned = before;
+            PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+            return nullptr;
+        }
         if (!PyTuple_Check(pair.get()) || PyTuple_GET_SIZE(pair.get()) != 2 ||
             !PyList_Check(PyTuple_GET_ITEM(pair.get(), 1))) {
             PyErr_SetString(PyExc_RuntimeError, "magpy: call_recording_warnings gave no pair");
@@ -236,10 +262,20 @@ private:
         spec.warns = true;
         note(m_backend + " graph " + std::to_string(m_number) + " runs its recorded steps for "
              "some inputs: an op in it gives a warning, which then names its line");
-        if (!changes_in_place()) {
+        if (!changes_in_place(args)) {
             Py_DECREF(r);
             return run_steps(args);
         }
+        if (!give_recorded(warned)) {
+            Py_DECREF(r);  // an "error" filter made it an exception
+            return nullptr;
+        }
+        return r;
+    }
+
+    // Gives the recorded warnings (category, message, step) at the lines of the steps whose
+    // nodes gave them; false if one became an exception.
+    bool give_recorded(const py::Ref& warned) {
         const std::vector<Step>& steps = m_sub.steps();
         const Step* first = nullptr;
         for (const Step& st : steps)
@@ -255,17 +291,29 @@ private:
                                  : first;
             if (at) site.at(*at);
             py::Ref text = py::Ref::steal(PyObject_Str(PyTuple_GET_ITEM(w, 1)));
-            if (!text || PyErr_WarnEx(PyTuple_GET_ITEM(w, 0), PyUnicode_AsUTF8(text.get()), 1) < 0) {
-                Py_DECREF(r);  // an "error" filter made it an exception
-                return nullptr;
-            }
+            if (!text || PyErr_WarnEx(PyTuple_GET_ITEM(w, 0), PyUnicode_AsUTF8(text.get()), 1) < 0)
+                return false;
         }
-        return r;
+        return true;
     }
 
-    bool changes_in_place() const {
-        for (const Step& st : m_sub.steps())
+    // Whether running the graph may have changed what the caller sees, so that its steps must
+    // not run again after it: a step with an effect, or a call of a module with an `inplace`
+    // flag (ReLU, LeakyReLU, Dropout...), which may have been set since the capture (a review
+    // probe: `act.inplace = True`, then a warning on the first run applied it twice).
+    bool changes_in_place(PyObject* const* args) const {
+        for (const Step& st : m_sub.steps()) {
             if (st.effect) return true;
+            if (st.kind != StepKind::Call || st.args.empty()) continue;
+            const Arg& a = st.args[0];
+            PyObject* fn = a.kind == Arg::Kind::Const   ? a.constant.get()
+                           : a.kind == Arg::Kind::Input ? args[a.index]
+                                                        : nullptr;
+            PyObject** dict = fn ? _PyObject_GetDictPtr(fn) : nullptr;
+            if (dict && *dict && PyDict_Check(*dict) &&
+                PyDict_GetItemString(*dict, "inplace"))  // (borrowed; no error raised)
+                return true;
+        }
         return false;
     }
 
