@@ -312,11 +312,12 @@ _log = _KernelLog()
 
 def _make_classes():
     """Defined lazily so that importing this module does not import IPython."""
+    from IPython.core.autocall import ExitAutocall
     from IPython.core.displayhook import DisplayHook
     from IPython.core.displaypub import DisplayPublisher
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.core import page, payloadpage
-    from traitlets import Type
+    from traitlets import Type, default
 
     class KernelDisplayPublisher(DisplayPublisher):
         """display(), update_display(), clear_output() → IOPub messages, sent from C++.
@@ -351,6 +352,14 @@ def _make_classes():
                                           self._bundle[1])
             self._bundle = None
 
+    class KernelExitAutocall(ExitAutocall):
+        """exit() and quit(): the kernel ends after the cell's reply (the frontend restarts
+        it), unless exit(keep_kernel=True), as in ipykernel."""
+
+        def __call__(self, keep_kernel=False):
+            self._ip.keepkernel_on_exit = bool(keep_kernel)
+            self._ip.ask_exit()
+
     class KernelShell(InteractiveShell):
         # (named as ipykernel's shell: libraries tell a notebook from a terminal by
         # `get_ipython().__class__.__name__ == "ZMQInteractiveShell"`, rich among them)
@@ -377,8 +386,21 @@ def _make_classes():
             self.last_traceback = list(stb)
             _k.publish_error(etype.__name__, _safe_str(evalue), self.last_traceback)
 
+        keepkernel_on_exit = False
+
+        @default("exiter")
+        def _exiter_default(self):
+            return KernelExitAutocall(self)
+
+        def init_environment(self):
+            # as ipykernel: `!git log`, `!man` would start a pager that waits for a key no
+            # one can press
+            os.environ.update(TERM="xterm-color", CLICOLOR="1", PAGER="cat", GIT_PAGER="cat")
+
         def ask_exit(self):
-            self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
+            self.exit_now = not self.keepkernel_on_exit
+            self.payload_manager.write_payload(
+                {"source": "ask_exit", "keepkernel": self.keepkernel_on_exit})
 
         def set_next_input(self, text, replace=False):
             self.payload_manager.write_payload(
@@ -401,6 +423,12 @@ def _make_shell():
 
             def init_crash_handler(self):
                 pass  # a crash report dialog has no place in a kernel
+
+            def init_path(self):
+                # the working directory first, as in ipykernel (IPython's terminal puts it
+                # after the standard library: a notebook's own `test.py` would lose)
+                if sys.path[:1] != [""]:
+                    sys.path.insert(0, "")
 
             def init_shell(self):
                 self.shell = KernelShell.instance(parent=self, profile_dir=self.profile_dir,
@@ -574,6 +602,20 @@ def _write_history_and_terminate(signum, frame):
     os.kill(os.getpid(), signum)
 
 
+def _interruptible_pdb():
+    """pdb.set_trace() and breakpoint() with IPython's debugger that an interrupt leaves (plain
+    pdb takes the interrupt and prompts again: the cell would never end), as in ipykernel."""
+    try:
+        import pdb
+        from IPython.core import debugger
+    except ImportError:
+        return
+    quittable = getattr(debugger, "InterruptiblePdb", None)
+    if quittable is not None:
+        debugger.Pdb = pdb.Pdb = quittable
+        pdb.set_trace = debugger.set_trace
+
+
 def _writeout_if_history_magic(shell, info=None):
     cell = getattr(info, "raw_cell", "") or ""
     if "%hist" in cell or "%rerun" in cell or "%recall" in cell:
@@ -588,6 +630,10 @@ def start():
     _shell = _make_shell()
     _batch_history_writes(_shell)
     signal.signal(signal.SIGTERM, _write_history_and_terminate)
+    # A forked child (multiprocessing's workers) must not write this kernel's history when
+    # it is terminated: the kernel's next cell would find its session taken.
+    os.register_at_fork(after_in_child=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    _interruptible_pdb()
     try:  # tqdm.auto and others look for this key to know they run in a kernel
         _shell.config.setdefault("IPKernelApp", {})
     except Exception:
@@ -748,6 +794,9 @@ def run_cell(code, store_history, silent, user_expressions, execution_count):
                  "user_expressions": shell.user_expressions(user_expressions or {})}
     reply["payload"] = shell.payload_manager.read_payload()
     shell.payload_manager.clear_payload()
+    if shell.exit_now:  # exit() or quit(): the C++ side ends the kernel after this reply
+        shell.exit_now = False
+        reply["_exit"] = True
     return reply
 
 

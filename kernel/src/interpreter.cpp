@@ -115,6 +115,14 @@ nl::json MagpyInterpreter::execute_request_impl(int /*xeus_counter*/, const std:
     if (!reply.is_object() || !reply.contains("status")) {
         reply = kernel_error_reply("KernelError", "the cell produced no reply");
     }
+    if (reply.contains("_exit")) {
+        // exit() or quit() in the cell: the kernel ends once this reply and the idle status
+        // are out, after IPython's and atexit's clean-up, as ipykernel's does (its frontend
+        // then restarts it)
+        reply.erase("_exit");
+        shutdown_request_impl();
+        KernelServer::current()->stop();
+    }
     return reply;
 }
 

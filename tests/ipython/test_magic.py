@@ -490,3 +490,12 @@ def test_annotations_at_the_top_of_a_cell_are_kept(ip, rec):
         run(ip, magic + cell)
         seen.append((dict(ip.user_ns.get("__annotations__", {})), ip.user_ns["c"]))
     assert seen[0] == ({"a": float, "b": int}, 6) and seen[1] == seen[0] == seen[2], seen
+
+
+def test_report_path_with_a_tilde_is_the_home_folder(ip, tmp_path, monkeypatch, capsys):
+    # as %save and %%writefile take it (a review probe: "No such file or directory")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    run(ip, "%%magpy --quiet\n1 + 1")
+    run(ip, "%magpy report ~/r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["graph_count"] >= 0
+    assert str(tmp_path / "r.json") in capsys.readouterr().out

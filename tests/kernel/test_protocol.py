@@ -362,8 +362,9 @@ def test_ipython_features(k):
     assert k.outputs(msgs)[0][1]["data"]["text/plain"] == "42"
     _, msgs = k.execute("get_ipython() is not None")
     assert k.outputs(msgs)[0][1]["data"]["text/plain"] == "True"
-    reply, msgs = k.execute("exit")
-    assert reply["payload"] == [{"source": "ask_exit", "keepkernel": False}]
+    # (a bare `exit` ends the kernel, as in ipykernel: test_exit_ends_the_kernel_...)
+    reply, msgs = k.execute("exit(keep_kernel=True)")
+    assert reply["payload"] == [{"source": "ask_exit", "keepkernel": True}]
 
 
 def test_matplotlib_inline(k):
@@ -903,3 +904,83 @@ def test_a_lone_surrogate_in_output_becomes_the_replacement_character(k):
     text = "".join(c["text"] for t, c in msgs if t == "stream" and c["name"] == "stdout")
     assert text == "x\ufffdy\n", text
     assert reply["evalue"] == "a\ufffdb", reply["evalue"]
+
+
+# --- what ipykernel sets up, and exit() (session 38's review probe) -----------------------------
+
+@pytest.mark.parametrize("name", ["magpy", "python3"])
+def test_pagers_are_cat_and_the_working_directory_comes_first(name, tmp_path, monkeypatch):
+    # `!git log` started `less`, which waited for a key; a notebook's own test.py lost to the
+    # standard library's module of that name (the kernel starts in the notebook's folder)
+    (tmp_path / "test.py").write_text("MINE = True\n")
+    monkeypatch.chdir(tmp_path)
+    kernel = Kernel(name)
+    try:
+        reply, msgs = kernel.execute(
+            "import os, test\n"
+            "print(os.environ.get('PAGER'), os.environ.get('GIT_PAGER'),"
+            " getattr(test, 'MINE', False))")
+        assert reply["status"] == "ok", reply
+        assert kernel.stdout(msgs) == "cat cat True\n"
+    finally:
+        kernel.close()
+
+
+def test_exit_ends_the_kernel_after_its_reply_unless_keep_kernel():
+    kernel = Kernel()
+    try:
+        for code in ("exit(keep_kernel=True)", "quit(True)"):
+            reply, msgs = kernel.execute(code)
+            assert reply["status"] == "ok", reply
+            assert reply["payload"] == [{"source": "ask_exit", "keepkernel": True}], reply
+        assert kernel.km.is_alive()
+        reply, msgs = kernel.execute("print('after'); exit()")
+        assert reply["status"] == "ok" and kernel.stdout(msgs) == "after\n", reply
+        assert reply["payload"] == [{"source": "ask_exit", "keepkernel": False}], reply
+        assert msgs[-1][1]["execution_state"] == "idle"  # all of it came, then the exit
+        deadline = time.time() + 10
+        while kernel.km.is_alive() and time.time() < deadline:
+            time.sleep(0.05)
+        assert not kernel.km.is_alive()
+    finally:
+        kernel.kc.stop_channels()
+        if kernel.km.is_alive():
+            kernel.km.shutdown_kernel(now=True)
+
+
+@pytest.mark.parametrize("name", ["magpy", "python3"])
+def test_an_interrupt_leaves_a_pdb_prompt(name):
+    # plain pdb takes the interrupt and prompts again, so the cell never ended; IPython's
+    # interruptible debugger leaves, and the cell goes on to its end
+    kernel = Kernel(name)
+    try:
+        msg_id = kernel.kc.execute("import pdb; pdb.set_trace(); print('past')",
+                                   allow_stdin=True)
+        request = kernel.kc.get_stdin_msg(timeout=20)
+        assert request["msg_type"] == "input_request", request
+        kernel.km.interrupt_kernel()
+        reply = kernel.reply(msg_id, timeout=15)["content"]
+        assert reply["status"] == "ok", reply
+        kernel.drain()
+        reply, msgs = kernel.execute("print('alive')")
+        assert kernel.stdout(msgs) == "alive\n"
+    finally:
+        kernel.close()
+
+
+def test_a_terminated_forked_child_leaves_the_history_alone():
+    # the child inherited the kernel's SIGTERM handler, wrote the kernel's history and took
+    # its session: the next cell printed "History logging moved to new session"
+    kernel = Kernel()
+    try:
+        reply, msgs = kernel.execute(
+            "import multiprocessing as mp, time\n"
+            "p = mp.get_context('fork').Process(target=time.sleep, args=(30,))\n"
+            "p.start(); time.sleep(0.5); p.terminate(); p.join(); print(p.exitcode)")
+        assert reply["status"] == "ok" and kernel.stdout(msgs) == "-15\n", (reply, msgs)
+        for i in range(12):  # past a batch of history writes (HISTORY_BATCH)
+            reply, msgs = kernel.execute("x_%d = %d" % (i, i))
+            assert reply["status"] == "ok"
+            assert kernel.outputs(msgs) == [], msgs
+    finally:
+        kernel.close()

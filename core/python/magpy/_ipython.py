@@ -24,6 +24,7 @@ import builtins
 import inspect
 import io
 import linecache
+import os
 import re
 import shlex
 import sys
@@ -882,6 +883,7 @@ class MagpyMagics(Magics):
         import magpy
         program = self._need_last("report")
         text = magpy.explain(program.compiled).to_json()
+        path = os.path.expanduser(path)  # `~/r.json`, as %save and %%writefile take it
         try:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
