@@ -95,6 +95,21 @@ class KernelStream(io.TextIOBase):
 def install_streams(fds_captured):
     sys.stdout = KernelStream("stdout", 1 if fds_captured else None)
     sys.stderr = KernelStream("stderr", 2 if fds_captured else None)
+    os.register_at_fork(after_in_child=_streams_of_a_forked_child)
+
+
+def _streams_of_a_forked_child():
+    """A forked child (multiprocessing's workers, a DataLoader's) has no kernel threads or
+    sockets: its sys.stdout and sys.stderr write to fds 1 and 2, which lead to the kernel's
+    fd readers (published in the cell that runs) or to the terminal when they are not
+    captured."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        try:
+            raw = io.FileIO(fd, "w", closefd=False)
+        except OSError:
+            continue
+        setattr(sys, name, io.TextIOWrapper(raw, encoding="utf-8", errors="replace",
+                                            line_buffering=True, write_through=True))
 
 
 # --- stdin -------------------------------------------------------------------------------------

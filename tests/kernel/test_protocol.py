@@ -984,3 +984,30 @@ def test_a_terminated_forked_child_leaves_the_history_alone():
             assert kernel.outputs(msgs) == [], msgs
     finally:
         kernel.close()
+
+
+@pytest.mark.parametrize("name", ["magpy", "python3"])
+def test_prints_of_forked_children_arrive(name):
+    # the child's streams called into the kernel's sockets, which a fork does not carry over:
+    # its prints were lost ("could not publish stream" on the terminal)
+    kernel = Kernel(name)
+    try:
+        reply, msgs = kernel.execute(
+            "import multiprocessing as mp\n"
+            "ctx = mp.get_context('fork')\n"
+            "def work(i):\n    print('from-worker', i)\n    return i\n"
+            "p = ctx.Process(target=print, args=('from-process',)); p.start(); p.join()\n"
+            "with ctx.Pool(1) as pool:\n    pool.map(work, [7])")
+        assert reply["status"] == "ok", reply
+        deadline = time.time() + 5  # (fd output may come after the reply in ipykernel)
+        out = kernel.stdout(msgs)
+        while out.count("\n") < 2 and time.time() < deadline:
+            try:
+                m = kernel.kc.get_iopub_msg(timeout=0.2)
+                if m["msg_type"] == "stream" and m["content"]["name"] == "stdout":
+                    out += m["content"]["text"]
+            except queue.Empty:
+                pass
+        assert out == "from-process\nfrom-worker 7\n", out
+    finally:
+        kernel.close()
