@@ -499,3 +499,22 @@ def test_report_path_with_a_tilde_is_the_home_folder(ip, tmp_path, monkeypatch, 
     run(ip, "%magpy report ~/r.json")
     assert json.loads((tmp_path / "r.json").read_text())["graph_count"] >= 0
     assert str(tmp_path / "r.json") in capsys.readouterr().out
+
+
+def test_a_syntax_error_in_a_cell_is_shown_as_a_plain_cells(ip, capsys):
+    # it was shown with the 11 frames of IPython's magic call and of magpy (a review probe);
+    # a plain cell's shows its line alone
+    for code in ("%%magpy --quiet\ndef g(:\n  pass", "%%magpy --quiet\nreturn 1"):
+        capsys.readouterr()
+        r = ip.run_cell(code)
+        assert isinstance(r.error_in_exec, SyntaxError), r
+        out = capsys.readouterr()
+        text = out.out + out.err
+        assert "SyntaxError" in text and "Traceback" not in text, text
+        assert "_ipython.py" not in text and "interactiveshell.py" not in text, text
+    r = ip.run_cell("def h(:\n  pass")  # and the next error shows as IPython shows it
+    assert isinstance(r.error_in_exec or r.error_before_exec, SyntaxError)
+    capsys.readouterr()
+    r = ip.run_cell("exec('def k(:')")  # a SyntaxError raised by running code: its frames
+    out = capsys.readouterr()
+    assert "Traceback" in out.out + out.err, out

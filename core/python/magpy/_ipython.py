@@ -580,7 +580,11 @@ class MagpyMagics(Magics):
             notes.append(DYNAMIC_NOTE)
         first_run = program is None
         if program is None:
-            program = self._compile_cell(cell, display_source, 0 if auto else 1, opts)
+            try:
+                program = self._compile_cell(cell, display_source, 0 if auto else 1, opts)
+            except SyntaxError:
+                self._show_syntax_error_alone()
+                raise
             self._cells[key] = program
             while len(self._cells) > MAX_CACHED_CELLS:
                 self._cells.popitem(last=False)
@@ -810,6 +814,22 @@ class MagpyMagics(Magics):
     def _post_run_cell(self, *args):
         self._cells_running = max(0, self._cells_running - 1)
         self._restore_tb_offset()
+        self._restore_showsyntaxerror()
+
+    def _show_syntax_error_alone(self):
+        """The SyntaxError about to be shown is shown as a plain cell's is: its line, without
+        the frames of IPython's magic call and of magpy (11 of them; a review probe). IPython
+        shows every frame of a SyntaxError raised by running code; this cell never ran."""
+        shell = self.shell
+        show = type(shell).showsyntaxerror
+
+        def alone(filename=None, running_compiled_code=False):
+            self._restore_showsyntaxerror()
+            return show(shell, filename, False)
+        shell.showsyntaxerror = alone
+
+    def _restore_showsyntaxerror(self):
+        vars(self.shell).pop("showsyntaxerror", None)
 
     def _restore_tb_offset(self):
         if self._saved_tb_offset is not None:
