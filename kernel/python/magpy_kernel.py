@@ -477,8 +477,8 @@ connection_file = None  # set by main.cpp: the path Jupyter gave the kernel
 
 
 def _register_kernel_magics(shell):
-    """The magics ipykernel's shell adds to IPython's: %clear, %autosave, %connect_info,
-    %less and %more (a review probe found them missing)."""
+    """The magics ipykernel's shell adds to IPython's or replaces: %clear, %autosave,
+    %connect_info, %less and %more, %edit (review probes found them missing or failing)."""
     from IPython.core import page
     from IPython.core.error import UsageError
 
@@ -527,8 +527,26 @@ def _register_kernel_magics(shell):
             raise UsageError("cannot read %s: %s" % (path, e.strerror or e))
         page.page(text)
 
+    def edit(line=""):
+        """%edit [-n LINE] [-p] [-r] [-x] TARGET: open a file, a function's source or earlier
+        input in the frontend's editor (an `edit_magic` payload, as ipykernel sends: the
+        kernel has no terminal to start an editor in)."""
+        from IPython.core.magics.code import CodeMagics, MacroToEdit
+        opts, args = magics.parse_options(line, "prxn:")
+        try:
+            filename, lineno, _ = CodeMagics._find_edit_target(shell, args, opts, last_edit)
+        except MacroToEdit:
+            raise UsageError("%edit of a macro needs a terminal IPython; edit its text instead")
+        if filename is None:
+            return  # (IPython said why)
+        shell.payload_manager.write_payload(
+            {"source": "edit_magic", "filename": os.path.abspath(filename),
+             "line_number": lineno})
+
+    magics = shell.magics_manager.registry["CodeMagics"]  # (for its option parsing)
+    last_edit = ["", ""]  # what `%edit -p` edits again
     for fn, name in ((clear, "clear"), (autosave, "autosave"), (connect_info, "connect_info"),
-                     (less, "less"), (less, "more")):
+                     (less, "less"), (less, "more"), (edit, "edit"), (edit, "ed")):
         shell.register_magic_function(fn, magic_kind="line", magic_name=name)
 
 
@@ -656,7 +674,11 @@ def start():
     builtins.input = kernel_input
     getpass.getpass = kernel_getpass
     install_comms(_shell)
-    _register_kernel_magics(_shell)
+    try:  # (a magic that cannot be set up must not keep the kernel from starting)
+        _register_kernel_magics(_shell)
+    except Exception as e:
+        print("magpy-kernel: ipykernel's extra magics unavailable: %s: %s"
+              % (type(e).__name__, e), file=sys.__stderr__)
     magpy_error = _load_magpy(_shell)
     if magpy_error:
         print("magpy-kernel: %%magpy unavailable: " + magpy_error, file=sys.__stderr__)

@@ -1011,3 +1011,20 @@ def test_prints_of_forked_children_arrive(name):
         assert out == "from-process\nfrom-worker 7\n", out
     finally:
         kernel.close()
+
+
+@pytest.mark.parametrize("name", ["magpy", "python3"])
+def test_edit_sends_the_file_to_the_frontend(name, tmp_path):
+    # it failed: IPython's %edit starts a terminal editor (`shell.editor`, which this shell
+    # has not); ipykernel's sends an edit_magic payload for the frontend to open
+    path = tmp_path / "f.py"
+    path.write_text("a = 1\nb = 2\nc = 3\n")
+    kernel = Kernel(name)
+    try:
+        reply, _ = kernel.execute("%%edit -n 3 %s" % path)
+        assert reply["status"] == "ok", reply
+        # (the line as the option gave it, a string, in both)
+        assert reply["payload"] == [{"source": "edit_magic", "filename": str(path),
+                                     "line_number": "3"}], reply
+    finally:
+        kernel.close()
