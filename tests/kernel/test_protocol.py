@@ -627,21 +627,29 @@ def test_interrupt_during_magpy_capture_of_a_torch_loop(k):
 
 # --- lifecycle ---------------------------------------------------------------------------------
 
+def _assert_exits(kernel, seconds=10):
+    deadline = time.time() + seconds
+    while kernel.km.is_alive() and time.time() < deadline:
+        time.sleep(0.05)
+    assert not kernel.km.is_alive()
+
+
+def _close_even_if_gone(kernel):
+    kernel.kc.stop_channels()
+    if kernel.km.is_alive():
+        kernel.km.shutdown_kernel(now=True)
+
+
 def test_shutdown_reply_and_exit():
     kernel = Kernel()
     try:
         msg_id = kernel.kc.shutdown()
         reply = kernel.reply(msg_id, channel="control", timeout=10)
         assert reply["content"]["status"] == "ok"
-        deadline = time.time() + 10
-        while kernel.km.is_alive() and time.time() < deadline:
-            time.sleep(0.05)
-        assert not kernel.km.is_alive()
+        _assert_exits(kernel)
         assert kernel.km.provisioner.process.wait(timeout=1) == 0
     finally:
-        kernel.kc.stop_channels()
-        if kernel.km.is_alive():
-            kernel.km.shutdown_kernel(now=True)
+        _close_even_if_gone(kernel)
 
 
 def test_restart_during_a_cell_that_ignores_interrupts_keeps_the_history():
@@ -789,14 +797,9 @@ def test_a_shutdown_request_during_a_cell_is_answered_and_the_kernel_exits(name)
         assert reply["content"]["status"] == "ok" and time.time() - t0 < 5
         if name != "magpy":
             return  # ipykernel stays in the cell until the client kills it (jupyter_client does)
-        deadline = time.time() + 10
-        while kernel.km.is_alive() and time.time() < deadline:
-            time.sleep(0.05)
-        assert not kernel.km.is_alive()
+        _assert_exits(kernel)
     finally:
-        kernel.kc.stop_channels()
-        if kernel.km.is_alive():
-            kernel.km.shutdown_kernel(now=True)
+        _close_even_if_gone(kernel)
 
 
 @pytest.mark.parametrize("name", ["magpy", "python3"])
@@ -938,14 +941,9 @@ def test_exit_ends_the_kernel_after_its_reply_unless_keep_kernel():
         assert reply["status"] == "ok" and kernel.stdout(msgs) == "after\n", reply
         assert reply["payload"] == [{"source": "ask_exit", "keepkernel": False}], reply
         assert msgs[-1][1]["execution_state"] == "idle"  # all of it came, then the exit
-        deadline = time.time() + 10
-        while kernel.km.is_alive() and time.time() < deadline:
-            time.sleep(0.05)
-        assert not kernel.km.is_alive()
+        _assert_exits(kernel)
     finally:
-        kernel.kc.stop_channels()
-        if kernel.km.is_alive():
-            kernel.km.shutdown_kernel(now=True)
+        _close_even_if_gone(kernel)
 
 
 @pytest.mark.parametrize("name", ["magpy", "python3"])
