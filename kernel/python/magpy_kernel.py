@@ -440,10 +440,7 @@ def _make_shell():
                 pass  # a crash report dialog has no place in a kernel
 
             def init_path(self):
-                # the working directory first, as in ipykernel (IPython's terminal puts it
-                # after the standard library: a notebook's own `test.py` would lose)
-                if sys.path[:1] != [""]:
-                    sys.path.insert(0, "")
+                _working_directory_first()
 
             def init_shell(self):
                 self.shell = KernelShell.instance(parent=self, profile_dir=self.profile_dir,
@@ -468,9 +465,15 @@ def _make_shell():
     except Exception as e:  # a broken profile must not keep the kernel from starting
         print("magpy-kernel: IPython profile set-up failed (%s: %s); using defaults"
               % (type(e).__name__, e), file=sys.__stderr__)
-        if sys.path[:1] != [""]:
-            sys.path.insert(0, "")
+        _working_directory_first()
         return KernelShell.instance()
+
+
+def _working_directory_first():
+    # as in ipykernel (IPython's terminal puts it after the standard library: a notebook's own
+    # `test.py` would lose)
+    if sys.path[:1] != [""]:
+        sys.path.insert(0, "")
 
 
 connection_file = None  # set by main.cpp: the path Jupyter gave the kernel
