@@ -481,7 +481,8 @@ connection_file = None  # set by main.cpp: the path Jupyter gave the kernel
 
 def _register_kernel_magics(shell):
     """The magics ipykernel's shell adds to IPython's or replaces: %clear, %autosave,
-    %connect_info, %less and %more, %edit (review probes found them missing or failing)."""
+    %connect_info, %qtconsole, %less and %more, %edit (review probes found them missing or
+    failing)."""
     from IPython.core import page
     from IPython.core.error import UsageError
 
@@ -518,6 +519,26 @@ def _register_kernel_magics(shell):
               "(with the file's full path, %s, from another machine's copy of it)."
               % (name, connection_file))
 
+    def qtconsole(line=""):
+        """%qtconsole [options]: open a Qt console on this kernel, as ipykernel's does (a
+        separate process, given the connection file and the options)."""
+        import importlib.util
+        import shlex
+        import subprocess
+        if not connection_file:
+            raise UsageError("this kernel was not told its connection file")
+        if importlib.util.find_spec("qtconsole") is None:
+            raise UsageError("%qtconsole needs the Qt console, which is not installed here: "
+                             "run `apt-get install python3-qtconsole`, then %qtconsole again")
+        try:
+            options = shlex.split(line)
+        except ValueError as e:
+            raise UsageError("%%qtconsole cannot read its options %r: %s" % (line, e))
+        subprocess.Popen(
+            [sys.executable, "-c", "from qtconsole import qtconsoleapp; qtconsoleapp.main()",
+             "--existing", connection_file] + options,
+            stdin=subprocess.DEVNULL, close_fds=True, start_new_session=True)
+
     def less(line=""):
         """Show a file in the pager."""
         path = os.path.expanduser(line.strip())
@@ -549,7 +570,7 @@ def _register_kernel_magics(shell):
     magics = shell.magics_manager.registry["CodeMagics"]  # (for its option parsing)
     last_edit = ["", ""]  # what `%edit -p` edits again
     for fn, name in ((clear, "clear"), (autosave, "autosave"), (connect_info, "connect_info"),
-                     (less, "less"), (less, "more"), (edit, "edit"), (edit, "ed")):
+                     (qtconsole, "qtconsole"), (less, "less"), (less, "more"), (edit, "edit"), (edit, "ed")):
         shell.register_magic_function(fn, magic_kind="line", magic_name=name)
 
 

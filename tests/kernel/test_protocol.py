@@ -2,6 +2,8 @@
 order, execution counts, errors, stdin, interrupts, streams, magics, %%magpy."""
 
 import ast
+import importlib.util
+import json
 import os
 import queue
 import signal
@@ -899,6 +901,36 @@ def test_the_magics_ipykernels_shell_adds(k, tmp_path):
         assert pages[0]["data"]["text/plain"] == "first line\nsecond line\n", reply
     reply, _ = k.execute("%less " + str(tmp_path / "missing.txt"))
     assert reply["status"] == "error" and reply["ename"] == "UsageError", reply
+
+
+def test_qtconsole_opens_one_on_this_kernel_or_says_what_to_install(k, tmp_path):
+    # ipykernel's %qtconsole starts `qtconsoleapp.main()` with --existing and the options
+    if importlib.util.find_spec("qtconsole") is None:
+        reply, _ = k.execute("%qtconsole")
+        assert reply["status"] == "error" and reply["ename"] == "UsageError", reply
+        assert "apt-get install python3-qtconsole" in reply["evalue"], reply["evalue"]
+    fake = tmp_path / "qtconsole"  # a stand-in that writes down how it was started
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "qtconsoleapp.py").write_text(
+        "import json, sys\n"
+        "def main():\n"
+        "    open(%r, 'w').write(json.dumps(sys.argv[1:]))\n" % str(tmp_path / "argv.json"))
+    setup = ("import os, sys\nsys.path.insert(0, %r)\nos.environ['PYTHONPATH'] = %r"
+             % (str(tmp_path), str(tmp_path)))
+    assert k.execute(setup)[0]["status"] == "ok"
+    try:
+        reply, _ = k.execute("%qtconsole --style 'solarized dark'")
+        assert reply["status"] == "ok", reply
+        deadline = time.time() + 30
+        while not (tmp_path / "argv.json").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.2)
+        argv = json.loads((tmp_path / "argv.json").read_text())
+        assert argv == ["--existing", k.km.connection_file, "--style", "solarized dark"], argv
+    finally:
+        k.execute("sys.path.remove(%r)\ndel os.environ['PYTHONPATH']\n"
+                  "sys.modules.pop('qtconsole', None)" % str(tmp_path))
 
 
 def test_a_lone_surrogate_in_output_becomes_the_replacement_character(k):
