@@ -694,3 +694,134 @@ def test_a_display_split_by_a_break_inside_it_is_finished_in_python(form, capsys
     assert capsys.readouterr().out == "side\n" * 6
     reasons = [b.reason for b in magpy.explain(cf).breaks]
     assert any("display" in r for r in reasons), reasons  # (not an engine error, MB099)
+
+
+# --- loops that go on after a break while their container changes (a review probe) ----------
+
+def _outcome(fn, *args, **kwargs):
+    try:
+        return ("ok", fn(*args, **kwargs))
+    except RuntimeError as e:
+        return ("raised", type(e).__name__, str(e))
+
+
+def _same_outcomes(fn, make_args, n=4):
+    """Eager and compiled give the same result or error, and leave the arguments alike."""
+    magpy.reset()
+    cf = magpy.compile(fn)
+    for i in range(n):
+        eager_args, comp_args = make_args(i), make_args(i)
+        want, got = _outcome(fn, *eager_args), _outcome(cf, *comp_args)
+        assert repr(got) == repr(want), (i, got, want)
+        assert repr(comp_args) == repr(eager_args), (i, comp_args, eager_args)
+    return cf
+
+
+def test_a_dict_or_set_grown_after_a_break_in_its_loop_raises_as_in_eager():
+    # the loop went on over a list of the keys it had: no "changed size during iteration"
+    def grow_dict(x, d):
+        for k in d:
+            if (d[k] * x).sum() > 0:
+                d["new"] = x
+        return x.tolist()
+
+    def grow_set(x, s):
+        out = []
+        for e in s:
+            out.append(e)
+            if (x * e).sum() > 0:
+                s.add(e + 10)
+        return out
+
+    xs = [[1., 2.], [-1., -2.], [3., 3.], [2., 2.]]
+    _same_outcomes(grow_dict, lambda i: (torch.tensor(xs[i]),
+                                         {"a": torch.tensor([1., 1.]), "b": torch.tensor([-1., 1.])}))
+    xs = [[-1., -2.], [-1., -2.], [3., 3.], [3., 3.]]
+    _same_outcomes(grow_set, lambda i: (torch.tensor(xs[i]), {1, 2, 3}))
+
+
+def test_a_dict_changed_after_a_break_is_seen_by_its_loop():
+    # .values()/.items() gave the values the dict had when the loop began; a pop raised KeyError
+    def set_later(x, d):
+        out = []
+        for v in d.values():
+            out.append(v.sum().item())
+            if (v * x).sum() > 0:
+                d["c"] = x * 100
+        return out
+
+    def pop_later(x, **kw):
+        out = []
+        for k, v in kw.items():
+            out.append(k)
+            if (v * x).sum() > 0:
+                kw.pop("b", None)
+        return out
+
+    x = torch.tensor([-5., 1.])
+    _same_outcomes(set_later, lambda i: (x, {"a": torch.tensor([1., 1.]), "b": torch.tensor([-1., 1.]),
+                                             "c": torch.tensor([2., -1.])}))
+    cf = magpy.compile(pop_later)
+    for _ in range(4):
+        kw = {"a": torch.tensor([1., 1.]), "b": torch.tensor([-1., 1.]), "c": torch.tensor([2., -1.])}
+        assert repr(_outcome(cf, x, **kw)) == repr(_outcome(pop_later, x, **dict(kw)))
+
+
+def test_a_list_changed_after_a_break_is_seen_by_its_loop():
+    # the resumed loop took the items the list had when the segment began
+    def forward(x, l):
+        out = []
+        for t in l:
+            out.append(t.sum().item())
+            if (t * x).sum() > 0:
+                l[-1] = x * 100
+        return out
+
+    def backward(x, l):
+        out = []
+        for t in reversed(l):
+            out.append(t.sum().item())
+            if (t * x).sum() > 0:
+                l[0] = x * 100
+        return out
+
+    def popped(x):
+        l = [x * 1, x * -1, x * 2]
+        out = []
+        for t in l:
+            out.append(t.sum().item())
+            if (t * torch.tensor([-5., 1.])).sum() > 0:
+                l.pop(0)
+        return out
+
+    x = torch.tensor([-5., 1.])
+    make = lambda i: (x, [torch.tensor([1., 1.]), torch.tensor([-1., 1.]), torch.tensor([2., -1.])])
+    cf = _same_outcomes(forward, make, n=5)
+    assert "MB008" in break_ids(cf), magpy.explain(cf)  # the list changed under the loop
+    _same_outcomes(backward, make, n=5)
+    _same_outcomes(popped, lambda i: (torch.tensor([2., 3.]),), n=4)
+
+
+def test_an_iterator_in_a_local_and_in_a_zip_goes_on_as_one_object():
+    # the zip's iterator and the local `it` were rebuilt as two objects at the break
+    def zipped(x, a):
+        it = iter(a)
+        out = []
+        for p, q in zip(it, [10, 20]):
+            if (p * x).sum() > 0:
+                out.append(q)
+        return out, len(list(it))
+
+    def counted(x, a):
+        it = iter(a)
+        out = []
+        for i, p in enumerate(it):
+            if (p * x).sum() > 0:
+                out.append(i)
+        return out, len(list(it))
+
+    xs = [[1., 2.], [-1., -2.], [1., -3.], [3., 3.]]
+    for fn in (zipped, counted):
+        _same_outcomes(fn, lambda i: (torch.tensor(xs[i]), [torch.tensor([1., 1.]),
+                                                            torch.tensor([-1., 1.]),
+                                                            torch.tensor([2., -1.])]))

@@ -1679,6 +1679,13 @@ void Capture::record_effect(Step step, const std::vector<int>& values) {
     m_writes = true;
 }
 
+bool Capture::input_changed(PyObject* obj) const {
+    auto seen = m_input_objects.find(obj);
+    if (seen == m_input_objects.end()) return false;
+    const Value& val = m_values[static_cast<size_t>(seen->second)];
+    return val.mutated || val.shadow;
+}
+
 bool Capture::shadow(int id) {
     Value& val = v(id);
     if (read_after_change(id)) return false;

@@ -93,6 +93,11 @@ struct Value {
     Py_ssize_t iter_start = 0;  // Enumerate: the count of its first item
     bool iter_rows = false;  // Flat: each step yields a tuple of its items, even of one
     bool iter_view = false;  // a dict view or similar: iter() of it starts a new iterator
+    // Flat over a dict or list that may change (`for k in d`, d.values(), reversed(l)): the
+    // container and how its own iterator is made, which a break rebuilds ([Note: loops over
+    // containers at a break] in segment.cpp)
+    int iter_container = -1;
+    const char* iter_method = nullptr;  // "keys", "values", "items", "reversed"; null: iter(c)
     // InputSeq over an iterator passed in ([Note: iterators passed in] in monitor.cpp): that
     // iterator's value, advanced at replay by one next() per item the capture took.
     int iter_advance = -1;
@@ -275,6 +280,9 @@ public:
     bool fresh_exception(int value, Arg& out);  // see escape_arg
     // Tracks the items of an input list or tuple from here on (guards its length and items).
     bool shadow(int value);
+    // `obj` is an input of this capture that the call has changed so far (written or appended
+    // to), as recorded.
+    bool input_changed(PyObject* obj) const;
     // The elements a set made in the call holds now, as constants ([Note: sets made in the
     // call]); in_order: only if set([...]) of them iterates as the set does (else a break).
     bool set_items(int id, std::vector<int>& out);

@@ -6897,6 +6897,18 @@ int Monitor::input_iterator(int value) {
         m_cap.v(value).node < 0)
         return -1;
     py::Ref real = m_cap.v(value).real;
+    // The guards read the items left when the call begins: a list this call changed before
+    // the loop went on holds others now (a review probe: `l[-1] = y` after the break)
+    std::vector<PyObject*> lists;
+    iterator_lists(real.get(), lists);
+    for (PyObject* l : lists)
+        if (m_cap.input_changed(l)) {
+            m_cap.fail(breaks::kMutatedThenRead,
+                       "a loop resumed after a graph break goes on over a list that was "
+                       "changed after the break",
+                       "change the list after the loop, or loop over a copy of it");
+            return -1;
+        }
     py::Ref rest = py::Ref::steal(iterator_rest(real.get()));
     if (!rest) return -1;
     std::string label = m_cap.v(value).label;
@@ -6909,6 +6921,43 @@ int Monitor::input_iterator(int value) {
     iv.iter_source = src;
     iv.iter_advance = value;
     return it;
+}
+
+// The items an iterator passed in had left are read when the capture begins, and the plan gives
+// those to the loop (the guards read them the same way at each call). The loop's body may
+// change the container under the iterator (`l[-1] = y`, `l.pop()`, through any name): from
+// then on the real iterator yields what the list holds now, and a replay would still give the
+// items read at entry (a review probe). So each item the real loop took must be the one read
+// at entry, and the loop must run out where they did (`real` null: it ran out); else the loop
+// breaks here, and goes on from the list as it is now.
+bool Monitor::rest_item_is(int rest, int pos, PyObject* real) {
+    PyObject* items = m_cap.v(rest).real.get();
+    Py_ssize_t n = PyList_Check(items) ? PyList_GET_SIZE(items) : -1;
+    bool same;
+    if (!real) {
+        same = pos == n;
+    } else if (pos < 0 || pos >= n) {
+        same = false;
+    } else {
+        PyObject* was = PyList_GET_ITEM(items, pos);
+        same = was == real;
+        if (!same && PyTuple_Check(was) && PyTuple_Check(real) &&
+            PyTuple_GET_SIZE(was) == PyTuple_GET_SIZE(real)) {
+            same = true;  // a zip's or enumerate's row: made anew, its parts are the items
+            for (Py_ssize_t k = 0; same && k < PyTuple_GET_SIZE(real); ++k) {
+                PyObject* a = PyTuple_GET_ITEM(was, k);
+                PyObject* b = PyTuple_GET_ITEM(real, k);
+                same = a == b || (PyLong_CheckExact(a) && PyLong_CheckExact(b) &&
+                                  PyObject_RichCompareBool(a, b, Py_EQ) == 1);
+            }
+        }
+    }
+    if (!same)
+        m_cap.fail(breaks::kMutatedThenRead,
+                   "a loop resumed after a graph break goes on after the list or tuple it "
+                   "iterates was changed inside the loop",
+                   "change the container after the loop, or loop over a copy of it");
+    return same;
 }
 
 // next(it) as a plan step, an effect in program order; `ran_out`: next(it, None), the call
@@ -6938,10 +6987,13 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
         iv.iter_width = view.iter_width;
         iv.iter_rows = view.iter_rows;
         iv.items = view.items;
+        iv.iter_container = view.iter_container;
+        iv.iter_method = view.iter_method;
         return it;
     }
     IterKind kind;
     int source = src;
+    int container = -1;
     std::vector<int> flat;
     if (s.kind == ValueKind::Const || s.kind == ValueKind::FreshSet) {
         kind = IterKind::ConstSeq;  // a set's elements are constants
@@ -6983,6 +7035,7 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
     } else if (s.kind == ValueKind::FreshDict || (s.kind == ValueKind::Input && PyDict_Check(s.real.get()))) {
         if (!dict_view(src, DictView::Keys, flat)) return -1;  // for k in d: its keys
         kind = IterKind::Flat;
+        container = src;
     } else {
         m_cap.fail(breaks::kUnsupportedOpcode,
                    "iteration over " + s.label + " (" + py::type_name(s.real.get()) + ")",
@@ -6994,6 +7047,7 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
     iv.iter_kind = kind;
     iv.iter_source = source;
     iv.items = std::move(flat);
+    iv.iter_container = container;
     return it;
 }
 
@@ -7007,6 +7061,7 @@ int Monitor::next_item(int it, PyObject* real) {
     case IterKind::InputSeq: {
         if (iter.iter_advance >= 0) {  // [Note: iterators passed in]
             int advance = iter.iter_advance;
+            if (!rest_item_is(src, pos, real)) return -1;
             int item = m_cap.input_child(src, AccessKind::Item, pos, nullptr,
                                          "[" + std::to_string(pos) + "]", real);
             if (item < 0) return -1;
@@ -7102,6 +7157,7 @@ void Monitor::iter_done(int it) {
             // The real loop's last next() ran out here; at replay it runs too, with a default
             // (a zip ending takes items from the iterators it holds before one runs out).
             int advance = iter.iter_advance, src = iter.iter_source, n = iter.iter_pos;
+            if (!rest_item_is(src, n, nullptr)) return;
             m_cap.guard_len(src, n);
             advance_iterator(advance, true);
             return;
@@ -7449,6 +7505,10 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         int it = m_cap.new_value(ValueKind::Iterator, result, "reversed(" + m_cap.v(args[0]).label + ")");
         m_cap.v(it).iter_kind = IterKind::Flat;
         m_cap.v(it).items = std::move(items);
+        if (PyList_Check(m_cap.v(args[0]).real.get())) {
+            m_cap.v(it).iter_container = args[0];
+            m_cap.v(it).iter_method = "reversed";
+        }
         return it;
     }
     if (name.rfind("itertools.", 0) == 0) return itertools_call(name, args, result, -1, -1);
@@ -7471,6 +7531,8 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         vv.iter_width = name == "items" ? 2 : 1;
         vv.iter_view = true;
         vv.items = std::move(items);
+        vv.iter_container = d;
+        vv.iter_method = name == "items" ? "items" : name == "keys" ? "keys" : "values";
         return view;
     }
     if (name == "copy" && args.size() == 1 && result && PyDict_Check(result)) {

@@ -9,6 +9,7 @@
 #include "replay/resume.h"
 
 #include <functional>
+#include <map>
 #include <memory>
 
 #include <unordered_map>
@@ -231,6 +232,11 @@ private:
     bool break_step(ShadowFrame& f, const py::Instruction& ins, std::vector<int>& stack,
                     Continuation& c);
     int iterator_state(int iter, int depth = 0);
+    int rebuilt_iterator(int iter, int depth);  // (iterator_state's work, once per value)
+    // One rebuilt iterator per iterator value at a break, the same object wherever it is held:
+    // a local naming the loop's iterator (`it = iter(xs); for x in zip(it, ys):`) must go on as
+    // the iterator the rebuilt zip holds.
+    std::map<int, int> m_rebuilt;
 
     void bind_root(ShadowFrame& f);
     bool bind_callee(ShadowFrame& f, Pending& call, int func_value);
@@ -338,7 +344,8 @@ private:
     int parameter_list_item(int list, long i, PyObject* real);
     enum class DictView { Keys, Values, Items };
     int make_iter(int source, PyObject* real_iter);
-    int input_iterator(int value);  // [Note: iterators passed in]; -1: not one of those
+    int input_iterator(int value);
+    bool rest_item_is(int rest, int pos, PyObject* real);  // [Note: iterators passed in]  // [Note: iterators passed in]; -1: not one of those
     void advance_iterator(int it, bool ran_out);
     int next_item(int iter, PyObject* real);
     void iter_done(int iter);

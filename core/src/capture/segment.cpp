@@ -99,6 +99,14 @@ bool Monitor::break_here(ShadowFrame& f, const py::Instruction& ins) {
 int Monitor::iterator_state(int it, int depth) {
     // An iterator passed in is the real one, advanced at replay ([Note: iterators passed in]).
     if (m_cap.v(it).iter_advance >= 0) return m_cap.v(it).iter_advance;
+    auto known = m_rebuilt.find(it);
+    if (known != m_rebuilt.end()) return known->second;
+    int made = rebuilt_iterator(it, depth);
+    m_rebuilt[it] = made;
+    return made;
+}
+
+int Monitor::rebuilt_iterator(int it, int depth) {
     Value& iv = m_cap.v(it);
     int pos = iv.iter_pos;
     std::vector<int> rest;
@@ -120,12 +128,65 @@ int Monitor::iterator_state(int it, int depth) {
         int list = m_cap.record(std::move(s), nullptr, "[...]", false);
         return call(builtin("iter"), {Arg::slot(m_cap.v(list).slot)}, iv.label);
     };
+    // [Note: loops over containers at a break] A dict, a set or a list walked by reversed()
+    // goes on over its own iterator, made again over the container and moved on to where the
+    // loop is: the code after the break may change the container, and the loop must then see
+    // it as Python's would (new values, "changed size during iteration"), not a list of the
+    // items it had. A container whose size the call already changed since the loop began is
+    // not rebuilt: Python's iterator would raise at its next step, a new one would not.
+    auto live = [&](int container, const char* method, size_t count) -> int {
+        PyObject* c = m_cap.v(container).real.get();
+        Py_ssize_t now = PyObject_Length(c);
+        if (now < 0) PyErr_Clear();
+        if (now != static_cast<Py_ssize_t>(count)) return -1;
+        Arg src;
+        if (!m_cap.escape_arg(container, src)) return -1;
+        int made;
+        if (method && std::string(method) == "reversed") {
+            made = call(builtin("reversed"), {src}, iv.label);
+        } else {
+            if (method) {
+                Step get;
+                get.kind = StepKind::GetAttr;
+                get.args.push_back(src);
+                get.name = py::Ref::steal(PyUnicode_FromString(method));
+                int bound = m_cap.record(std::move(get), nullptr, method, false);
+                Step s;
+                s.kind = StepKind::Call;
+                s.args = {Arg::slot(m_cap.v(bound).slot)};
+                int from = m_cap.record(std::move(s), nullptr, std::string(method) + "()", false);
+                made = call(builtin("iter"), {Arg::slot(m_cap.v(from).slot)}, iv.label);
+            } else {
+                made = call(builtin("iter"), {src}, iv.label);
+            }
+        }
+        if (pos > 0) {  // next(islice(it, pos, pos), None): moved on by pos items
+            static PyObject* islice = [] {
+                py::Ref mod = py::Ref::steal(PyImport_ImportModule("itertools"));
+                PyObject* f = mod ? PyObject_GetAttrString(mod.get(), "islice") : nullptr;
+                if (!f) PyErr_Clear();
+                return f;  // (held for good)
+            }();
+            if (!islice) return -1;
+            py::Ref p = py::Ref::steal(PyLong_FromLong(pos));
+            int sl = call(islice, {Arg::slot(m_cap.v(made).slot), Arg::value(p.get()),
+                                   Arg::value(p.get())}, "islice");
+            call(builtin("next"), {Arg::slot(m_cap.v(sl).slot), Arg::value(Py_None)}, "next");
+        }
+        return made;
+    };
     switch (iv.iter_kind) {
     case IterKind::ConstSeq:
     case IterKind::FreshSeq:
     case IterKind::InputSeq: {
         const Value& sv = m_cap.v(iv.iter_source);
         if (sv.real && (PySet_Check(sv.real.get()) || PyFrozenSet_Check(sv.real.get()))) {
+            if (PySet_Check(sv.real.get()) && iv.iter_kind == IterKind::ConstSeq &&
+                sv.node >= 0) {
+                // a set passed in: guarded by its elements in their order
+                Py_ssize_t n = PySet_GET_SIZE(sv.real.get());
+                return live(iv.iter_source, nullptr, static_cast<size_t>(n));
+            }
             // a set's iterator has no __setstate__ either (a review probe: a repetition
             // penalty looping over a set of seen tokens broke inside the loop): its elements,
             // constants in the order the guards hold, from where the loop is
@@ -199,6 +260,8 @@ int Monitor::iterator_state(int it, int depth) {
     }
     case IterKind::Flat: {
         size_t w = static_cast<size_t>(std::max(1, iv.iter_width));
+        if (iv.iter_container >= 0)
+            return live(iv.iter_container, iv.iter_method, iv.items.size() / w);
         std::vector<int> items = iv.items;
         for (size_t at = static_cast<size_t>(pos) * w; at + w <= items.size(); at += w) {
             if (w == 1 && !iv.iter_rows) {
@@ -494,13 +557,8 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     // The live state: the original code's varnames, the stack, then cells that are not
     // arguments. Cell arguments carry their contents (the resume code makes the cell).
     std::vector<int> live;
-    // One rebuilt iterator per iterator value: a local naming the loop's iterator (`it =
-    // iter(xs); for x in it:`) must go on as the same object as the one on the stack.
-    std::map<int, int> rebuilt;
-    auto rebuild = [&](int id) {
-        auto at = rebuilt.find(id);
-        return at != rebuilt.end() ? at->second : rebuilt[id] = iterator_state(id);
-    };
+    m_rebuilt.clear();
+    auto rebuild = [&](int id) { return iterator_state(id); };
     int nvar = origin->co_nlocals;
     cont->nvar = nvar;
     int none = m_cap.const_value(Py_None);

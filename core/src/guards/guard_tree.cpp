@@ -493,6 +493,23 @@ PyObject* lookup_after(PyTypeObject* type, Py_ssize_t after, PyObject* name) {
     return nullptr;
 }
 
+void iterator_lists(PyObject* it, std::vector<PyObject*>& out, int depth) {
+    PyTypeObject* t = Py_TYPE(it);
+    if (depth > 8 || (t != &PyListIter_Type && t != &PyZip_Type && t != &PyEnum_Type)) return;
+    py::Ref red = py::Ref::steal(PyObject_CallMethod(it, "__reduce__", nullptr));
+    if (!red || !PyTuple_Check(red.get()) || PyTuple_GET_SIZE(red.get()) < 2 ||
+        !PyTuple_Check(PyTuple_GET_ITEM(red.get(), 1))) {
+        PyErr_Clear();
+        return;
+    }
+    PyObject* args = PyTuple_GET_ITEM(red.get(), 1);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
+        PyObject* a = PyTuple_GET_ITEM(args, i);
+        if (t == &PyListIter_Type && PyList_Check(a)) out.push_back(a);
+        else iterator_lists(a, out, depth + 1);
+    }
+}
+
 PyObject* iterator_rest(PyObject* it) {
     PyTypeObject* t = Py_TYPE(it);
     bool seq = t == &PyListIter_Type || t == &PyTupleIter_Type || t == &PyRangeIter_Type;

@@ -49,6 +49,9 @@ enum class AccessKind : uint8_t {
 // generator cannot be looked into) or one with more than `kMaxIterRest` items left.
 // PRECONDITION: GIL held.
 PyObject* iterator_rest(PyObject* it);
+// The lists an iterator iterator_rest() can read walks (inside a zip or enumerate too), added
+// to `out` (borrowed: the iterator holds them). PRECONDITION: GIL held.
+void iterator_lists(PyObject* it, std::vector<PyObject*>& out, int depth = 0);
 
 // What super() finds for `name`: the attribute in the __dict__ of the first class of
 // type->__mro__ after position `after` that has it (no binding). Borrowed; null when none,
