@@ -59,10 +59,11 @@ def parse_options(line, where="%%magpy"):
     """{'backend', 'fullgraph', 'dynamic', 'quiet'} from the magic's line; UsageError names the
     input that is wrong."""
     import magpy
+    usage = LINE_USAGE if where.startswith("%magpy") else USAGE
     try:
         tokens = shlex.split(line)
     except ValueError as e:
-        raise UsageError(f"{where}: cannot read the options {line!r} ({e}).\n{USAGE}") from None
+        raise UsageError(f"{where}: cannot read the options {line!r} ({e}).\n{usage}") from None
     opts = {"backend": "eager", "fullgraph": False, "dynamic": False, "quiet": False}
     i = 0
     while i < len(tokens):
@@ -73,18 +74,18 @@ def parse_options(line, where="%%magpy"):
             if tok == "--backend":
                 if i + 1 >= len(tokens) or tokens[i + 1].startswith("--"):
                     raise UsageError(f"{where}: --backend needs a name, as in `{where} "
-                                     f"--backend eager` (got {line!r}).\n{USAGE}")
+                                     f"--backend eager` (got {line!r}).\n{usage}")
                 i += 1
                 opts["backend"] = tokens[i]
             else:
                 opts["backend"] = tok.split("=", 1)[1]
         else:
-            raise UsageError(f"{where}: unknown option {tok!r} in {line.strip()!r}.\n{USAGE}")
+            raise UsageError(f"{where}: unknown option {tok!r} in {line.strip()!r}.\n{usage}")
         i += 1
     available = magpy.backends()
     if opts["backend"] not in available:
         raise UsageError(f"{where}: unknown backend {opts['backend']!r} in {line.strip()!r}; "
-                         f"the backends here are: {', '.join(available)}.\n{USAGE}")
+                         f"the backends here are: {', '.join(available)}.\n{usage}")
     return opts
 
 
@@ -179,6 +180,16 @@ def _ends_with_semicolon(source):
     except (tokenize.TokenError, SyntaxError):
         return False
     return bool(toks) and toks[-1].type == tokenize.OP and toks[-1].string == ";"
+
+
+def _blank_head(text):
+    """How many lines at the start of `text` are blank."""
+    n = 0
+    for line in text.splitlines():
+        if line.strip():
+            break
+        n += 1
+    return n
 
 
 def build_cell_function(python_source, filename, line_offset, user_ns, display_lines=()):
@@ -605,6 +616,11 @@ class MagpyMagics(Magics):
             python_source = shell.transform_cell(cell)
         finally:
             self._running = False
+        # IPython drops the cell's leading blank lines; put them back so that line numbers are
+        # those the user sees (a review probe: every view was off by their count)
+        lost = _blank_head(cell) - _blank_head(python_source)
+        if lost > 0:
+            python_source = "\n" * lost + python_source
         filename = shell.compile.cache(display_source, shell.execution_count)
         fn = build_cell_function(python_source, filename, line_offset, shell.user_ns,
                                  display_source.splitlines())
@@ -766,8 +782,11 @@ class MagpyMagics(Magics):
                      elapsed_s=wall_ns / 1e9, outcome=run.get("outcome", ""),
                      recompile_reasons=run.get("recompile_reasons", []))
         if after:
-            state.update(graphs=after["graph_count"], breaks=after["break_count"],
-                         ops=sum(g["op_count"] for g in after["graphs"]),
+            # counted as the views below count: with the callees that ran compiled on their own
+            whole = _views._with_callees(after)
+            state.update(graphs=after["graph_count"] + len(whole["graphs"]) - len(after["graphs"]),
+                         breaks=after["break_count"] + len(whole["breaks"]) - len(after["breaks"]),
+                         ops=sum(g["op_count"] for g in whole["graphs"]),
                          capture_ns=after["timings_ns"]["capture"],
                          compile_ns=after["timings_ns"]["compile"])
         if error is not None:
@@ -866,6 +885,7 @@ class MagpyMagics(Magics):
             self._install_transformer()
             print(f"magpy: every cell now runs under %%magpy (backend {opts['backend']}"
                   f"{', fullgraph' if opts['fullgraph'] else ''}"
+                  f"{', dynamic' if opts['dynamic'] else ''}"
                   f"{', quiet' if opts['quiet'] else ''}); cells that start with % or ! run as "
                   "usual; `%magpy off` stops")
             return None

@@ -218,9 +218,9 @@ _LINE_COMMENT = re.compile(r"#\s*line\s+(\d+)\s*$")
 
 def plan_display_text(replay_python):
     """The plan as shown to users: the cell's code object is named <module> (so tracebacks read
-    like a normal cell), which makes the engine's header `def replay_<module>(...)`."""
-    return re.sub(r"^def replay_<module>\(", "def replay_cell(", replay_python, count=1,
-                  flags=re.M)
+    like a normal cell), which the engine's header spells `def replay__module_(...)`."""
+    return re.sub(r"^def replay_(<module>|_module_)\(", "def replay_cell(", replay_python,
+                  count=1, flags=re.M)
 
 
 def _access_root(node):
@@ -277,11 +277,29 @@ def _step_from_stmt(stmt, line):
         value = stmt.value if stmt.value is not None else ast.Constant(None)
     elif isinstance(stmt, (ast.Expr, ast.AugAssign)):
         kind = "write"   # a call or update kept for its effect (container mutation, ...)
+    if kind == "write" and isinstance(stmt, ast.Assign):
+        # a store reads its value and the container it writes into, not the name it binds
+        # (a review probe: `result = x0 * 2` drew `result` as an input of the cell)
+        value = stmt.value
+        parts = [value]
+        for target in stmt.targets:
+            if isinstance(target, (ast.Subscript, ast.Attribute)):
+                if not (isinstance(target.value, ast.Name) and target.value.id in ("L", "G")):
+                    parts.append(target.value)
+                if isinstance(target, ast.Subscript):
+                    parts.append(target.slice)
+        uses, inputs = [], []
+        for part in parts:
+            u, i = _inputs_and_uses(part)
+            uses += u
+            inputs += i
+        return {"slot": slot, "kind": kind, "text": stmt_text,
+                "uses": list(dict.fromkeys(uses)), "inputs": list(dict.fromkeys(inputs)),
+                "line": line}
     uses, inputs = _inputs_and_uses(value)
-    if kind == "write" and isinstance(stmt, (ast.Assign, ast.AugAssign)):
+    if kind == "write" and isinstance(stmt, ast.AugAssign):
         # the written location is where the effect goes, the value is what flows into it
-        target = stmt.targets[0] if isinstance(stmt, ast.Assign) else stmt.target
-        uses_t, _ = _inputs_and_uses(target)
+        uses_t, _ = _inputs_and_uses(stmt.target)
         uses = list(dict.fromkeys(uses + uses_t))
     return {"slot": slot, "kind": kind, "text": stmt_text, "uses": uses, "inputs": inputs,
             "line": line}
@@ -739,14 +757,21 @@ def breaks_view(report, ctx):
             body += _source_listing(ctx["source"], marks)
     else:
         body = f'<div style="{_GOOD}">no graph break: the cell was captured whole</div>'
+    # the engine's notes: what it did instead (the rest of a call run eagerly after a break,
+    # a backend's fallback, the cache limit), as explain() lists them
+    notes = [str(n) for n in report.get("notes", [])]
+    if notes:
+        body += (f'<div style="{_MUTED}">notes</div><ul>' +
+                 "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
     for i in items:
         plain.append(f"  [{i['reason_id']}] {i['reason']}")
         if i["where"]:
             plain.append(f"      at {i['where']}: {i['line_text'].strip()}")
         if i["hint"]:
             plain.append(f"      hint: {i['hint']}")
+    plain += [f"  note: {n}" for n in notes]
     summary = plural(len(items), "break") if items else "none"
-    data = {"label": ctx.get("label", ""), "breaks": items,
+    data = {"label": ctx.get("label", ""), "breaks": items, "notes": notes,
             "cell": {"filename": ctx.get("filename", ""), "source": ctx.get("source", ""),
                      "highlight_lines": sorted(marks)}}
     return _bundle("breaks", data, _section("magpy · graph breaks", summary, body,
@@ -808,13 +833,21 @@ def timings_view(report, ctx):
              plural(report.get("captures", 0), "capture")],
             ["compile, all runs", fmt_ns(t.get("compile", 0)),
              f"backend {report.get('backend', '')}"]]
+    calls = report.get("calls", 0)
+    hits = report.get("cache_hits", 0) + report.get("resume_hits", 0)
+    rows.append(["guards, all runs", fmt_ns(t.get("guard", 0)),
+                 f"{fmt_ns(t.get('guard', 0) / calls)} a call" if calls else ""])
+    rows.append(["replay, all runs", fmt_ns(t.get("replay", 0)),
+                 f"{fmt_ns(t.get('replay', 0) / hits)} a cache hit" if hits else ""])
     erows = [[e["id"], e["kind"], fmt_ns(e.get("capture_ns", 0)), fmt_ns(e.get("compile_ns", 0)),
-              e.get("instructions", 0), e.get("hits", 0)] for e in entries]
+              fmt_ns(e.get("replay_ns", 0)), e.get("instructions", 0), e.get("hits", 0)]
+             for e in entries]
     counts = (f"{plural(report.get('calls', 0), 'run')}: {report.get('cache_hits', 0)} replayed, "
               f"{report.get('cache_misses', 0)} missed the cache, "
               f"{report.get('eager_calls', 0)} eager")
     body = (_table(["phase", "time", ""], rows) + f'<div style="{_MUTED}">{esc(counts)}</div>'
-            + (_table(["entry", "kind", "capture", "compile", "instructions", "hits"], erows)
+            + (_table(["entry", "kind", "capture", "compile", "replay", "instructions", "hits"],
+                      erows)
                if erows else ""))
     summary = f"{fmt_ns(run.get('wall_ns', 0))} this run" if run else counts
     data = {"label": ctx.get("label", ""), "wall_ns": int(run.get("wall_ns", 0)),
@@ -824,6 +857,7 @@ def timings_view(report, ctx):
             "eager_calls": report.get("eager_calls", 0), "captures": report.get("captures", 0),
             "entries": [{"entry": e["id"], "kind": e["kind"], "capture_ns": e.get("capture_ns", 0),
                          "compile_ns": e.get("compile_ns", 0),
+                         "replay_ns": e.get("replay_ns", 0),
                          "instructions": e.get("instructions", 0), "hits": e.get("hits", 0)}
                         for e in entries]}
     plain = [f"magpy timings: {summary}"] + [f"  {r[0]}: {r[1]} {r[2]}".rstrip() for r in rows] + \
