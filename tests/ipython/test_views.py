@@ -212,6 +212,25 @@ def test_parse_break_message_and_run_summary():
     assert s["outcome"] == "replayed from the cache" and s["recompile_reasons"] == []
 
 
+def test_every_part_of_a_huge_view_is_cut_and_says_so():
+    # a review probe: a 3000-step loop wrote 4.6 MB of views into the notebook
+    n = _views.MAX_JSON_ITEMS + 10
+    report = fake_report(n_ops=n)
+    for kind, build in (("graphs", _views.graphs_view), ("plan", _views.plan_view)):
+        b = build(report, CTX)
+        lines = b["text/plain"].splitlines()
+        assert len(lines) == _views.MAX_TABLE_ROWS + 1, (kind, len(lines))
+        assert lines[-1].startswith("… ") and "%magpy report FILE" in lines[-1]
+        assert b["text/html"].count("\n") < _views.MAX_TABLE_ROWS + 50, kind
+        assert len(b["text/html"]) < 500_000, (kind, len(b["text/html"]))
+    data = _views.graphs_view(report, CTX)["application/vnd.magpy.graphs+json"]
+    assert len(data["graphs"][0]["ops"]) == _views.MAX_JSON_ITEMS
+    assert data["truncated"] == [f"graphs[0].ops: {_views.MAX_JSON_ITEMS} of {n} items"]
+    long_text = {"plans": [{"python": "x\n" * _views.MAX_JSON_TEXT}]}
+    cut = _views._bundle("plan", long_text, "", "")["application/vnd.magpy.plan+json"]
+    assert len(cut["plans"][0]["python"]) == _views.MAX_JSON_TEXT and cut["truncated"]
+
+
 def test_long_tables_are_cut_but_the_json_keeps_everything():
     b = _views.graphs_view(fake_report(n_ops=_views.MAX_TABLE_ROWS + 50), CTX)
     assert len(b["application/vnd.magpy.graphs+json"]["graphs"][0]["ops"]) == \

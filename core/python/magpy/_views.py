@@ -47,7 +47,13 @@ DOT_TIMEOUT_S = 5.0
 DOT_CAPS = ("-Gnslimit=1", "-Gnslimit1=1", "-Gmclimit=0.3")
 MAX_DRAWN_NODES = 300
 MAX_INPUTS_PER_COLLAPSED_GRAPH = 12
-MAX_TABLE_ROWS = 400   # longer tables are cut (the JSON keeps everything) to keep notebooks light
+# Views are kept light enough for a notebook whatever the program (a review probe: a 3000-step
+# loop wrote 4.6 MB of views): tables, listings and plain text stop after MAX_TABLE_ROWS rows,
+# the JSON after MAX_JSON_ITEMS items per list and MAX_JSON_TEXT characters per string, each cut
+# saying so (the JSON's "truncated" lists them). `%magpy report FILE` writes everything.
+MAX_TABLE_ROWS = 400
+MAX_JSON_ITEMS = 1000
+MAX_JSON_TEXT = 100_000
 
 OP_KINDS = ("call", "binary operator", "comparison", "unary operator", "subscript",
             "attribute read", "list", "tuple", "dict", "slice", "attribute write", "item write")
@@ -104,10 +110,38 @@ def humanize(expr):
     return re.sub(r"\b[GL]\['([A-Za-z_]\w*)'\]", r"\1", expr)
 
 
+def _cut_lines(lines, what="lines"):
+    """At most MAX_TABLE_ROWS of `lines`, and a last one saying how many more there were."""
+    cut = len(lines) - MAX_TABLE_ROWS
+    if cut <= 0:
+        return lines
+    return lines[:MAX_TABLE_ROWS] + [f"… {cut} more {what} (%magpy report FILE writes all of them)"]
+
+
+def _cut_json(value, path, cuts):
+    """`value` with lists cut to MAX_JSON_ITEMS items and strings to MAX_JSON_TEXT characters;
+    each cut is noted in `cuts` by its path."""
+    if isinstance(value, dict):
+        return {k: _cut_json(v, f"{path}.{k}" if path else str(k), cuts) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if len(value) > MAX_JSON_ITEMS:
+            cuts.append(f"{path}: {MAX_JSON_ITEMS} of {len(value)} items")
+            value = value[:MAX_JSON_ITEMS]
+        return [_cut_json(v, f"{path}[{i}]", cuts) for i, v in enumerate(value)]
+    if isinstance(value, str) and len(value) > MAX_JSON_TEXT:
+        cuts.append(f"{path}: {MAX_JSON_TEXT} of {len(value)} characters")
+        return value[:MAX_JSON_TEXT]
+    return value
+
+
 def _bundle(kind, data, html_text, plain):
-    data = dict(data)
+    cuts = []
+    data = _cut_json(dict(data), "", cuts)
+    if cuts:
+        data["truncated"] = cuts
     data.setdefault("schema_version", VIEW_SCHEMA_VERSION)
     data.setdefault("kind", kind)
+    plain = "\n".join(_cut_lines(plain.splitlines()))
     return {mime_type(kind): data, "text/html": html_text, "text/plain": plain}
 
 
@@ -126,7 +160,7 @@ def _table(headers, rows, raw_cols=()):
     cut = len(rows) - MAX_TABLE_ROWS
     if cut > 0:
         rows = list(rows[:MAX_TABLE_ROWS]) + \
-            [[f"… {cut} more rows (all of them are in the view's JSON and in %magpy report)"]]
+            [[f"… {cut} more rows (%magpy report FILE writes all of them)"]]
     for row in rows:
         cells = "".join(f'<td style="{_TD}">{c if i in raw_cols else esc(c)}</td>'
                         for i, c in enumerate(row))
@@ -786,7 +820,7 @@ def breaks_view(report, ctx):
 def _python_html(code):
     """Python with comments muted; everything escaped."""
     out = []
-    for line in code.splitlines():
+    for line in _cut_lines(code.splitlines()):
         m = re.search(r"(\s+#[^'\"]*)$", line)
         if m and not line.lstrip().startswith("#"):
             out.append(esc(line[:m.start()]) + f'<span style="{_MUTED}">{esc(m.group(1))}</span>')
