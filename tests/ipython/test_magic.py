@@ -603,3 +603,18 @@ def test_magpy_on_says_dynamic_and_its_errors_give_its_own_usage(ip, capsys):
     r = ip.run_cell("%magpy on --sideways")
     assert isinstance(r.error_in_exec, UsageError)
     assert "usage: %magpy on" in str(r.error_in_exec), str(r.error_in_exec)
+
+
+def test_ops_traced_into_a_function_of_another_cell_name_that_cell(ip, rec):
+    # they were shown with that cell's line numbers as lines of this one
+    run(ip, "def helper(t):\n    a = t.sin()\n    return a.cos() * 3")
+    helper_cell = ip.compile._filename_map[ip.user_ns["helper"].__code__.co_filename]
+    run(ip, "%%magpy\nx = torch.ones(2)\ny = x + 1\nz = helper(y)\nz")
+    view = rec.view("graphs")
+    ops = view["application/vnd.magpy.graphs+json"]["graphs"][0]["ops"]
+    sin = next(o for o in ops if "sin" in o["expr"])
+    assert sin["where"] == f"Cell In[{helper_cell}], line 2", sin
+    assert next(o for o in ops if o["expr"] == "v0 + 1")["where"] == ""  # this cell's own
+    assert f"# Cell In[{helper_cell}], line 2" in view["text/plain"]
+    plan = rec.view("plan")["application/vnd.magpy.plan+json"]["plans"][0]["python"]
+    assert "# line 2 of helper" in plan and "# line 3\n" in plan, plan

@@ -656,6 +656,11 @@ class MagpyMagics(Magics):
                 text = linecache.getline(f, b.get("lineno", 0))
                 if text:
                     lines.setdefault(f, {})[b["lineno"]] = text.rstrip("\n")
+        for g in _views._with_callees(report).get("graphs", []):
+            for op in g.get("ops", []):  # ops traced into functions of other cells
+                f = op.get("filename", "")
+                if f and f != program.filename and f in fmap:
+                    labels[f] = f"Cell In[{fmap[f]}]"
         return {"label": program.label, "filename": program.filename,
                 "source": program.display_source, "file_labels": labels, "file_lines": lines,
                 "run": run}

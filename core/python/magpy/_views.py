@@ -425,6 +425,10 @@ def graphs_view(report, ctx):
                 "index": i, "kind": kind,
                 "kind_name": OP_KINDS[kind] if 0 <= kind < len(OP_KINDS) else f"kind {kind}",
                 "target": op.get("target", ""), "line": op.get("line"),
+                # a line of a function defined elsewhere (another cell, a module) says where
+                "where": (_where(ctx, op["filename"], op.get("line"))
+                          if op.get("filename") and op["filename"] != ctx.get("filename")
+                          else ""),
                 "out": op["out"], "output": f"v{op['out']}" if op["out"] >= 0 else "",
                 "inputs": ([f"v{u}" for u in step["uses"]] + step["inputs"]) if step else [],
                 "expr": step["text"] if step else "",
@@ -435,7 +439,7 @@ def graphs_view(report, ctx):
                             "ops": ops})
         rows = [[o["index"], o["output"] or "—", o["kind_name"], humanize(o["target"]) or "—",
                  ", ".join(humanize(x) for x in o["inputs"]) or "—", humanize(o["expr"]),
-                 o["line"] if o["line"] is not None else ""] for o in ops]
+                 o["where"] or (o["line"] if o["line"] is not None else "")] for o in ops]
         note = (f'<div style="{_BAD}">backend note: {esc(g["backend_note"])}</div>'
                 if g.get("backend_note") else "")
         blocks.append(f'<div style="margin-top:6px"><b>{esc(title)}</b> '
@@ -447,7 +451,7 @@ def graphs_view(report, ctx):
                      + (f" ({g['backend_note']})" if g.get("backend_note") else ""))
         for o in ops:
             plain.append(f"    {o['output'] or '-':>4} = {humanize(o['expr']) or o['kind_name']}"
-                         f"    # line {o['line']}")
+                         f"    # {o['where'] or 'line %s' % o['line']}")
     n = len(graphs_data)
     total_ops = sum(g["op_count"] for g in graphs_data)
     summary = f"{plural(n, 'graph')}, {plural(total_ops, 'op')}"

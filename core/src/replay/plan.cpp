@@ -654,7 +654,7 @@ static std::string render_constant(PyObject* c) {
     return py::repr_string(c);
 }
 
-std::string Plan::render(const std::string& fn_name) const {
+std::string Plan::render(const std::string& fn_name, const std::string& filename) const {
     std::string name = fn_name;  // "<module>", "<lambda>": not identifiers
     for (char& c : name)
         if (!(isalnum(static_cast<unsigned char>(c)) || c == '_')) c = '_';
@@ -738,6 +738,9 @@ std::string Plan::render(const std::string& fn_name) const {
         if (s.line > 0) {
             if (line.size() < 56) line.resize(56, ' ');
             line += "  # line " + std::to_string(s.line);
+            if (!filename.empty() && s.loc >= 0 && static_cast<size_t>(s.loc) < m_locations.size() &&
+                m_locations[static_cast<size_t>(s.loc)].filename != filename)
+                line += " of " + m_locations[static_cast<size_t>(s.loc)].function;
         }
         out += line + "\n";
     }

@@ -168,7 +168,9 @@ public:
     PyObject* run(PyObject* const* inputs, Declined& declined) const;
 
     // Readable Python: "def replay(L, G):\n    v0 = torch.add(L['x'], 1)\n ...".
-    std::string render(const std::string& fn_name) const;
+    // `filename`: the compiled function's file; a step from another file (a function of another
+    // module or notebook cell, traced into) names its function in its `# line` comment.
+    std::string render(const std::string& fn_name, const std::string& filename = "") const;
     std::string render_arg(const Arg& a) const;
 
 private:

@@ -97,6 +97,8 @@ nlohmann::json make_report(const CompiledState& st) {
     // after graph breaks), each with where its segment starts and ends.
     // Compiling done inside replays (torchscript traces on first use) counts as compile time.
     int64_t deferred = 0;
+    const std::string code_filename =
+        st.code ? py::str_of(reinterpret_cast<PyCodeObject*>(st.code.get())->co_filename) : "";
     auto add_entries = [&](CodeCache* cc, int starts_at_line) {
         for (const CacheEntry& e : cc->entries) {
             if (e.options_key != st.options_key || !e.used_by(st.id)) continue;  // another's
@@ -153,13 +155,18 @@ nlohmann::json make_report(const CompiledState& st) {
                     std::string target = step.kind == StepKind::Call && !step.args.empty()
                                              ? e.plan->render_arg(step.args[0])
                                              : "";
-                    ops.push_back({{"kind", static_cast<int>(step.kind)},
-                                   {"target", target},
-                                   {"line", step.line},
-                                   {"out", step.out}});
+                    nlohmann::json op = {{"kind", static_cast<int>(step.kind)},
+                                         {"target", target},
+                                         {"line", step.line},
+                                         {"out", step.out}};
+                    const auto& locs = e.plan->locations();
+                    if (step.loc >= 0 && static_cast<size_t>(step.loc) < locs.size())
+                        op["filename"] = locs[static_cast<size_t>(step.loc)].filename;
+                    ops.push_back(std::move(op));
                 }
                 g["ops"] = ops;
-                g["replay_python"] = e.plan->render(st.name.substr(st.name.rfind('.') + 1));
+                g["replay_python"] = e.plan->render(st.name.substr(st.name.rfind('.') + 1),
+                                                    code_filename);
                 entry["replay_python"] = g["replay_python"];
                 r["graphs"].push_back(g);
             }
