@@ -825,3 +825,84 @@ def test_an_iterator_in_a_local_and_in_a_zip_goes_on_as_one_object():
         _same_outcomes(fn, lambda i: (torch.tensor(xs[i]), [torch.tensor([1., 1.]),
                                                             torch.tensor([-1., 1.]),
                                                             torch.tensor([2., -1.])]))
+
+
+def test_a_dicts_items_changed_by_the_loop_body_are_seen():
+    # no break needed: the items were read when the loop began (second review probe)
+    def passed_in(x, d):
+        out = []
+        for k, v in d.items():
+            out.append(v + 0)
+            d["b"] = x * 3
+        return out
+
+    def made_here(x):
+        d = {"a": x, "b": x * 2}
+        out = []
+        for k, v in d.items():
+            out.append(v + 0)
+            d["b"] = x * 5
+        return out
+
+    x = lambda i: torch.tensor([1., 2.]) * (i + 1)
+    _same_outcomes(passed_in, lambda i: (x(i), {"a": torch.tensor([1., 1.]),
+                                                "b": torch.tensor([2., 2.])}), n=6)
+    _same_outcomes(made_here, lambda i: (x(i),), n=6)
+
+
+def test_a_set_changed_around_a_break_in_its_loop_iterates_as_in_eager():
+    # a set made in the call went on over a list of its elements; one whose elements changed
+    # with its size kept went on from the wrong place; a set passed in and changed before the
+    # break raised "changed size" (its iterator was made after the change)
+    def grown(x):
+        s = {1, 2, 3}
+        out = []
+        for e in s:
+            out.append(e)
+            if (x * e).sum() > 0:
+                s.add(e + 10)
+        return out
+
+    def swapped(x):
+        s = {1, 2, 3}
+        out = []
+        for e in s:
+            out.append(e)
+            if e == 1:
+                s.discard(1)
+                s.add(7)
+            if x.sum() > 0:
+                out.append("+")
+        return out
+
+    def swapped_in(x, s):
+        out = []
+        for e in s:
+            out.append(e)
+            if e == 1:
+                s.discard(2)
+                s.add(12)
+            if x.sum() > 0:
+                out.append("+")
+        return out
+
+    x = lambda i: torch.tensor([1., 2.]) * (1 if i % 2 == 0 else -1)
+    _same_outcomes(grown, lambda i: (x(i),), n=6)
+    _same_outcomes(swapped, lambda i: (x(i),), n=6)
+    _same_outcomes(swapped_in, lambda i: (x(i), {1, 2, 3}), n=6)
+
+
+def test_an_unchanged_range_iterator_passed_in_does_not_break():
+    # each int of a range is made anew: compared by value, not identity
+    def f(x, it):
+        out = []
+        for i in it:
+            out.append(x * i)
+        return out
+
+    magpy.reset()
+    cf = magpy.compile(f)
+    x = torch.tensor([1., 2.])
+    for _ in range(3):
+        assert repr(cf(x, iter(range(1000, 1003)))) == repr(f(x, iter(range(1000, 1003))))
+    assert break_ids(cf) == [], magpy.explain(cf)

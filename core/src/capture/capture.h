@@ -98,6 +98,7 @@ struct Value {
     // containers at a break] in segment.cpp)
     int iter_container = -1;
     const char* iter_method = nullptr;  // "keys", "values", "items", "reversed"; null: iter(c)
+    py::Ref iter_snapshot;  // container_state() of it when the loop began
     // InputSeq over an iterator passed in ([Note: iterators passed in] in monitor.cpp): that
     // iterator's value, advanced at replay by one next() per item the capture took.
     int iter_advance = -1;

@@ -6930,6 +6930,16 @@ int Monitor::input_iterator(int value) {
 // items read at entry (a review probe). So each item the real loop took must be the one read
 // at entry, and the loop must run out where they did (`real` null: it ran out); else the loop
 // breaks here, and goes on from the list as it is now.
+// The same item, as a loop would tell: the same object, or equal plain numbers and strings
+// (a range's iterator makes each int anew).
+static bool same_item(PyObject* a, PyObject* b) {
+    if (a == b) return true;
+    if (Py_TYPE(a) != Py_TYPE(b) ||
+        !(PyLong_CheckExact(a) || PyFloat_CheckExact(a) || PyUnicode_CheckExact(a)))
+        return false;
+    return same_constant(a, b);
+}
+
 bool Monitor::rest_item_is(int rest, int pos, PyObject* real) {
     PyObject* items = m_cap.v(rest).real.get();
     Py_ssize_t n = PyList_Check(items) ? PyList_GET_SIZE(items) : -1;
@@ -6940,16 +6950,12 @@ bool Monitor::rest_item_is(int rest, int pos, PyObject* real) {
         same = false;
     } else {
         PyObject* was = PyList_GET_ITEM(items, pos);
-        same = was == real;
-        if (!same && PyTuple_Check(was) && PyTuple_Check(real) &&
+        same = same_item(was, real);
+        if (!same && PyTuple_CheckExact(was) && PyTuple_CheckExact(real) &&
             PyTuple_GET_SIZE(was) == PyTuple_GET_SIZE(real)) {
             same = true;  // a zip's or enumerate's row: made anew, its parts are the items
-            for (Py_ssize_t k = 0; same && k < PyTuple_GET_SIZE(real); ++k) {
-                PyObject* a = PyTuple_GET_ITEM(was, k);
-                PyObject* b = PyTuple_GET_ITEM(real, k);
-                same = a == b || (PyLong_CheckExact(a) && PyLong_CheckExact(b) &&
-                                  PyObject_RichCompareBool(a, b, Py_EQ) == 1);
-            }
+            for (Py_ssize_t k = 0; same && k < PyTuple_GET_SIZE(real); ++k)
+                same = same_item(PyTuple_GET_ITEM(was, k), PyTuple_GET_ITEM(real, k));
         }
     }
     if (!same)
@@ -6989,6 +6995,7 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
         iv.items = view.items;
         iv.iter_container = view.iter_container;
         iv.iter_method = view.iter_method;
+        iv.iter_snapshot = view.iter_snapshot;
         return it;
     }
     IterKind kind;
@@ -7047,8 +7054,27 @@ int Monitor::make_iter(int src, PyObject* real_iter) {
     iv.iter_kind = kind;
     iv.iter_source = source;
     iv.items = std::move(flat);
-    iv.iter_container = container;
+    if (container >= 0) mark_live(it, container, nullptr);
+    else if (kind == IterKind::ConstSeq && PyAnySet_Check(m_cap.v(src).real.get()))
+        mark_live(it, src, nullptr);
     return it;
+}
+
+py::Ref Monitor::container_state(PyObject* c) {
+    if (PyDict_Check(c) || PyAnySet_Check(c)) {
+        py::Ref t = py::Ref::steal(PySequence_Tuple(c));
+        if (!t) PyErr_Clear();
+        return t;
+    }
+    if (PyList_Check(c)) return py::Ref::steal(PyLong_FromSsize_t(PyList_GET_SIZE(c)));
+    return py::Ref();
+}
+
+void Monitor::mark_live(int it, int container, const char* method) {
+    Value& iv = m_cap.v(it);
+    iv.iter_container = container;
+    iv.iter_method = method;
+    iv.iter_snapshot = container_state(m_cap.v(container).real.get());
 }
 
 int Monitor::next_item(int it, PyObject* real) {
@@ -7114,13 +7140,23 @@ int Monitor::next_item(int it, PyObject* real) {
             m_cap.internal_error("iteration past the known items");
             return -1;
         }
+        // The items were read when the loop began: a dict the body changes (`d[k] = y` for a
+        // key still to come) yields others now, which the plan would not give (a review probe)
+        auto changed = [&] {
+            m_cap.fail(breaks::kMutatedThenRead,
+                       "`" + iter.label + "` yields another item than the one it held when the "
+                       "loop began: the loop's body changed it",
+                       "change the container after the loop, or loop over a copy of it");
+            return -1;
+        };
         if (w == 1 && !iter.iter_rows) {
-            if (m_cap.v(iter.items[at]).real.get() != real) {
-                m_cap.internal_error("iteration yielded another item than the one expected");
-                return -1;
-            }
+            if (!same_item(m_cap.v(iter.items[at]).real.get(), real)) return changed();
             return iter.items[at];
         }
+        if (PyTuple_Check(real) && static_cast<size_t>(PyTuple_GET_SIZE(real)) == w)
+            for (size_t k = 0; k < w; ++k)
+                if (!same_item(m_cap.v(iter.items[at + k]).real.get(), PyTuple_GET_ITEM(real, k)))
+                    return changed();
         return m_cap.fresh(ValueKind::FreshTuple,
                            std::vector<int>(iter.items.begin() + static_cast<long>(at),
                                             iter.items.begin() + static_cast<long>(at + w)),
@@ -7506,8 +7542,7 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         m_cap.v(it).iter_kind = IterKind::Flat;
         m_cap.v(it).items = std::move(items);
         if (PyList_Check(m_cap.v(args[0]).real.get())) {
-            m_cap.v(it).iter_container = args[0];
-            m_cap.v(it).iter_method = "reversed";
+            mark_live(it, args[0], "reversed");
         }
         return it;
     }
@@ -7531,8 +7566,7 @@ int Monitor::iter_call(const std::string& name, const std::vector<int>& args, Py
         vv.iter_width = name == "items" ? 2 : 1;
         vv.iter_view = true;
         vv.items = std::move(items);
-        vv.iter_container = d;
-        vv.iter_method = name == "items" ? "items" : name == "keys" ? "keys" : "values";
+        mark_live(view, d, name == "items" ? "items" : name == "keys" ? "keys" : "values");
         return view;
     }
     if (name == "copy" && args.size() == 1 && result && PyDict_Check(result)) {

@@ -232,6 +232,11 @@ private:
     bool break_step(ShadowFrame& f, const py::Instruction& ins, std::vector<int>& stack,
                     Continuation& c);
     int iterator_state(int iter, int depth = 0);
+    // What a live iterator over `c` relies on not changing while the loop runs ([Note: loops
+    // over containers at a break] in segment.cpp): a dict's keys and a set's elements in their
+    // order, a list's length. Null if `c` is none of those.
+    static py::Ref container_state(PyObject* c);
+    void mark_live(int it, int container, const char* method);
     int rebuilt_iterator(int iter, int depth);  // (iterator_state's work, once per value)
     // One rebuilt iterator per iterator value at a break, the same object wherever it is held:
     // a local naming the loop's iterator (`it = iter(xs); for x in zip(it, ys):`) must go on as

@@ -133,12 +133,16 @@ int Monitor::rebuilt_iterator(int it, int depth) {
     // loop is: the code after the break may change the container, and the loop must then see
     // it as Python's would (new values, "changed size during iteration"), not a list of the
     // items it had. A container whose size the call already changed since the loop began is
-    // not rebuilt: Python's iterator would raise at its next step, a new one would not.
-    auto live = [&](int container, const char* method, size_t count) -> int {
+    // not rebuilt: Python's iterator would raise at its next step, a new one would not; nor is
+    // one whose keys or elements changed (Python's goes on by position in the table).
+    auto live = [&](int container, const char* method) -> int {
         PyObject* c = m_cap.v(container).real.get();
-        Py_ssize_t now = PyObject_Length(c);
-        if (now < 0) PyErr_Clear();
-        if (now != static_cast<Py_ssize_t>(count)) return -1;
+        py::Ref now = container_state(c);
+        if (!now || !iv.iter_snapshot ||
+            PyObject_RichCompareBool(now.get(), iv.iter_snapshot.get(), Py_EQ) != 1) {
+            PyErr_Clear();
+            return -1;
+        }
         Arg src;
         if (!m_cap.escape_arg(container, src)) return -1;
         int made;
@@ -181,12 +185,8 @@ int Monitor::rebuilt_iterator(int it, int depth) {
     case IterKind::InputSeq: {
         const Value& sv = m_cap.v(iv.iter_source);
         if (sv.real && (PySet_Check(sv.real.get()) || PyFrozenSet_Check(sv.real.get()))) {
-            if (PySet_Check(sv.real.get()) && iv.iter_kind == IterKind::ConstSeq &&
-                sv.node >= 0) {
-                // a set passed in: guarded by its elements in their order
-                Py_ssize_t n = PySet_GET_SIZE(sv.real.get());
-                return live(iv.iter_source, nullptr, static_cast<size_t>(n));
-            }
+            if (PySet_Check(sv.real.get()) && iv.iter_container >= 0)
+                return live(iv.iter_container, nullptr);  // (a set may change after the break)
             // a set's iterator has no __setstate__ either (a review probe: a repetition
             // penalty looping over a set of seen tokens broke inside the loop): its elements,
             // constants in the order the guards hold, from where the loop is
@@ -260,8 +260,7 @@ int Monitor::rebuilt_iterator(int it, int depth) {
     }
     case IterKind::Flat: {
         size_t w = static_cast<size_t>(std::max(1, iv.iter_width));
-        if (iv.iter_container >= 0)
-            return live(iv.iter_container, iv.iter_method, iv.items.size() / w);
+        if (iv.iter_container >= 0) return live(iv.iter_container, iv.iter_method);
         std::vector<int> items = iv.items;
         for (size_t at = static_cast<size_t>(pos) * w; at + w <= items.size(); at += w) {
             if (w == 1 && !iv.iter_rows) {
@@ -505,6 +504,17 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     cont->origin = origin;
     cont->line = m_cap.line();
     std::vector<int> stack = f.stack;
+    // Loops over containers go on over iterators made before the break instruction runs in
+    // the plan, as Python's were made before it ([Note: loops over containers at a break]): a
+    // `s.discard(2); s.add(12)` there must find an iterator that counts the set's size as it
+    // was, not as the discard left it.
+    m_rebuilt.clear();
+    for (size_t i = 0; i < f.locals.size() + stack.size(); ++i) {
+        int id = i < f.locals.size() ? f.locals[i] : stack[i - f.locals.size()];
+        if (id >= 0 && id != m_cap.null_value() && m_cap.v(id).kind == ValueKind::Iterator &&
+            m_cap.v(id).iter_container >= 0 && iterator_state(id) < 0)
+            return refuse("an iterator over a container cannot be rebuilt");
+    }
     // [Note: calls that read their caller's frame] A replay plan runs in place of the frame,
     // so a call made from it sees the frame's caller as its own: `locals()` would list the
     // caller's names, zero-argument `super()` would find no `__class__`, and logging would
@@ -557,7 +567,6 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     // The live state: the original code's varnames, the stack, then cells that are not
     // arguments. Cell arguments carry their contents (the resume code makes the cell).
     std::vector<int> live;
-    m_rebuilt.clear();
     auto rebuild = [&](int id) { return iterator_state(id); };
     int nvar = origin->co_nlocals;
     cont->nvar = nvar;
