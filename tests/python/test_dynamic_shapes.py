@@ -4,6 +4,7 @@ Python code that needs a size as a number (a branch, range(), a list index) fixe
 Every call is compared with eager."""
 
 import math
+import operator
 import random
 
 import pytest
@@ -430,6 +431,37 @@ def test_truth_of_a_symbolic_size_keeps_it_symbolic(fn):
     # a review probe: each of these guarded the size by value and recompiled on every call
     cf = check(fn, [torch.randn(n, n) for n in range(3, 15)])
     assert magpy.explain(cf).cache_misses <= 2
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x * bool(x.shape[0]),
+    lambda x: x * bool(x.numel()),
+    lambda x: x * operator.truth(x.shape[0]),
+    lambda x: x * all(x.shape),
+    lambda x: x * any((x.shape[0] - 3, 0)),
+    lambda x: x * bool(x.shape[0] - 3),
+    lambda x: (x.sum(), str(x.shape[0]), repr(x.shape[1])),
+    lambda x: (x.sum(), "n=" + str(x.shape[0])),
+    lambda x: (x.sum(), "{}x{}".format(*x.shape)),
+    lambda x: (x.sum(), f"{list(x.shape)}"),
+    lambda x: x[: divmod(x.shape[0], 2)[0]] * divmod(x.shape[0], 3)[1],
+], ids=["bool(T)", "bool(numel)", "truth", "all(shape)", "any", "bool(T - 3)", "str", "str+",
+        "str.format", "f-list", "divmod"])
+def test_bool_str_and_divmod_of_a_symbolic_size_keep_it_symbolic(fn):
+    # a review probe: each of these fixed the size by value and compiled once per size
+    cf = check(fn, [torch.ones(n, 2) for n in range(3, 14)])
+    assert magpy.explain(cf).cache_misses <= 3, magpy.explain(cf)
+
+
+def test_bool_of_a_marked_dynamic_size_compiles_once():
+    f = lambda x: x * bool(x.numel())  # noqa: E731
+    magpy.reset()
+    cf = magpy.compile(f)
+    for n in (3, 4, 5):
+        x = torch.ones(n, 2)
+        magpy.mark_dynamic(x, 0)
+        assert torch.equal(cf(x), f(x))
+    assert magpy.explain(cf).graph_count == 1, magpy.explain(cf)
 
 
 def test_truth_of_a_number_computed_from_sizes_is_checked_at_replay():

@@ -27,6 +27,11 @@ BREAK_REASONS = {
 }
 
 
+def _n(count, one, many=None):
+    """`count` things, in the number the count needs: 1 entry, 2 entries."""
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
 @dataclass(frozen=True)
 class GraphBreak:
     reason_id: str
@@ -82,16 +87,17 @@ class Explanation:
         lines = [f"magpy explanation of {self.name}",
                  f"  graphs: {self.graph_count}   breaks: {self.break_count}   "
                  f"ops: {self.op_count}",
-                 f"  cache: {self.cache_entries} entries, {self.cache_hits} hits, "
-                 f"{self.cache_misses} misses" +
-                 (f" (after breaks: {self.resume_hits} hits, {self.resume_misses} misses)"
+                 f"  cache: {_n(self.cache_entries, 'entry', 'entries')}, "
+                 f"{_n(self.cache_hits, 'hit')}, {_n(self.cache_misses, 'miss', 'misses')}" +
+                 (f" (after breaks: {_n(self.resume_hits, 'hit')}, "
+                  f"{_n(self.resume_misses, 'miss', 'misses')})"
                   if self.resume_hits or self.resume_misses else "")]
         calls = max(r_calls := self.report.get("calls", 0), 1)
         hits = max(self.cache_hits + self.resume_hits, 1)
         t = self.timings
         lines.append(f"  time: capture {t['capture'] / 1e6:.2f} ms, compile "
                      f"{t['compile'] / 1e6:.2f} ms, guards {t['guard'] / calls / 1e3:.1f} us/call, "
-                     f"replay {t['replay'] / hits / 1e3:.1f} us/hit ({r_calls} calls)")
+                     f"replay {t['replay'] / hits / 1e3:.1f} us/hit ({_n(r_calls, 'call')})")
         for g in self.graphs:
             if g.get("backend_summary"):
                 lines.append(f"  {g['backend']} (entry {g['entry']}): {g['backend_summary']}")
@@ -102,8 +108,8 @@ class Explanation:
             lines.append("  break " + str(b).replace("\n", "\n  "))
         for c in self.callees:
             lines.append(f"  callee {c.name} (it broke inside) ran compiled on its own: "
-                         f"{c.graph_count} graphs, {c.break_count} breaks, "
-                         f"{c.report['calls']} calls")
+                         f"{_n(c.graph_count, 'graph')}, {_n(c.break_count, 'break')}, "
+                         f"{_n(c.report['calls'], 'call')}")
         for why in self.recompile_reasons:
             lines.append(f"  recompiled because {why}")
         for n in self.notes:

@@ -5352,6 +5352,49 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
                  (p.callee.kind == CallKind::ListMethod && p.callee.name == "append");
     if (sym_number_call(p, result))  // min(decay, (1 + step) / (10 + step)) with step dynamic
         return push_out(record_sym_number(p, result));
+    if (p.callee.kind == CallKind::PureBuiltin && name == "divmod" && p.in.size() == 2 &&
+        !p.kwnames && result && PyTuple_CheckExact(result) && PyTuple_GET_SIZE(result) == 2 &&
+        number_operands(p.in[0], p.in[1]) &&
+        (m_cap.v(p.in[0]).sym_number() || m_cap.v(p.in[1]).sym_number())) {
+        // divmod(n, k) of a symbolic size: (n // k, n % k), each computed at replay
+        static PyObject* op = PyImport_ImportModule("operator");  // (held for good)
+        std::vector<int> parts;
+        for (const char* fn : {"floordiv", "mod"}) {
+            py::Ref f = py::Ref::steal(op ? PyObject_GetAttrString(op, fn) : nullptr);
+            if (!f) {
+                PyErr_Clear();
+                return m_cap.internal_error("operator." + std::string(fn));
+            }
+            Pending part = p;
+            part.callee_value = m_cap.const_value(f.get(), "operator." + std::string(fn));
+            part.callee.name = fn;
+            int r = record_sym_number(part, PyTuple_GET_ITEM(result, static_cast<Py_ssize_t>(parts.size())));
+            if (r < 0) return;
+            parts.push_back(r);
+        }
+        return push_out(m_cap.fresh(ValueKind::FreshTuple, std::move(parts), result));
+    }
+    if (int truth = sym_truth_call(p); truth >= 0)  // x * bool(x.numel()): not per size
+        return push_out(m_cap.const_value(truth ? Py_True : Py_False));
+    if (((p.callee.kind == CallKind::TypeCtor && name == "str") ||
+         (p.callee.kind == CallKind::PureBuiltin && name == "repr")) &&
+        p.in.size() == 1 && !p.kwnames && formatted_at_replay(p.in[0]))
+        // str(n) of a symbolic size is made at replay, as f"{n}" is
+        return push_out(call_at_replay(m_cap.v(p.callee_value).real.get(), p.in, result, name));
+    if (p.callee.kind == CallKind::PureBuiltin && name == "str.format" && !p.kwnames &&
+        p.in.size() >= 2 && m_cap.v(p.in[0]).kind == ValueKind::Const &&
+        PyUnicode_CheckExact(m_cap.v(p.in[0]).real.get())) {
+        // "{}x{}".format(h, w) of symbolic sizes: made at replay too
+        bool any = false, plain = true;
+        for (size_t i = 1; i < p.in.size() && plain; ++i) {
+            const Value& a = m_cap.v(p.in[i]);
+            if (formatted_at_replay(p.in[i])) any = true;
+            else plain = a.kind == ValueKind::Const;
+        }
+        if (any && plain)
+            return push_out(call_at_replay(m_cap.v(p.callee_value).real.get(), p.in, result,
+                                           "str"));
+    }
     // A tensor changed in place keeps its value's sizes (an input's are guarded): the numbers
     // an in-place change of its shape is given are fixed (`y.squeeze_(d)`, `x.unsqueeze_(d)`)
     const std::string& op = p.callee.op;
@@ -6220,8 +6263,8 @@ bool Monitor::formatted_at_replay(int id) {
     PyObject* o = v.real.get();
     if (v.tensor || !o) return false;
     if (v.dyn_scalar || v.sym_number()) return true;
-    if (v.kind != ValueKind::FreshTuple ||
-        !tuple_or_shape(o))
+    if (!(v.kind == ValueKind::FreshTuple && tuple_or_shape(o)) &&
+        !(v.kind == ValueKind::FreshList && PyList_CheckExact(o)))  // f"{list(x.shape)}"
         return false;
     bool any = false;
     for (int it : v.items) {
@@ -8317,6 +8360,49 @@ void Monitor::number_from(int r, const std::vector<int>& operands) {
     out.data_size = out.data_size && out.dyn_scalar;
 }
 
+int Monitor::sym_truth(int id) {
+    Value& v = m_cap.v(id);
+    if (!v.sym_number() || PyBool_Check(v.real.get())) return -1;
+    if (v.positive) return 1;  // a size of an input: at least 2 by its guards
+    int truth = PyObject_IsTrue(v.real.get());
+    if (truth < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    return m_cap.add_replay_check(id, truth ? Py_True : Py_False, kCheckTruth) ? truth : -1;
+}
+
+int Monitor::sym_truth_call(const Pending& p) {
+    const std::string& n = p.callee.name;
+    bool one = (p.callee.kind == CallKind::TypeCtor && n == "bool") ||
+               (p.callee.kind == CallKind::PureBuiltin && n == "truth");
+    bool many = p.callee.kind == CallKind::PureBuiltin && (n == "all" || n == "any");
+    if ((!one && !many) || p.kwnames || p.in.size() != 1) return -1;
+    std::vector<int> items = {p.in[0]};
+    if (many) {
+        const Value& c = m_cap.v(p.in[0]);
+        if (c.kind != ValueKind::FreshList && c.kind != ValueKind::FreshTuple) return -1;
+        items = c.items;
+    }
+    bool any_sym = false;
+    for (int it : items) {  // (read first: nothing is checked unless all of them can be)
+        const Value& v = m_cap.v(it);
+        if (v.sym_number() && !PyBool_Check(v.real.get())) any_sym = true;
+        else if (v.kind != ValueKind::Const || !v.real ||
+                 !(PyLong_CheckExact(v.real.get()) || PyFloat_CheckExact(v.real.get())))
+            return -1;
+    }
+    if (!any_sym) return -1;
+    bool stop_on = n == "any";  // all() stops at the first false item, any() at a true one
+    for (int it : items) {
+        int truth = m_cap.v(it).sym_number() ? sym_truth(it) : PyObject_IsTrue(m_cap.v(it).real.get());
+        if (truth < 0) return -1;
+        if (one) return truth;
+        if ((truth == 1) == stop_on) return stop_on ? 1 : 0;
+    }
+    return stop_on ? 0 : 1;
+}
+
 // A builtin that computes a number from numbers only, one of them symbolic (a dynamic number
 // or a symbolic size): `min`, `max`, `abs`, `round`, `math.sqrt`, `int()`, `float()`. It is
 // replayed rather than fixing its operands, and its result is symbolic in all of them.
@@ -8675,13 +8761,7 @@ bool Monitor::truthiness_known(int id) {
                    "compiled function");
         return false;
     }
-    if (v.sym_number() && !PyBool_Check(v.real.get())) {
-        // `if T:`, `T or default` on a size read at replay: a size of an input is at least
-        // 2; any other number's truth is checked at replay, not its value guarded
-        if (v.positive) return true;
-        py::Ref truth = py::Ref::borrow(PyObject_IsTrue(v.real.get()) ? Py_True : Py_False);
-        if (m_cap.add_replay_check(id, truth.get(), kCheckTruth)) return true;
-    }
+    if (sym_truth(id) >= 0) return true;  // `if T:`, `T or default` on a size read at replay
     m_cap.concretize(id);  // a branch on sizes: checked or guarded from here on
     if (v.tensor && m_cap.folds(id)) return true;  // [Note: tensors of constants]
     if (v.tensor) {

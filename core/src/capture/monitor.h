@@ -342,6 +342,12 @@ private:
     // from tensor data), and then which.
     void number_from(int r, const std::vector<int>& operands);
     bool sym_number_call(const Pending& p, PyObject* result);
+    // The truth of a symbolic number without fixing its value (a size of an input is true;
+    // any other number's truth is checked at replay); -1 when it cannot be had so.
+    int sym_truth(int value);
+    // bool(n), operator.truth(n), all(x.shape), any(...) over symbolic numbers: the answer as
+    // a constant, the truths it rests on checked at replay (sym_truth). -1: not such a call.
+    int sym_truth_call(const Pending& p);
     int record_sym_number(Pending& p, PyObject* result);
     void guard_all_strides();
     int modules_dict(int container);
