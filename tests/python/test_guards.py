@@ -741,3 +741,17 @@ def test_a_class_changed_between_calls_recompiles_what_was_folded_from_it(read):
         if hasattr(_Plain, added[0]):
             delattr(_Plain, added[0])
     assert magpy.explain(cf).cache_misses == 2
+
+
+def test_a_float_guard_reads_as_python_that_holds():
+    # `L['n'] == nan` is never true in Python: the guard compares floats by their bits
+    def f(x, n):
+        return x * 2 if n > 0 else x
+
+    for value, text in ((float("nan"), "math.isnan(L['n'])"),
+                        (float("-inf"), "L['n'] == float('-inf')"),
+                        (-0.0, "L['n'] == -0.0 (its sign too)"), (1.5, "L['n'] == 1.5")):
+        magpy.reset()
+        cf = magpy.compile(f)
+        cf(torch.ones(2), value)
+        assert text in magpy.explain(cf).guards, magpy.explain(cf).guards

@@ -4,6 +4,7 @@
 #include "python/torch_api.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace magpy {
@@ -1097,8 +1098,17 @@ std::string describe_check(const Check& c, const std::string& src) {
     }
     case CheckKind::CodeIs:
         return "same_function(" + src + ", " + code_where(c.expected.get()) + ")";
-    case CheckKind::Equals:
-        return src + " == " + py::repr_string(c.value.get());
+    case CheckKind::Equals: {
+        // as same_constant compares floats: by their bits, which == does not say for these
+        PyObject* v = c.value.get();
+        if (PyFloat_CheckExact(v)) {
+            double d = PyFloat_AS_DOUBLE(v);
+            if (std::isnan(d)) return "math.isnan(" + src + ")";
+            if (std::isinf(d)) return src + " == float('" + (d > 0 ? "inf" : "-inf") + "')";
+            if (d == 0.0 && std::signbit(d)) return src + " == -0.0 (its sign too)";
+        }
+        return src + " == " + py::repr_string(v);
+    }
     case CheckKind::LenEq:
         return "len(" + src + ") == " + std::to_string(c.length);
     case CheckKind::TensorMatch: {
