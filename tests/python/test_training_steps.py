@@ -758,3 +758,35 @@ def test_checkpointed_block_runs_once_per_call_and_draws_as_eager(backend, reent
                 assert torch.allclose(a.double(), b.double(), atol=1e-6), (i, k)
             if reentrant:
                 assert me.block.calls == mc.block.calls == 2 * (i + 1)  # (recomputed in backward)
+
+
+@pytest.mark.parametrize("layer", [
+    lambda: torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.5, batch_first=True),
+    lambda: torch.nn.MultiheadAttention(8, 2, dropout=0.5, batch_first=True),
+    lambda: torch.nn.LSTM(8, 8, num_layers=2, dropout=0.5, batch_first=True),
+], ids=["TransformerEncoderLayer", "MultiheadAttention", "LSTM"])
+def test_a_module_that_drops_out_inside_draws_once_when_its_call_runs_again(layer):
+    # a review probe: only modules named *Dropout counted as draws, so when a replay check
+    # after the layer failed and the call ran again, the layer drew a second time
+    torch.manual_seed(0)
+    inner = layer().train()
+
+    def f(x, mask):
+        out = inner(x, x, x) if isinstance(inner, torch.nn.MultiheadAttention) else inner(x)
+        y = (out[0] if isinstance(out, tuple) else out)[mask]
+        if y.shape[0] > 3:  # a size that depends on the mask: checked at replay
+            return y * 2
+        return y * 3
+
+    magpy.reset()
+    cf = magpy.compile(f)
+    for k in range(6):
+        torch.manual_seed(100 + k)
+        x = torch.randn(2, 3, 8)
+        mask = (torch.ones(2, 3, dtype=torch.bool) if k < 4 else
+                torch.tensor([[True, False, False], [False] * 3]))
+        torch.manual_seed(k)
+        want, want_next = f(x, mask), torch.rand(1)
+        torch.manual_seed(k)
+        got, got_next = cf(x, mask), torch.rand(1)
+        assert equal(got, want) and torch.equal(got_next, want_next), k

@@ -237,9 +237,28 @@ static bool module_flag(PyObject* module, const char* name) {
     return on;
 }
 
-static bool draws_like_dropout(PyObject* module) {
+// Whether a module called in training mode draws random numbers: dropout and RReLU, one with
+// a `dropout` probability of its own (MultiheadAttention, the RNNs), or one holding such a
+// submodule in training mode (TransformerEncoderLayer; a review probe: its call ran again
+// after a failed replay check drew twice, as its draws were not saved and put back).
+static bool draws_like_dropout(PyObject* module, int depth = 0) {
     std::string type = Py_TYPE(module)->tp_name;
-    return type.find("Dropout") != std::string::npos || type.find("RReLU") != std::string::npos;
+    if (type.find("Dropout") != std::string::npos || type.find("RReLU") != std::string::npos)
+        return true;
+    if (depth > 8) return true;  // (too deep to look into: taken to draw)
+    PyObject** dictptr = _PyObject_GetDictPtr(module);
+    PyObject* d = dictptr ? *dictptr : nullptr;
+    if (!d || !PyDict_Check(d)) return false;
+    PyObject* p = PyDict_GetItemString(d, "dropout");
+    if (p && (PyFloat_Check(p) || PyLong_Check(p)) && PyObject_IsTrue(p) == 1) return true;
+    PyObject* subs = PyDict_GetItemString(d, "_modules");
+    if (!subs || !PyDict_Check(subs)) return false;
+    Py_ssize_t pos = 0;
+    PyObject *k, *sub;
+    while (PyDict_Next(subs, &pos, &k, &sub))
+        if (sub != Py_None && module_flag(sub, "training") && draws_like_dropout(sub, depth + 1))
+            return true;
+    return false;
 }
 
 // torch.nn's own modules whose forward never reads `training` (convolutions, linear layers,
