@@ -935,7 +935,7 @@ def test_a_trace_outlives_changes_to_globals_that_are_not_torchs():
     # retrace, and the region ran eagerly for good after eight traces
     import torch.nn.utils.parametrize as P
 
-    m = nn.Sequential(nn.Linear(4, 4), nn.Softmax())  # Softmax() warns: no dim
+    m = nn.Sequential(nn.Linear(4, 4), nn.Softmax(dim=1))
     P.register_parametrization(m[0], "weight", _Halve())
     cf = ts(m)
     x = torch.randn(3, 4)
@@ -946,6 +946,28 @@ def test_a_trace_outlives_changes_to_globals_that_are_not_torchs():
                 globals()["_LOOP_VALUE"] = i  # as a loop at the top of a script does
                 assert torch.allclose(cf(x), m(x), atol=1e-6), i
     assert runs(cf)[0] >= 3 and "1 traces" in report(cf)["graphs"][0]["backend_summary"]
+
+
+@pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze"])
+def test_a_warning_from_torchs_python_code_is_given_on_every_call(backend):
+    # a review probe: F.softmax without dim warned while tracing only; under "always" eager
+    # warns on every call, and under "error" (as pytest -W error) it raises
+    def f(x):
+        return F.softmax(x * 2) + 1
+
+    magpy.reset()
+    cf = magpy.compile(f, backend=backend)
+    x = torch.randn(3, 4)
+    for _ in range(4):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert torch.allclose(cf(x), f(x))
+        assert len(caught) == 2 and "dim" in str(caught[0].message), caught
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning):
+            cf(x)
+    assert any("warning from Python code" in n for n in magpy.explain(cf).notes)
 
 
 @pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze", "fx"])

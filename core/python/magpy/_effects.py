@@ -183,14 +183,27 @@ class TracerWarningLog(WarningRecorder):
 
     Every other warning is shown as it would be without the trace. TracerWarnings are also
     dropped from the registries of loaded modules (where torch's code runs while tracing): one
-    that a filter already handled at a line would otherwise not be seen again."""
+    that a filter already handled at a line would otherwise not be seen again.
+
+    `python_warnings`: the other warnings that Python code (torch.nn.functional's, say) gave
+    through warnings.warn while tracing, shown or not: a graph of the trace would not give them
+    again (a review probe: F.softmax without dim warned on the first call only)."""
 
     def __init__(self):
         from torch.jit import TracerWarning
 
         super().__init__(TracerWarning)
 
+    def _warn(self, message, category=None, stacklevel=1, source=None):
+        cat = category or (type(message) if isinstance(message, Warning) else UserWarning)
+        if not issubclass(cat, self._category):
+            self.python_warnings.append(str(message))
+        return self._original_warn(message, category, stacklevel + 1, source)
+
     def __enter__(self):
+        self.python_warnings = []
+        self._original_warn = warnings.warn
+        warnings.warn = self._warn
         for mod in list(sys.modules.values()):
             registry = vars(mod).get("__warningregistry__") if isinstance(
                 mod, types.ModuleType) else None
@@ -201,6 +214,8 @@ class TracerWarningLog(WarningRecorder):
         return super().__enter__()
 
     def __exit__(self, *exc):
+        if warnings.warn == self._warn:
+            warnings.warn = self._original_warn
         super().__exit__(*exc)
         self.seen = [(str(m), f, n) for _, m, f, n in self.seen]
         return False

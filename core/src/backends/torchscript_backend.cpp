@@ -827,12 +827,23 @@ public:
                 tracer.push_back(where + ":" + std::to_string(lineno) + ": " +
                                  py::str_of(PyTuple_GET_ITEM(w, 0)));
         }
+        py::Ref others = r ? py::Ref::steal(PyObject_GetAttrString(m_log.get(), "python_warnings"))
+                           : py::Ref();
+        PyErr_Clear();
+        m_python_warnings.clear();
+        for (Py_ssize_t i = 0; others && PyList_Check(others.get()) && i < PyList_GET_SIZE(others.get()); ++i)
+            m_python_warnings.push_back(py::str_of(PyList_GET_ITEM(others.get(), i)));
         PyErr_Restore(et, ev, tb);
         return tracer;
     }
 
+    // The other warnings Python code gave through warnings.warn while tracing (after end()):
+    // the graph would not give them on later calls.
+    const std::vector<std::string>& python_warnings() const { return m_python_warnings; }
+
 private:
     py::Ref m_log;
+    std::vector<std::string> m_python_warnings;
 };
 
 std::string first_line(const std::string& s) {
@@ -1396,8 +1407,12 @@ private:
             return r;
         }
         spec->graph = state->graph;
-        if (!tracer_warnings.empty()) {
-            spec->eager_why = "the trace depends on data (" + first_line(tracer_warnings[0]) + ")";
+        if (!tracer_warnings.empty() || !log.python_warnings().empty()) {
+            spec->eager_why =
+                !tracer_warnings.empty()
+                    ? "the trace depends on data (" + first_line(tracer_warnings[0]) + ")"
+                    : "a step gives a warning from Python code on every call (" +
+                          first_line(log.python_warnings()[0]) + "), which a graph would not";
             note(spec->eager_why);
             m_specs.push_back(std::move(spec));
             return result.release();
