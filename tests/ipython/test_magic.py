@@ -618,3 +618,14 @@ def test_ops_traced_into_a_function_of_another_cell_name_that_cell(ip, rec):
     assert f"# Cell In[{helper_cell}], line 2" in view["text/plain"]
     plan = rec.view("plan")["application/vnd.magpy.plan+json"]["plans"][0]["python"]
     assert "# line 2 of helper" in plan and "# line 3\n" in plan, plan
+
+
+def test_the_plan_of_a_segment_after_a_break_says_what_stack0_is(ip, rec):
+    run(ip, "xs = [torch.ones(2), -torch.ones(2), torch.ones(2)]")
+    cell = "%%magpy\nout = []\nfor t in xs:\n    if t.sum() > 0:\n        out.append(t * 2)\nlen(out)"
+    for _ in range(3):
+        run(ip, cell)
+    view = rec.view("plan")
+    assert "L['$stack0']" in view["text/plain"], view["text/plain"]
+    assert "what Python had on its stack" in view["text/plain"]
+    assert "what Python had on its stack" in check_html(view["text/html"])

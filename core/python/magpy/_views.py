@@ -851,6 +851,12 @@ def plan_view(report, ctx):
     summary = plural(len(plans), "plan")
     intro = (f'<div style="{_MUTED}">what runs on the next call when the guards pass: the '
              "captured graph, then every side effect in program order</div>")
+    if any("$stack" in p["python"] for p in plans):  # a segment after a graph break
+        why = ("L['$stack0'], L['$stack1'], ...: what Python had on its stack where the code "
+               "before broke off (a loop's iterator, a call's pending arguments), handed to the "
+               "code after the break")
+        intro += f'<div style="{_MUTED}">{esc(why)}</div>'
+        plain.append("  " + why)
     body = intro + "".join(blocks) if plans else \
         f'<div style="{_MUTED}">no replay plan: nothing was captured as a graph</div>'
     return _bundle("plan", {"label": ctx.get("label", ""), "plans": plans},
