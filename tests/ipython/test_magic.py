@@ -629,3 +629,13 @@ def test_the_plan_of_a_segment_after_a_break_says_what_stack0_is(ip, rec):
     assert "L['$stack0']" in view["text/plain"], view["text/plain"]
     assert "what Python had on its stack" in view["text/plain"]
     assert "what Python had on its stack" in check_html(view["text/html"])
+
+
+def test_explain_names_a_break_in_a_cell_as_ipython_does(ip, rec):
+    run(ip, "x = torch.ones(3)")
+    run(ip, "%%magpy\ny = x + 1\nif y.sum() > 0:\n    y = y * 2\ny")
+    text = str(run(ip, "%magpy_explain"))
+    cell = ip.compile._filename_map[rec.view("breaks")["application/vnd.magpy.breaks+json"]
+                                    ["breaks"][0]["filename"]]
+    assert f"at Cell In[{cell}], line 3" in text, text
+    assert "<ipython-input" not in text.split("guards:")[0], text

@@ -1,6 +1,7 @@
 """Explanation: the report of a compiled callable, with the fields of DESIGN.md section 4."""
 
 import json
+import sys
 from dataclasses import dataclass
 
 
@@ -32,6 +33,17 @@ def _n(count, one, many=None):
     return f"{count} {one if count == 1 else (many or one + 's')}"
 
 
+def _notebook_cell(filename):
+    """'Cell In[5]' for the file IPython compiled cell 5 as (as its tracebacks name it), or
+    None outside IPython or for any other file."""
+    ipython = sys.modules.get("IPython")
+    shell = getattr(getattr(ipython, "get_ipython", None), "__call__", lambda: None)() \
+        if ipython else None
+    fmap = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    number = fmap.get(filename) if isinstance(fmap, dict) else None
+    return f"Cell In[{number}]" if number is not None else None
+
+
 @dataclass(frozen=True)
 class GraphBreak:
     reason_id: str
@@ -42,7 +54,11 @@ class GraphBreak:
     function: str
 
     def __str__(self):
-        where = f"{self.filename}:{self.lineno} in {self.function}" if self.filename else ""
+        where = ""
+        if self.filename:
+            cell = _notebook_cell(self.filename)
+            where = (f"{cell}, line {self.lineno}" if cell else f"{self.filename}:{self.lineno}") \
+                + (f" in {self.function}" if self.function != "<module>" or not cell else "")
         return f"[{self.reason_id}] {self.reason}" + (f"\n    at {where}" if where else "") + \
             (f"\n    hint: {self.hint}" if self.hint else "")
 
