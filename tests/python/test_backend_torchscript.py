@@ -1057,3 +1057,20 @@ def test_freeze_keeps_channels_last_outputs(where):
             assert torch.allclose(got, want, atol=1e-5)
             assert got.stride() == want.stride()
             assert got.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("backend", ["torchscript", "torchscript-freeze"])
+def test_adding_an_integer_zero_turns_minus_zero_to_zero_as_in_eager(backend):
+    # [Note: x + 0]: LibTorch's peephole pass dropped `y + 0`, so -0.0 stayed -0.0
+    def f(x):
+        with torch.no_grad():
+            y = x * 1.0
+            return 1.0 / (y + 0), (x.long() + 0) * 2, (y.sum() + 0) * 2
+
+    magpy.reset()
+    cf = magpy.compile(f, backend=backend)
+    for _ in range(5):
+        x = torch.tensor([-0.0, 1.0, -2.0])
+        got, want = cf(x), f(x)
+        for g, w in zip(got, want):  # (the 0-dim sum stays float32)
+            assert g.dtype == w.dtype and torch.equal(g, w), (g, w)

@@ -846,6 +846,34 @@ private:
     std::vector<std::string> m_python_warnings;
 };
 
+// [Note: x + 0] LibTorch's peephole pass, run by the graph executor, drops `x + 0` when the 0
+// is an integer: x's -0.0 then stays -0.0 where Python gives +0.0 (a review probe: `1 / (y +
+// 0)` gave -inf for inf). When x is floating, the traced 0 becomes a 0.0 of x's dtype, the same
+// sum, which the pass leaves alone (it keeps adds whose scalar is floating).
+static void keep_adds_of_zero(jit::Block* block) {
+    for (jit::Node* n : block->nodes()) {
+        for (jit::Block* b : n->blocks()) keep_adds_of_zero(b);
+        if (n->kind() != c10::Symbol::fromQualString("aten::add") || n->inputs().size() < 2)
+            continue;
+        c10::optional<c10::IValue> other = jit::toIValue(n->input(1));
+        bool int_zero = other && ((other->isInt() && other->toInt() == 0) ||
+                                  (other->isTensor() && other->toTensor().dim() == 0 &&
+                                   !other->toTensor().is_floating_point() &&
+                                   !other->toTensor().is_complex() &&
+                                   other->toTensor().item<int64_t>() == 0));
+        auto self = n->input(0)->type()->cast<c10::TensorType>();
+        if (!int_zero || !self || !self->scalarType() || !at::isFloatingType(*self->scalarType()))
+            continue;
+        jit::WithInsertPoint here(n);
+        // (of x's own dtype: a 0-dim x plus a 0-dim double would be double)
+        jit::Value* zero =
+            other->isTensor()
+                ? block->owningGraph()->insertConstant(at::scalar_tensor(0.0, *self->scalarType()))
+                : block->owningGraph()->insertConstant(0.0);
+        n->replaceInput(1, zero);
+    }
+}
+
 std::string first_line(const std::string& s) {
     std::string line = s.substr(0, s.find('\n'));
     return line.size() > 200 ? line.substr(0, 200) + "..." : line;
@@ -1406,6 +1434,7 @@ private:
             if (r && !step_failed) m_specs.push_back(std::move(spec));
             return r;
         }
+        keep_adds_of_zero(state->graph->block());
         spec->graph = state->graph;
         if (!tracer_warnings.empty() || !log.python_warnings().empty()) {
             spec->eager_why =
