@@ -790,3 +790,34 @@ def test_a_module_that_drops_out_inside_draws_once_when_its_call_runs_again(laye
         torch.manual_seed(k)
         got, got_next = cf(x, mask), torch.rand(1)
         assert equal(got, want) and torch.equal(got_next, want_next), k
+
+
+@pytest.mark.parametrize("change", ["requires_grad_", "resize_", ".data ="])
+def test_metadata_a_gradient_hook_changes_is_read_after_backward(change):
+    # a review probe: a hook run by backward() flipped requires_grad or changed the size of a
+    # tensor the function reads afterwards, and the replay gave the values seen at capture
+    def make():
+        other = torch.zeros(3, requires_grad=True)
+
+        def hook(g):
+            if change == "requires_grad_":
+                other.requires_grad_(not other.requires_grad)
+            elif change == "resize_":
+                other.data.resize_(other.numel() + 1).zero_()
+            else:
+                other.data = torch.ones(other.numel() + 1)
+
+        def fn(w, x):
+            h = w * x
+            h.register_hook(hook)
+            h.sum().backward()
+            return other.requires_grad, other.shape[0], tuple((other * 2).shape)
+        return fn
+
+    eager_fn, compiled_fn = make(), make()
+    magpy.reset()
+    cf = magpy.compile(compiled_fn)
+    for _ in range(4):
+        x = torch.randn(3)
+        want = eager_fn(torch.randn(3, requires_grad=True), x)
+        assert cf(torch.randn(3, requires_grad=True), x) == want

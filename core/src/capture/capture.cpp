@@ -296,6 +296,14 @@ int Capture::register_input(int node, PyObject* real, bool by_type) {
             return seen->second;
         }
     }
+    auto hidden = m_changed_tensors.find(real);
+    if (hidden != m_changed_tensors.end()) {  // first read after code that may have changed it
+        fail(breaks::kMutatedThenRead,
+             "`" + m_guards->node(node).source + "` is read after `" + hidden->second.second +
+                 "`, which may have changed its sizes or requires_grad",
+             "read it before that call, or outside the compiled function");
+        return -1;
+    }
     int id = new_value(ValueKind::Input, real, m_guards->node(node).source);
     v(id).node = node;
     add_type_guards(id, real, by_type);
@@ -396,7 +404,8 @@ int Capture::input_child(int parent, AccessKind kind, int index, PyObject* key,
 // the objects it reaches through its arguments (instances, their __dict__s, lists, tuples and
 // dicts, tensors and functions excluded) are remembered: a later read of one of them in this
 // capture is a graph break there (MB008), so the next segment reads it afresh, after the call.
-void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::string& call) {
+void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::string& call,
+                              bool hidden_code) {
     constexpr size_t kMaxObjects = 4096;
     constexpr int kMaxDepth = 64;  // (the object count bounds the walk)
     std::vector<std::pair<PyObject*, int>> todo;
@@ -407,9 +416,16 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
                is_tensor(o);
     };
     std::vector<PyObject*> reached;
+    std::unordered_set<PyObject*> tensors;  // reached: their sizes or requires_grad may change
     while (!todo.empty()) {
         auto [o, depth] = todo.back();
         todo.pop_back();
+        // (Python of the user's ran, a hook say: the tensors it reaches through its closure,
+        // globals or objects; not those it was given, which it rarely reshapes)
+        if (o && hidden_code && depth > 0 && is_tensor(o)) {
+            tensors.insert(o);
+            m_changed_tensors.emplace(o, std::make_pair(py::Ref::borrow(o), call));
+        }
         if (!o || skip(o) || m_changed.count(o)) continue;
         if (m_changed.size() >= kMaxObjects) {
             fail(breaks::kMutatedThenRead,
@@ -524,6 +540,16 @@ void Capture::changed_by_call(const std::vector<PyObject*>& roots, const std::st
             }
         }
     }
+    // A tensor the hidden code reached may have had its metadata changed in place there
+    // (`t.requires_grad_(...)`, `buf.resize_(n)` in a gradient hook; a review probe: the
+    // values read at capture were replayed): its sizes and flags are read at replay from here
+    // on, as after the capture's own in-place changes of them.
+    if (!tensors.empty())
+        for (size_t id = 0; id < m_values.size(); ++id) {
+            const Value& val = m_values[id];
+            if (val.tensor && val.real && tensors.count(val.real.get()))
+                reshaped_in_place(static_cast<int>(id));
+        }
     // What the capture already follows itself (containers made in the call, objects it wrote
     // or shadows) would be read from its own copy afterwards: the call is a break instead, so
     // the next segment reads them afresh.

@@ -220,7 +220,8 @@ public:
                     bool by_type = false);
     // [Note: library calls that change state] `call` (a recorded op) may have changed any
     // Python object it reaches from `roots`: reading one of them from here on breaks.
-    void changed_by_call(const std::vector<PyObject*>& roots, const std::string& call);
+    void changed_by_call(const std::vector<PyObject*>& roots, const std::string& call,
+                         bool hidden_code = false);
     // A read of global `name` of the module dict `globals` after such a call rebound it (its
     // code stores it): a break (true). Null globals: false.
     bool global_changed(PyObject* globals, PyObject* name, const std::string& what);
@@ -438,6 +439,7 @@ private:
     bool m_in_try = false;
     // changed_by_call: each object, held while capturing, and the first call that reached it
     std::unordered_map<PyObject*, std::pair<py::Ref, std::string>> m_changed;
+    std::unordered_map<PyObject*, std::pair<py::Ref, std::string>> m_changed_tensors;  // (changed_by_call)
     std::vector<py::Ref> m_changed_parts;  // a partial's parts, read to walk them
     // the hook ids of each tensor passed in, as the call found them (guard node -> tuple), and
     // the nodes guard_tensor_hooks guarded

@@ -6457,7 +6457,7 @@ int Monitor::record_call(Pending& p, PyObject* result, bool dyn_shape, bool grap
                 call = py::type_name(m_cap.v(p.in[0]).real.get()) + "." + p.callee.op +
                        "()` on `" + m_cap.v(p.in[0]).label;
         }
-        if (!roots.empty()) m_cap.changed_by_call(roots, call);
+        if (!roots.empty()) m_cap.changed_by_call(roots, call, p.hidden_code);
         if (s.effect) {
             int t = op_inplace_target(p.callee, m_cap.v(p.callee_value).real.get(), p.kwnames,
                                       kwvalues.data(), p.in.size() - kwvalues.size());
