@@ -188,3 +188,18 @@ def test_percent_formatting_of_sizes_and_numbers_read_from_data_is_made_at_repla
     assert_stats(cf, graphs=2, breaks=0, hits=3, misses=2)
     assert any("'rows=%d of %s' %" in g["replay_python"]
                for g in magpy.explain(cf).report["graphs"])
+
+
+def test_a_break_names_a_builtin_as_the_user_wrote_it(capsys):
+    # a review probe: the reason said `print()` of __builtins__['open'] (the guards' path)
+    def f(x):
+        y = x * 2
+        print(y.tolist(), open)
+        return y
+
+    magpy.reset()
+    cf = magpy.compile(f)
+    for _ in range(2):
+        cf(torch.ones(2))
+    reasons = [b.reason for b in magpy.explain(cf).breaks]
+    assert reasons and "of open," in reasons[0] and "__builtins__" not in reasons[0], reasons

@@ -2284,12 +2284,23 @@ bool Capture::fresh_exception(int id, Arg& out) {
 
 // [SECTION] breaks -----------------------------------------------------------------------------
 
+// A builtin in the user's terms: `__builtins__['open']` (the guards' path to it) is `open`.
+static std::string builtins_by_name(std::string text) {
+    static const std::string prefix = "__builtins__['";
+    for (size_t at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at)) {
+        size_t end = text.find("']", at + prefix.size());
+        if (end == std::string::npos) break;
+        text.replace(at, end + 2 - at, text.substr(at + prefix.size(), end - at - prefix.size()));
+    }
+    return text;
+}
+
 void Capture::fail(const char* reason_id, std::string reason, std::string hint) {
     if (m_failed) return;
     m_failed = true;
     BreakInfo b;
     b.reason_id = reason_id;
-    b.reason = std::move(reason);
+    b.reason = builtins_by_name(std::move(reason));
     b.hint = std::move(hint);
     if (m_code) {
         b.filename = py::str_of(m_code->co_filename);
