@@ -33,12 +33,12 @@ def _n(count, one, many=None):
     return f"{count} {one if count == 1 else (many or one + 's')}"
 
 
-def _notebook_cell(filename):
+def _notebook_cell(filename, shell=None):
     """'Cell In[5]' for the file IPython compiled cell 5 as (as its tracebacks name it), or
-    None outside IPython or for any other file."""
-    ipython = sys.modules.get("IPython")
-    shell = getattr(getattr(ipython, "get_ipython", None), "__call__", lambda: None)() \
-        if ipython else None
+    None outside IPython or for any other file. `shell`: IPython's (the running one if None)."""
+    if shell is None:
+        ipython = sys.modules.get("IPython")
+        shell = getattr(ipython, "get_ipython", lambda: None)() if ipython else None
     fmap = getattr(getattr(shell, "compile", None), "_filename_map", None)
     number = fmap.get(filename) if isinstance(fmap, dict) else None
     return f"Cell In[{number}]" if number is not None else None

@@ -40,6 +40,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from . import _views
+from ._explain import _notebook_cell
 
 USAGE = "usage: %%magpy [--backend B] [--fullgraph] [--dynamic] [--quiet]"
 LINE_USAGE = ("usage: %magpy on [--backend B] [--fullgraph] [--dynamic] [--quiet] | %magpy off | "
@@ -645,22 +646,21 @@ class MagpyMagics(Magics):
         program.label = f"Cell In[{count}]"
 
     def _context(self, program, report, run):
-        fmap = getattr(self.shell.compile, "_filename_map", {}) or {}
         labels, lines = {}, {}
         extra = [run["error_break"]] if run.get("error_break") else []
         for b in report.get("breaks", []) + extra:
             f = b.get("filename", "")
             if f and f != program.filename:
-                if f in fmap:
-                    labels[f] = f"Cell In[{fmap[f]}]"
+                if cell := _notebook_cell(f, self.shell):
+                    labels[f] = cell
                 text = linecache.getline(f, b.get("lineno", 0))
                 if text:
                     lines.setdefault(f, {})[b["lineno"]] = text.rstrip("\n")
         for g in _views._with_callees(report).get("graphs", []):
             for op in g.get("ops", []):  # ops traced into functions of other cells
                 f = op.get("filename", "")
-                if f and f != program.filename and f in fmap:
-                    labels[f] = f"Cell In[{fmap[f]}]"
+                if f and f != program.filename and (cell := _notebook_cell(f, self.shell)):
+                    labels[f] = cell
         return {"label": program.label, "filename": program.filename,
                 "source": program.display_source, "file_labels": labels, "file_lines": lines,
                 "run": run}

@@ -5376,25 +5376,8 @@ void Monitor::complete_call(ShadowFrame& f, Pending& p, PyObject* result) {
     }
     if (int truth = sym_truth_call(p); truth >= 0)  // x * bool(x.numel()): not per size
         return push_out(m_cap.const_value(truth ? Py_True : Py_False));
-    if (((p.callee.kind == CallKind::TypeCtor && name == "str") ||
-         (p.callee.kind == CallKind::PureBuiltin && name == "repr")) &&
-        p.in.size() == 1 && !p.kwnames && formatted_at_replay(p.in[0]))
-        // str(n) of a symbolic size is made at replay, as f"{n}" is
-        return push_out(call_at_replay(m_cap.v(p.callee_value).real.get(), p.in, result, name));
-    if (p.callee.kind == CallKind::PureBuiltin && name == "str.format" && !p.kwnames &&
-        p.in.size() >= 2 && m_cap.v(p.in[0]).kind == ValueKind::Const &&
-        PyUnicode_CheckExact(m_cap.v(p.in[0]).real.get())) {
-        // "{}x{}".format(h, w) of symbolic sizes: made at replay too
-        bool any = false, plain = true;
-        for (size_t i = 1; i < p.in.size() && plain; ++i) {
-            const Value& a = m_cap.v(p.in[i]);
-            if (formatted_at_replay(p.in[i])) any = true;
-            else plain = a.kind == ValueKind::Const;
-        }
-        if (any && plain)
-            return push_out(call_at_replay(m_cap.v(p.callee_value).real.get(), p.in, result,
-                                           "str"));
-    }
+    if (text_at_replay(p))  // str(n), "{}x{}".format(h, w) of symbolic sizes, as f"{n}"
+        return push_out(call_at_replay(m_cap.v(p.callee_value).real.get(), p.in, result, "str"));
     // A tensor changed in place keeps its value's sizes (an input's are guarded): the numbers
     // an in-place change of its shape is given are fixed (`y.squeeze_(d)`, `x.unsqueeze_(d)`)
     const std::string& op = p.callee.op;
@@ -6280,6 +6263,27 @@ bool Monitor::formatted_at_replay(int id) {
 // FORMAT_VALUE (conversion, then format() with the spec) and BUILD_STRING ("".join) as steps
 // run at replay; `real` is the string the instruction made (may be null at a break).
 // `fn(*args)` (a function of Python's own), called at replay on the replayed values.
+bool Monitor::text_at_replay(const Pending& p) {
+    const std::string& n = p.callee.name;
+    size_t first;  // the arguments to be formatted
+    if ((p.callee.kind == CallKind::TypeCtor && n == "str") ||
+        (p.callee.kind == CallKind::PureBuiltin && n == "repr"))
+        first = 0;
+    else if (p.callee.kind == CallKind::PureBuiltin && n == "str.format" && !p.in.empty() &&
+             m_cap.v(p.in[0]).kind == ValueKind::Const &&
+             PyUnicode_CheckExact(m_cap.v(p.in[0]).real.get()))
+        first = 1;  // (the format string)
+    else
+        return false;
+    if (p.kwnames || p.in.size() <= first || (first == 0 && p.in.size() != 1)) return false;
+    bool any = false;
+    for (size_t i = first; i < p.in.size(); ++i) {
+        if (formatted_at_replay(p.in[i])) any = true;
+        else if (m_cap.v(p.in[i]).kind != ValueKind::Const) return false;
+    }
+    return any;
+}
+
 int Monitor::call_at_replay(PyObject* fn, const std::vector<int>& args, PyObject* real,
                             const std::string& label) {
     Step s;
@@ -6966,13 +6970,6 @@ int Monitor::input_iterator(int value) {
     return it;
 }
 
-// The items an iterator passed in had left are read when the capture begins, and the plan gives
-// those to the loop (the guards read them the same way at each call). The loop's body may
-// change the container under the iterator (`l[-1] = y`, `l.pop()`, through any name): from
-// then on the real iterator yields what the list holds now, and a replay would still give the
-// items read at entry (a review probe). So each item the real loop took must be the one read
-// at entry, and the loop must run out where they did (`real` null: it ran out); else the loop
-// breaks here, and goes on from the list as it is now.
 // The same item, as a loop would tell: the same object, or equal plain numbers and strings
 // (a range's iterator makes each int anew).
 static bool same_item(PyObject* a, PyObject* b) {
@@ -6983,6 +6980,13 @@ static bool same_item(PyObject* a, PyObject* b) {
     return same_constant(a, b);
 }
 
+// The items an iterator passed in had left are read when the capture begins, and the plan gives
+// those to the loop (the guards read them the same way at each call). The loop's body may
+// change the container under the iterator (`l[-1] = y`, `l.pop()`, through any name): from
+// then on the real iterator yields what the list holds now, and a replay would still give the
+// items read at entry (a review probe). So each item the real loop took must be the one read
+// at entry, and the loop must run out where they did (`real` null: it ran out); else the loop
+// breaks here, and goes on from the list as it is now.
 bool Monitor::rest_item_is(int rest, int pos, PyObject* real) {
     PyObject* items = m_cap.v(rest).real.get();
     Py_ssize_t n = PyList_Check(items) ? PyList_GET_SIZE(items) : -1;

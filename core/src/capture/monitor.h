@@ -348,6 +348,9 @@ private:
     // bool(n), operator.truth(n), all(x.shape), any(...) over symbolic numbers: the answer as
     // a constant, the truths it rests on checked at replay (sym_truth). -1: not such a call.
     int sym_truth_call(const Pending& p);
+    // str(n), repr(n), "...".format(...) whose arguments are constants and at least one is made
+    // at replay (formatted_at_replay): the text is made at replay too.
+    bool text_at_replay(const Pending& p);
     int record_sym_number(Pending& p, PyObject* result);
     void guard_all_strides();
     int modules_dict(int container);

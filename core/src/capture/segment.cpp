@@ -567,7 +567,6 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     // The live state: the original code's varnames, the stack, then cells that are not
     // arguments. Cell arguments carry their contents (the resume code makes the cell).
     std::vector<int> live;
-    auto rebuild = [&](int id) { return iterator_state(id); };
     int nvar = origin->co_nlocals;
     cont->nvar = nvar;
     int none = m_cap.const_value(Py_None);
@@ -595,7 +594,7 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
         cont->stack_nulls.push_back(id == m_cap.null_value());
         if (id == m_cap.null_value()) continue;
         if (m_cap.v(id).kind == ValueKind::Iterator) {
-            id = rebuild(id);
+            id = iterator_state(id);  // (once per iterator: m_rebuilt)
             if (id < 0) return refuse("an iterator on the stack cannot be rebuilt");
         }
         live.push_back(id);
@@ -613,7 +612,7 @@ void Monitor::end_segment(ShadowFrame& f, const py::Instruction& at) {
     }
     for (int& id : live)
         if (m_cap.v(id).kind == ValueKind::Iterator) {
-            id = rebuild(id);
+            id = iterator_state(id);
             if (id < 0) return refuse("an iterator in a local cannot be rebuilt");
         }
     // Inner functions are made again by the resume code, over its own cells ([Note: inner
